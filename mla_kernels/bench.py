@@ -1,0 +1,244 @@
+"""Benchmark harness: times any design by name, the torch path a user would write, and the
+device's own ceilings, in one run; every timed configuration is checked against the
+reference, so a fast wrong kernel is reported as wrong.
+
+GPU only (timings come from triton.testing.do_bench with a flushed L2, median).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from . import roofline
+from .api import gather_kv_b_proj
+from .checks import check_outputs
+from .designs import LaunchConfig
+from .inputs import GatherInputs, build_inputs
+from .provenance import provenance
+from .reference import token_rows
+from .shapes import get_shape
+
+L2_ROTATE_BYTES = 2 * 60 * 2**20  # rotate input sets smaller than twice the H200's L2
+
+
+@dataclass(frozen=True)
+class Point:
+    """One benchmarked configuration and the designs to time on it."""
+
+    shape: str
+    contexts: tuple[int, ...]
+    weight_format: str
+    cache_dtype: str
+    block_size: int
+    variants: tuple[str, ...]
+    configs: dict = field(default_factory=dict, hash=False, compare=False)
+
+
+def _bench(fn: Callable[[], object]) -> float:
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
+
+
+# ------------------------------------------------------------------ ceilings
+def _copy_and_fill_us(nbytes: int) -> tuple[float, float]:
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    dst = torch.empty_like(src)
+    return _bench(lambda: dst.copy_(src)), _bench(lambda: dst.fill_(7))
+
+
+def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000) -> dict[str, float]:
+    """Copy (read + write), write-only fill, and the matrix rates at this op's M, N, K."""
+    dev = "cuda"
+    nbytes = 2**30
+    copy_us, fill_us = _copy_and_fill_us(nbytes)
+    s = get_shape(shape)
+    m, n, k = tokens, s.weight_rows, s.kv_c_dim
+    a = torch.randn(m, k, device=dev).bfloat16()
+    b = torch.randn(n, k, device=dev).bfloat16()
+    bf16_us = _bench(lambda: a @ b.t())
+    a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
+    one = torch.ones((), device=dev)
+    fp8 = {}
+    for name, sa, sb in (("tensor", one, one),
+                         ("row", torch.ones(m, 1, device=dev), torch.ones(1, n, device=dev))):
+        for fast in (False, True):
+            try:
+                fp8[f"{name}{'_fast' if fast else ''}"] = _bench(
+                    lambda sa=sa, sb=sb, f=fast: torch._scaled_mm(
+                        a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
+                        use_fast_accum=f))
+            except (RuntimeError, TypeError):
+                continue  # a mode this build does not offer
+    flop = 2 * m * n * k
+    return {
+        "copy_tbps": 2 * nbytes / copy_us / 1e6,
+        "write_tbps": nbytes / fill_us / 1e6,
+        "mm_tflops_bf16": flop / bf16_us / 1e6,
+        "mm_tflops_fp8": flop / min(fp8.values()) / 1e6,
+        **{f"mm_tflops_fp8_{k_}": flop / v / 1e6 for k_, v in fp8.items()},
+    }
+
+
+# ------------------------------------------------------------------ the torch path
+def torch_path(inp: GatherInputs, dot: str) -> Callable[[], None]:
+    """What a user would write: index all tokens' rows at once, dequantize, one matmul over
+    all tokens and heads, slice-assign both outputs. The row index and the dequantized
+    (bf16) or rescaled (fp8) weight are prepared outside the timed call, as a server would
+    cache them."""
+    s = inp.shape
+    t = inp.total_tokens
+    blocks, slots = token_rows(inp.kv_indptr, inp.kv_indices, inp.kv_prefix_sum_context_lens,
+                               inp.block_size)
+    flat = (blocks * inp.block_size + slots)
+    cache = inp.k_buffer.view(-1, s.latent_dim)
+    ks = inp.k_scale if inp.k_scale is not None else torch.ones(1, device=cache.device)
+    k_out, v_out = inp.k_prefix, inp.v_prefix
+    nope, kv_c = s.qk_nope_dim, s.kv_c_dim
+    from .formats import dequantize_weight
+
+    if dot == "bf16":
+        w = dequantize_weight(inp.kv_proj_weight, inp.kv_proj_scale, inp.weight_format)
+        w_t = w.bfloat16().t()
+
+        def run() -> None:
+            lat = cache[flat].float() * ks
+            kv = (lat[:, :kv_c].bfloat16() @ w_t).view(t, s.num_heads, -1)
+            k_out[:t, :, :nope] = kv[..., :nope]
+            k_out[:t, :, nope:] = lat[:, None, kv_c:].bfloat16()
+            v_out[:t] = kv[..., nope:]
+        return run
+    if dot == "fp8":
+        if inp.weight_format != "fp8_row" or not inp.cache_dtype.startswith("fp8"):
+            raise ValueError("dot: the fp8 torch path needs an fp8 cache and an fp8_row weight")
+        w8 = inp.kv_proj_weight
+        sb = inp.kv_proj_scale.reshape(1, -1).float()
+        sa = ks.reshape(1, 1).expand(t, 1).contiguous()
+
+        def run() -> None:
+            lat = cache[flat]
+            kv = torch._scaled_mm(lat[:, :kv_c].contiguous(), w8.t(), scale_a=sa, scale_b=sb,
+                                  out_dtype=torch.bfloat16, use_fast_accum=True)
+            kv = kv.view(t, s.num_heads, -1)
+            k_out[:t, :, :nope] = kv[..., :nope]
+            k_out[:t, :, nope:] = (lat[:, None, kv_c:].float() * ks).bfloat16()
+            v_out[:t] = kv[..., nope:]
+        return run
+    raise ValueError(f"dot: expected 'bf16' or 'fp8', got {dot!r}")
+
+
+def _graphed(fn: Callable[[], None]) -> Callable[[], None]:
+    fn()  # warm up allocations and kernels outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return g.replay
+
+
+# ------------------------------------------------------------------ designs
+def _design_fn(inp: GatherInputs, variant: str, config: LaunchConfig | None) -> Callable[[], None]:
+    args = inp.args()
+
+    def run() -> None:
+        gather_kv_b_proj(*args, variant=variant, config=config)
+    return run
+
+
+def _rotating(inps: Sequence[GatherInputs], make: Callable[[GatherInputs], Callable[[], None]]
+              ) -> Callable[[], None]:
+    fns = [make(i) for i in inps]
+    state = {"i": 0}
+
+    def run() -> None:
+        fns[state["i"] % len(fns)]()
+        state["i"] += 1
+    return run
+
+
+def _graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]]) -> float:
+    """Median time of one launch among 8 back-to-back launches captured in a CUDA graph,
+    each writing its own output buffers."""
+    import copy
+
+    copies = []
+    for _ in range(8):
+        c = copy.copy(inp)
+        c.k_prefix = torch.empty_like(inp.k_prefix)
+        c.v_prefix = torch.empty_like(inp.v_prefix)
+        copies.append(make(c))
+
+    def eight() -> None:
+        for f in copies:
+            f()
+    return _bench(_graphed(eight)) / 8
+
+
+def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_paths: bool = True,
+               graph8: bool = False, progress: bool = True, seed: int = 0) -> list[dict]:
+    """Time every design of every point, check each against the reference, return tidy rows."""
+    from tqdm.auto import tqdm
+
+    ceilings = ceilings or measure_ceilings()
+    prov = provenance()
+    rows: list[dict] = []
+    for pt in tqdm(points, disable=not progress, desc="points"):
+        s = get_shape(pt.shape)
+        tokens = sum(pt.contexts)
+        base = build_inputs(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
+                            weight_format=pt.weight_format, device="cuda", seed=seed,
+                            spare_indices=0, spare_rows=0, spare_blocks=0)
+        ref = base.reference()
+        nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
+        nflops = roofline.flops(s, tokens)
+        per_set = nbytes
+        n_sets = max(1, min(8, -(-L2_ROTATE_BYTES // max(per_set, 1))))
+        sets = [base] + [build_inputs(s, pt.contexts, block_size=pt.block_size,
+                                      cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
+                                      device="cuda", seed=seed + 1 + i, spare_indices=0,
+                                      spare_rows=0, spare_blocks=0) for i in range(n_sets - 1)]
+        candidates: list[tuple[str, str, Callable[[GatherInputs], Callable[[], None]]]] = []
+        for v in pt.variants:
+            cfg = pt.configs.get(v)
+            candidates.append((v, roofline.dot_dtype(pt.cache_dtype, pt.weight_format),
+                               lambda i, v=v, cfg=cfg: _design_fn(i, v, cfg)))
+        if torch_paths:
+            candidates.append(("torch_bf16", "bf16", lambda i: torch_path(i, "bf16")))
+            if pt.weight_format == "fp8_row" and pt.cache_dtype.startswith("fp8"):
+                candidates.append(("torch_fp8", "fp8", lambda i: torch_path(i, "fp8")))
+        for name, dot, make in candidates:
+            mm = ceilings[f"mm_tflops_{dot}"]
+            fl = roofline.floors(nbytes, nflops, ceilings["copy_tbps"], mm)
+            write_floor = roofline.output_bytes(s, tokens) / (ceilings["write_tbps"] * 1e12) * 1e6
+            timings = [("flushed", _bench(_rotating(sets, make)))]
+            if name.startswith("torch"):
+                timings.append(("graph", _bench(_rotating(
+                    sets, lambda i, make=make: _graphed(make(i))))))
+            if graph8:
+                timings.append(("graph8", _graph8(base, make)))
+            base.poison_outputs()
+            make(base)()
+            torch.cuda.synchronize()
+            chk = check_outputs(base, ref)
+            cfg = pt.configs.get(name)
+            for timing, us in timings:
+                rows.append({
+                    **prov, "model": s.name, "heads": s.num_heads,
+                    "weight_format": pt.weight_format, "cache_dtype": pt.cache_dtype,
+                    "block_size": pt.block_size,
+                    "contexts": " ".join(str(c) for c in pt.contexts),
+                    "batch": len(pt.contexts), "ctx": tokens, "variant": name, "timing": timing,
+                    "median_us": us, "min_bytes": nbytes, "flops": nflops, "dot_dtype": dot,
+                    "copy_tbps": ceilings["copy_tbps"], "write_tbps": ceilings["write_tbps"],
+                    "mm_tflops": mm, **fl, "write_floor_us": write_floor,
+                    "roof_fraction": fl["floor_us"] / us,
+                    "achieved_tbps": nbytes / us / 1e6, "achieved_tflops": nflops / us / 1e6,
+                    "max_rel_err": chk["max_rel_err"], "correct": chk["correct"],
+                    "config": "" if cfg is None else repr(cfg),
+                })
+        del sets, base, ref
+        torch.cuda.empty_cache()
+    return rows

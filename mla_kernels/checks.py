@@ -1,0 +1,45 @@
+"""Correctness measures shared by the tests, the benchmark harness and the notebooks."""
+
+from __future__ import annotations
+
+import torch
+
+from .inputs import GatherInputs
+
+# Largest relative error per output column (see max_rel_err) each weight format may show.
+# bf16 output rounding alone is up to 2^-8 per element; fp8 adds Hopper's fast fp8
+# accumulation. A wrong scale, a swapped nibble or an unwritten row is off by O(1).
+TOLERANCES: dict[str, float] = {"bf16": 5e-3, "fp8_row": 1e-2, "fp8_block": 1e-2, "mxfp4": 5e-3}
+
+
+def max_rel_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max over output columns of ||out - ref|| / ||ref||, NaN if anything is NaN.
+
+    Per column because weight scales span 1e-3..1e2: a global norm would let the large
+    columns hide a wrong scale on a small one.
+    """
+    if out.numel() == 0:
+        return 0.0
+    o = out.double().reshape(out.shape[0], -1)
+    r = ref.double().reshape(ref.shape[0], -1)
+    if torch.isnan(o).any():
+        return float("nan")
+    err = (o - r).norm(dim=0) / r.norm(dim=0).clamp_min(1e-30)
+    return float(err.max())
+
+
+def check_outputs(inp: GatherInputs, ref: tuple[torch.Tensor, torch.Tensor] | None = None
+                  ) -> dict[str, float | bool]:
+    """Compare the written rows with the reference and check the spare rows stayed NaN.
+
+    Expects the outputs to have been poisoned (NaN) before the call under test.
+    """
+    k_ref, v_ref = ref if ref is not None else inp.reference()
+    t = inp.total_tokens
+    k_err = max_rel_err(inp.k_prefix[:t], k_ref)
+    v_err = max_rel_err(inp.v_prefix[:t], v_ref)
+    spare_ok = bool(torch.isnan(inp.k_prefix[t:]).all() and torch.isnan(inp.v_prefix[t:]).all())
+    err = max(k_err, v_err) if k_err == k_err and v_err == v_err else float("nan")
+    tol = TOLERANCES[inp.weight_format]
+    return {"max_rel_err": err, "spare_rows_untouched": spare_ok,
+            "correct": bool(err <= tol) and spare_ok}

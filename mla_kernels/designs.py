@@ -1,0 +1,193 @@
+"""Every kernel design behind one name: its grid, its launch, and the formats it serves.
+
+The occupancy model and the benchmarks call the same ``grid`` functions the launcher uses,
+so "programs launched" is what really launches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+import triton
+
+from .formats import as_uint8
+from .kernels.chunk_loop import chunked_kernel, serial_kernel
+from .kernels.common import FORMAT_CODES
+from .kernels.tiled import tiled_kernel
+from .problem import Problem
+
+Tensors = tuple  # the nine arguments of gather_kv_b_proj, in order
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tunable launch parameters; None means the design's default."""
+
+    chunk_tokens: int | None = None
+    block_k: int | None = None
+    num_warps: int = 4
+    num_stages: int | None = None
+    split_parts: bool = False  # tiled: K-nope and V of a head in two programs
+
+    def kwargs(self) -> dict:
+        kw = {"num_warps": self.num_warps}
+        if self.num_stages is not None:
+            kw["num_stages"] = self.num_stages
+        return kw
+
+
+@dataclass(frozen=True)
+class Design:
+    name: str
+    description: str
+    formats: tuple[str, ...]
+    grid: Callable[[Problem, int | None, LaunchConfig], tuple[int, ...]]
+    launch: Callable[[Problem, Tensors, int | None, LaunchConfig], None]
+    default_config: LaunchConfig = field(default_factory=LaunchConfig)
+
+    def programs(self, prob: Problem, max_context_len: int | None = None,
+                 config: LaunchConfig | None = None) -> int:
+        g = self.grid(prob, max_context_len, config or self.default_config)
+        n = 1
+        for d in g:
+            n *= d
+        return n
+
+
+def _pow2(n: int, floor: int = 16) -> int:
+    return max(floor, triton.next_power_of_2(n))
+
+
+def chunk_tokens(prob: Problem, config: LaunchConfig) -> int:
+    return config.chunk_tokens or prob.chunk_tokens
+
+
+def block_k(prob: Problem, config: LaunchConfig) -> int:
+    """K per dot step: 128 for fp8 operands, 64 for bf16 ones, so that the weight tiles
+    (and their pipelined copies in the serial loop) fit in a Hopper SM's shared memory."""
+    return config.block_k or (128 if prob.dot_in_fp8 else 64)
+
+
+def _context_bound(prob: Problem, max_context_len: int | None) -> int:
+    # Without a hint, the output row count bounds every sequence's length.
+    return prob.out_rows if max_context_len is None else max_context_len
+
+
+def serial_grid(prob: Problem, max_context_len: int | None, config: LaunchConfig
+                ) -> tuple[int, ...]:
+    return (prob.num_heads, prob.batch)
+
+
+def chunked_grid(prob: Problem, max_context_len: int | None, config: LaunchConfig
+                 ) -> tuple[int, ...]:
+    ck = chunk_tokens(prob, config)
+    return (triton.cdiv(_context_bound(prob, max_context_len), ck), prob.num_heads, prob.batch)
+
+
+def tiled_grid(prob: Problem, max_context_len: int | None, config: LaunchConfig
+               ) -> tuple[int, ...]:
+    bm = config.chunk_tokens or 64
+    return (triton.cdiv(prob.out_rows, bm), prob.num_heads * (2 if config.split_parts else 1))
+
+
+def _common_args(prob: Problem, t: Tensors, config: LaunchConfig) -> tuple[list, dict]:
+    """Arguments every portable design takes, in kernel order, and their constants."""
+    k_buffer, k_scale, kv_indptr, kv_indices, cs, w, ws, k_out, v_out = t
+    w = as_uint8(w)
+    ws = as_uint8(ws) if ws is not None else w  # any pointer: unused without a scale
+    args = [k_buffer, k_scale if k_scale is not None else k_buffer, kv_indptr, kv_indices, cs,
+            w, ws, k_out, v_out,
+            k_buffer.stride(0), k_buffer.stride(1), k_out.stride(0), k_out.stride(1),
+            v_out.stride(0), v_out.stride(1), w.shape[1], ws.shape[1] if ws.dim() == 2 else 1]
+    consts = dict(
+        KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
+        BPE=_pow2(prob.pe_dim, 1), BNOPE=_pow2(prob.nope_dim), BV=_pow2(prob.v_dim),
+        BLOCK_SIZE=prob.block_size, BK=block_k(prob, config), FMT=FORMAT_CODES[prob.weight_format],
+        DOT_BF16=not prob.dot_in_fp8, HAS_K_SCALE=k_scale is not None, **config.kwargs())
+    return args, consts
+
+
+RESIDENT_WEIGHT_BYTES = 160 * 1024  # leaves room for the latent tiles in 227 KB (Hopper)
+
+
+def serial_weight_resident(prob: Problem) -> bool:
+    """Whether the serial design keeps a head's weight resident across its chunk loop:
+    only if the head, in the dot's operand dtype, fits beside the latent tiles."""
+    per_elem = 1 if prob.dot_in_fp8 else 2
+    return prob.kv_c_dim * (prob.nope_dim + prob.v_dim) * per_elem <= RESIDENT_WEIGHT_BYTES
+
+
+def _launch_serial(prob: Problem, t: Tensors, max_context_len: int | None,
+                   config: LaunchConfig) -> None:
+    grid = serial_grid(prob, max_context_len, config)
+    if 0 in grid:
+        return
+    ck = chunk_tokens(prob, config)
+    args, consts = _common_args(prob, t, config)
+    serial_kernel[grid](*args, triton.cdiv(_context_bound(prob, max_context_len), ck), 0, CK=ck,
+                        RESIDENT=serial_weight_resident(prob), **consts)
+
+
+def _launch_chunked(prob: Problem, t: Tensors, max_context_len: int | None,
+                    config: LaunchConfig) -> None:
+    grid = chunked_grid(prob, max_context_len, config)
+    if 0 in grid:
+        return
+    ck = chunk_tokens(prob, config)
+    args, consts = _common_args(prob, t, config)
+    chunked_kernel[grid](*args, triton.cdiv(_context_bound(prob, max_context_len), ck), CK=ck,
+                         **consts)
+
+
+def _launch_tiled(prob: Problem, t: Tensors, max_context_len: int | None,
+                  config: LaunchConfig) -> None:
+    grid = tiled_grid(prob, max_context_len, config)
+    if 0 in grid or prob.batch == 0:
+        return
+    args, consts = _common_args(prob, t, config)
+    tiled_kernel[grid](*args, prob.batch, BM=config.chunk_tokens or 64,
+                       SEARCH_STEPS=max(1, prob.batch.bit_length()),
+                       SPLIT=config.split_parts, **consts)
+
+
+ALL_FORMATS = ("bf16", "fp8_row", "fp8_block", "mxfp4")
+
+DESIGNS: dict[str, Design] = {
+    d.name: d
+    for d in (
+        Design("serial", "one program per (sequence, head), a loop over chunks (the 'before')",
+               ALL_FORMATS, serial_grid, _launch_serial),
+        Design("chunked", "one program per (sequence, head, chunk) (the 'after')",
+               ALL_FORMATS, chunked_grid, _launch_chunked),
+        Design("tiled", "one program per (tile of 64 rows of the flat token axis, head)",
+               ALL_FORMATS, tiled_grid, _launch_tiled,
+               LaunchConfig(chunk_tokens=64, num_warps=4)),
+    )
+}
+
+
+def variant_names() -> list[str]:
+    return ["auto", *DESIGNS]
+
+
+def resolve_variant(variant: str, prob: Problem, device: torch.device,
+                    config: LaunchConfig | None = None) -> tuple[Design, LaunchConfig]:
+    """The Design (and launch config) a variant name runs for this problem, or a ValueError
+    listing the valid names. "auto" takes both from the tuning table."""
+    if variant == "auto":
+        from .tuning import auto_choice
+
+        name, tuned = auto_choice(prob.weight_format, device)
+        config = config or tuned
+    else:
+        name = variant
+    if name not in DESIGNS:
+        raise ValueError(f"variant: expected one of {variant_names()}, got {variant!r}")
+    design = DESIGNS[name]
+    if prob.weight_format not in design.formats:
+        valid = ["auto"] + [d.name for d in DESIGNS.values() if prob.weight_format in d.formats]
+        raise ValueError(f"variant: expected one of {valid} for a {prob.weight_format} weight, "
+                         f"got {variant!r}")
+    return design, config or design.default_config

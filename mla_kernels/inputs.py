@@ -1,0 +1,170 @@
+"""Random input sets for any shape, context list, block size, cache dtype and weight format.
+
+Tests, benchmarks and notebooks all build their inputs here. Scales are deliberately far
+from 1 (weight scales 1e-3..1e2, e8m0 exponents 2^-8..2^4, k_scale != 1) so a kernel that
+drops or misplaces a scale fails the tolerance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from .formats import (
+    FP8_BLOCK,
+    FP8_MAX,
+    MX_BLOCK,
+    cache_torch_dtype,
+    dequantize_weight,
+)
+from .shapes import MLAShape, get_shape
+
+
+@dataclass
+class GatherInputs:
+    """Everything one call of gather_kv_b_proj takes, plus what built it."""
+
+    k_buffer: torch.Tensor
+    k_scale: torch.Tensor | None
+    kv_indptr: torch.Tensor
+    kv_indices: torch.Tensor
+    kv_prefix_sum_context_lens: torch.Tensor
+    kv_proj_weight: torch.Tensor
+    kv_proj_scale: torch.Tensor | None
+    k_prefix: torch.Tensor
+    v_prefix: torch.Tensor
+    shape: MLAShape
+    contexts: tuple[int, ...]
+    block_size: int
+    cache_dtype: str
+    weight_format: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.contexts)
+
+    def args(self) -> tuple:
+        """Positional arguments of gather_kv_b_proj, in order."""
+        return (self.k_buffer, self.k_scale, self.kv_indptr, self.kv_indices,
+                self.kv_prefix_sum_context_lens, self.kv_proj_weight, self.kv_proj_scale,
+                self.k_prefix, self.v_prefix)
+
+    def reference(self, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+        from .reference import gather_kv_b_proj_reference
+
+        return gather_kv_b_proj_reference(*self.args()[:7], num_heads=self.shape.num_heads,
+                                          v_head_dim=self.shape.v_head_dim, **kw)
+
+    def poison_outputs(self) -> None:
+        """Fill the outputs with NaN so an unwritten row shows."""
+        self.k_prefix.fill_(float("nan"))
+        self.v_prefix.fill_(float("nan"))
+
+
+def _log_uniform(gen: torch.Generator, size, lo: float, hi: float) -> torch.Tensor:
+    u = torch.rand(size, generator=gen, dtype=torch.float64)
+    lo_t, hi_t = torch.log(torch.tensor(lo, dtype=torch.float64)), torch.log(
+        torch.tensor(hi, dtype=torch.float64))
+    return torch.exp(lo_t + u * (hi_t - lo_t)).float()
+
+
+def random_fp8_codes(gen: torch.Generator, size, dtype: torch.dtype) -> torch.Tensor:
+    """fp8 codes spread over the format's range (never all zero)."""
+    vals = torch.randn(size, generator=gen) * (FP8_MAX[dtype] / 8)
+    return vals.clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
+
+
+def random_weight(gen: torch.Generator, n: int, k: int, weight_format: str,
+                  fp8_dtype: torch.dtype = torch.float8_e4m3fn,
+                  scale_range: tuple[float, float] = (1e-3, 1e2),
+                  e8m0_range: tuple[int, int] = (-8, 4),
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A stored weight of the format with random codes and scales, as the spec lays it out."""
+    if weight_format == "bf16":
+        return (torch.randn(n, k, generator=gen) * 0.05).to(torch.bfloat16), None
+    if weight_format == "fp8_row":
+        return random_fp8_codes(gen, (n, k), fp8_dtype), _log_uniform(gen, (n,), *scale_range)
+    if weight_format == "fp8_block":
+        nb, kb = -(-n // FP8_BLOCK), -(-k // FP8_BLOCK)
+        return random_fp8_codes(gen, (n, k), fp8_dtype), _log_uniform(gen, (nb, kb), *scale_range)
+    if weight_format == "mxfp4":
+        codes = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()
+        lo, hi = e8m0_range
+        exps = torch.randint(lo + 127, hi + 128, (n, k // MX_BLOCK), generator=gen,
+                             dtype=torch.int32).to(torch.uint8)
+        return packed, exps
+    raise ValueError(f"weight_format: expected bf16, fp8_row, fp8_block or mxfp4, got {weight_format!r}")
+
+
+def build_inputs(
+    shape: str | MLAShape,
+    contexts: Sequence[int],
+    *,
+    block_size: int = 1,
+    cache_dtype: str = "fp8",
+    weight_format: str = "fp8_row",
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    spare_indices: int = 3,
+    spare_rows: int = 5,
+    spare_blocks: int = 7,
+    k_scale: float | None = None,
+    weight_scale_range: tuple[float, float] = (1e-3, 1e2),
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> GatherInputs:
+    """A full random input set on ``device``.
+
+    Blocks are allocated in shuffled order (plus ``spare_blocks`` never used), ``kv_indices``
+    has ``spare_indices`` extra entries, and the outputs ``spare_rows`` extra rows.
+    Outputs are poisoned with NaN.
+    """
+    shp = get_shape(shape)
+    contexts = tuple(int(c) for c in contexts)
+    if any(c < 0 for c in contexts):
+        raise ValueError(f"contexts: expected lengths >= 0, got {contexts}")
+    gen = torch.Generator().manual_seed(seed)
+    cdt = cache_torch_dtype(cache_dtype)
+    fp8_dtype = cdt if cdt in FP8_MAX else torch.float8_e4m3fn
+
+    blocks_per_seq = [-(-c // block_size) for c in contexts]
+    num_used = sum(blocks_per_seq)
+    num_blocks = num_used + spare_blocks
+    perm = torch.randperm(num_blocks, generator=gen)[:num_used].to(torch.int32)
+    kv_indices = torch.cat((perm, torch.randint(0, num_blocks, (spare_indices,), generator=gen,
+                                                dtype=torch.int32)))
+    kv_indptr = torch.zeros(len(contexts) + 1, dtype=torch.int32)
+    kv_indptr[1:] = torch.cumsum(torch.tensor(blocks_per_seq, dtype=torch.int64), 0)
+    cs = torch.zeros(len(contexts) + 1, dtype=torch.int32)
+    cs[1:] = torch.cumsum(torch.tensor(contexts, dtype=torch.int64), 0)
+
+    if cdt in FP8_MAX:
+        k_buffer = random_fp8_codes(gen, (num_blocks, block_size, shp.latent_dim), cdt)
+        scale_val = k_scale if k_scale is not None else float(_log_uniform(gen, (1,), 2e-3, 5e-2))
+        k_scale_t = torch.tensor([scale_val], dtype=torch.float32)
+    else:
+        k_buffer = torch.randn(num_blocks, block_size, shp.latent_dim, generator=gen).to(cdt)
+        k_scale_t = None if k_scale is None else torch.tensor([k_scale], dtype=torch.float32)
+
+    weight, wscale = random_weight(gen, shp.weight_rows, shp.kv_c_dim, weight_format, fp8_dtype,
+                                   scale_range=weight_scale_range)
+    rows = sum(contexts) + spare_rows
+    k_prefix = torch.full((rows, shp.num_heads, shp.k_head_dim), float("nan"), dtype=out_dtype)
+    v_prefix = torch.full((rows, shp.num_heads, shp.v_head_dim), float("nan"), dtype=out_dtype)
+
+    def dev(t):
+        return None if t is None else t.to(device)
+
+    return GatherInputs(
+        dev(k_buffer), dev(k_scale_t), dev(kv_indptr), dev(kv_indices), dev(cs),
+        dev(weight), dev(wscale), dev(k_prefix), dev(v_prefix),
+        shape=shp, contexts=contexts, block_size=block_size, cache_dtype=cache_dtype,
+        weight_format=weight_format, meta={"seed": seed},
+    )
+
+
+def dequantized_weight(inp: GatherInputs) -> torch.Tensor:
+    return dequantize_weight(inp.kv_proj_weight, inp.kv_proj_scale, inp.weight_format)

@@ -1,0 +1,206 @@
+"""Jit helpers shared by every portable design: the row gather, the weight tiles, the dot,
+and the body that projects one chunk of tokens for one head.
+
+The serial and chunked designs both call ``project_chunk`` with the same arguments; only
+who calls it (a loop or the grid) differs, which is why their outputs are bit-identical.
+"""
+
+from __future__ import annotations
+
+import os
+
+import triton
+import triton.language as tl
+
+# Fixed at import, like Triton's own switch: the interpreter multiplies the raw bits of
+# bf16 dot operands, so under it (and only there) bf16 operands are widened to fp32 first.
+INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+# Weight formats as kernel constants (names in mla_kernels.formats.WEIGHT_FORMATS).
+FMT_BF16 = tl.constexpr(0)
+FMT_FP8_ROW = tl.constexpr(1)
+FMT_FP8_BLOCK = tl.constexpr(2)
+FMT_MXFP4 = tl.constexpr(3)
+FORMAT_CODES = {"bf16": 0, "fp8_row": 1, "fp8_block": 2, "mxfp4": 3}
+
+SCALE_BLOCK = tl.constexpr(128)  # fp8 per-block scale granularity
+MX_GROUP = tl.constexpr(32)  # e2m1 values per e8m0 scale
+
+
+@triton.jit
+def dot_acc(a, b, acc):
+    """acc + a @ b, with the interpreter's bf16 defect avoided off the GPU path."""
+    if INTERPRET:
+        if a.dtype.is_bf16() or b.dtype.is_bf16():
+            acc = tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        else:
+            acc = tl.dot(a, b, acc)
+    else:
+        acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def cast_out(x, dtype: tl.constexpr):
+    """float32 -> output dtype, rounding to nearest even. The interpreter truncates when it
+    narrows to bf16, so there (only) the rounding is done on the bits first."""
+    if INTERPRET:
+        if dtype == tl.bfloat16:
+            bits = x.to(tl.uint32, bitcast=True)
+            bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+            x = bits.to(tl.float32, bitcast=True)
+    return x.to(dtype)
+
+
+@triton.jit
+def gather_row_offsets(block_ids_ptr, t, tmask, stride_block, stride_slot,
+                       BLOCK_SIZE: tl.constexpr):
+    """Element offset of each token's latent row: its block id widened to 64 bits first,
+    since block id x stride overflows 32 bits on large caches."""
+    blk = tl.load(block_ids_ptr + t // BLOCK_SIZE, mask=tmask, other=0).to(tl.int64)
+    return blk * stride_block + (t % BLOCK_SIZE).to(tl.int64) * stride_slot
+
+
+@triton.jit
+def load_weight_tile(w_ptr, row0, n_valid, ld, k0, k_valid,
+                     BK: tl.constexpr, BN: tl.constexpr):
+    """Weight rows [row0, row0 + BN) x columns [k0, k0 + BK) of a row-major [N, ld] weight,
+    returned transposed as [BK, BN] (the dot's B operand); out-of-range entries are 0."""
+    n = tl.arange(0, BN)
+    k = k0 + tl.arange(0, BK)
+    ptrs = w_ptr + (row0 + n).to(tl.int64)[None, :] * ld + k[:, None]
+    return tl.load(ptrs, mask=(n < n_valid)[None, :] & (k < k_valid)[:, None], other=0.0)
+
+
+@triton.jit
+def mma_step(x, acc, w_ptr, ws_ptr, r0, n_valid, ld_w, ld_ws, k0,
+             KV_C: tl.constexpr, BK: tl.constexpr, BN: tl.constexpr,
+             FMT: tl.constexpr, DOT_BF16: tl.constexpr):
+    """acc + x @ W[r0 : r0 + BN, k0 : k0 + BK]^T for one K block, in the weight's format.
+
+    The weight is read one K block at a time: a whole head (512 x 256) held as one dot
+    operand does not fit in shared memory on a Hopper part, in bf16 or staged as f16.
+    """
+    n = tl.arange(0, BN)
+    if FMT == FMT_MXFP4:
+        # bf16 x e2m1 scaled dot; an fp8 latent widens to bf16 exactly.
+        w = load_weight_tile(w_ptr, r0, n_valid, ld_w, k0 // 2, KV_C // 2, BK // 2, BN)
+        g = k0 // MX_GROUP + tl.arange(0, BK // MX_GROUP)
+        s = tl.load(ws_ptr + (r0 + n).to(tl.int64)[:, None] * ld_ws + g[None, :],
+                    mask=(n < n_valid)[:, None] & (g < KV_C // MX_GROUP)[None, :], other=127)
+        acc = tl.dot_scaled(x.to(tl.bfloat16), None, "bf16", w, s, "e2m1", acc)
+    else:
+        w = load_weight_tile(w_ptr, r0, n_valid, ld_w, k0, KV_C, BK, BN)
+        if DOT_BF16:
+            x = x.to(tl.bfloat16)
+            w = w.to(tl.bfloat16)
+        if FMT == FMT_FP8_BLOCK:
+            # The scale changes along K: each block's product is scaled before it is summed.
+            s = tl.load(ws_ptr + ((r0 + n) // SCALE_BLOCK).to(tl.int64) * ld_ws
+                        + k0 // SCALE_BLOCK, mask=n < n_valid, other=0.0)
+            acc += dot_acc(x, w, tl.zeros(acc.shape, dtype=tl.float32)) * s[None, :]
+        else:
+            acc = dot_acc(x, w, acc)
+    return acc
+
+
+@triton.jit
+def finish_part(acc, ws_ptr, r0, n_valid, k_scale, BN: tl.constexpr, FMT: tl.constexpr):
+    """Apply what is left of the dequantisation: k_scale, and the per-row weight scale."""
+    if FMT == FMT_FP8_ROW:
+        n = tl.arange(0, BN)
+        s = tl.load(ws_ptr + r0 + n, mask=n < n_valid, other=0.0)
+        acc = acc * (s * k_scale)[None, :]
+    else:
+        acc = acc * k_scale
+    return acc
+
+
+@triton.jit
+def project_rows(
+    k_buffer_ptr, rows, tmask, out_rows, k_scale,
+    w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+    stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
+    KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
+    BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
+    BK: tl.constexpr, FMT: tl.constexpr, DOT_BF16: tl.constexpr,
+    DO_K: tl.constexpr = True, DO_V: tl.constexpr = True,
+):
+    """BM gathered latent rows (element offsets ``rows``, valid where ``tmask``), one head:
+    project them through the head's K-nope weight (with the rope copy) if DO_K and its V
+    weight if DO_V, and store. A design may split the two over programs to halve the
+    accumulator registers."""
+    rk = head * (NOPE + V)
+    rv = rk + NOPE
+    if DO_K:
+        ko_base = k_out_ptr + out_rows[:, None] * stride_ko_row + head * stride_ko_head
+        # Rope part: dequantized and copied for every head.
+        p = tl.arange(0, BPE)
+        pe = tl.load(k_buffer_ptr + rows[:, None] + KV_C + p[None, :],
+                     mask=tmask[:, None] & (p < PE)[None, :], other=0.0)
+        pe = pe.to(tl.float32) * k_scale
+        tl.store(ko_base + NOPE + p[None, :], cast_out(pe, k_out_ptr.dtype.element_ty),
+                 mask=tmask[:, None] & (p < PE)[None, :])
+        acc_k = tl.zeros((BM, BNOPE), dtype=tl.float32)
+    if DO_V:
+        acc_v = tl.zeros((BM, BV), dtype=tl.float32)
+    for kb in tl.static_range(0, (KV_C + BK - 1) // BK):
+        k = kb * BK + tl.arange(0, BK)
+        x = tl.load(k_buffer_ptr + rows[:, None] + k[None, :],
+                    mask=tmask[:, None] & (k < KV_C)[None, :], other=0.0)
+        if DO_K:
+            acc_k = mma_step(x, acc_k, w_ptr, ws_ptr, rk, NOPE, ld_w, ld_ws, kb * BK,
+                             KV_C, BK, BNOPE, FMT, DOT_BF16)
+        if DO_V:
+            acc_v = mma_step(x, acc_v, w_ptr, ws_ptr, rv, V, ld_w, ld_ws, kb * BK,
+                             KV_C, BK, BV, FMT, DOT_BF16)
+    if DO_K:
+        acc_k = finish_part(acc_k, ws_ptr, rk, NOPE, k_scale, BNOPE, FMT)
+        nk = tl.arange(0, BNOPE)
+        tl.store(ko_base + nk[None, :], cast_out(acc_k, k_out_ptr.dtype.element_ty),
+                 mask=tmask[:, None] & (nk < NOPE)[None, :])
+    if DO_V:
+        acc_v = finish_part(acc_v, ws_ptr, rv, V, k_scale, BV, FMT)
+        vo_base = v_out_ptr + out_rows[:, None] * stride_vo_row + head * stride_vo_head
+        nv = tl.arange(0, BV)
+        tl.store(vo_base + nv[None, :], cast_out(acc_v, v_out_ptr.dtype.element_ty),
+                 mask=tmask[:, None] & (nv < V)[None, :])
+
+
+@triton.jit
+def project_chunk(
+    k_buffer_ptr, block_ids_ptr, t0, ctx, out_row0, k_scale,
+    w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+    stride_block, stride_slot, stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
+    KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
+    BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, CK: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
+    DOT_BF16: tl.constexpr,
+):
+    """Tokens [t0, t0 + CK) of one sequence, one head: the loop body of the serial design
+    and the whole of a chunked program."""
+    t = t0 + tl.arange(0, CK)
+    tmask = t < ctx
+    rows = gather_row_offsets(block_ids_ptr, t, tmask, stride_block, stride_slot, BLOCK_SIZE)
+    project_rows(k_buffer_ptr, rows, tmask, (out_row0 + t).to(tl.int64), k_scale,
+                 w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+                 stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
+                 KV_C, PE, NOPE, V, BPE, BNOPE, BV, CK, BK, FMT, DOT_BF16)
+
+
+@triton.jit
+def sequence_bounds(kv_indptr_ptr, cs_ptr, seq):
+    """(first kv_indices entry, first output row, context length) of sequence ``seq``."""
+    first_block = tl.load(kv_indptr_ptr + seq)
+    row0 = tl.load(cs_ptr + seq)
+    ctx = tl.load(cs_ptr + seq + 1) - row0
+    return first_block, row0, ctx
+
+
+@triton.jit
+def load_k_scale(k_scale_ptr, HAS_K_SCALE: tl.constexpr):
+    if HAS_K_SCALE:
+        s = tl.load(k_scale_ptr)
+    else:
+        s = 1.0
+    return s

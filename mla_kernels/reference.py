@@ -1,0 +1,60 @@
+"""Torch reference of gather_kv_b_proj: dequantize everything, gather, multiply in high precision."""
+
+from __future__ import annotations
+
+import torch
+
+from .formats import dequantize_weight, detect_weight_format
+
+
+def token_rows(kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
+               kv_prefix_sum_context_lens: torch.Tensor, block_size: int
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(physical block id, slot) of every cached token, in output-row order."""
+    cs = kv_prefix_sum_context_lens.long()
+    ctx = cs[1:] - cs[:-1]
+    seq = torch.repeat_interleave(torch.arange(ctx.numel(), device=cs.device), ctx)
+    t = torch.arange(int(cs[-1]), device=cs.device) - cs[:-1][seq]
+    blocks = kv_indices.long()[kv_indptr.long()[seq] + t // block_size]
+    return blocks, t % block_size
+
+
+def gather_kv_b_proj_reference(
+    k_buffer: torch.Tensor,
+    k_scale: torch.Tensor | None,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    kv_prefix_sum_context_lens: torch.Tensor,
+    kv_proj_weight: torch.Tensor,
+    kv_proj_scale: torch.Tensor | None,
+    *,
+    num_heads: int,
+    v_head_dim: int = 128,
+    compute_dtype: torch.dtype | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 (k [T, H, nope + pe], v [T, H, v]) for the T = cs[-1] cached tokens.
+
+    Products are taken in float64 on the CPU and float32 (no TF32) on a GPU unless
+    ``compute_dtype`` says otherwise.
+    """
+    if compute_dtype is None:
+        compute_dtype = torch.float64 if k_buffer.device.type == "cpu" else torch.float32
+    fmt = detect_weight_format(kv_proj_weight, kv_proj_scale)
+    w = dequantize_weight(kv_proj_weight, kv_proj_scale, fmt).to(compute_dtype)
+    n, kv_c = w.shape
+    nope = n // num_heads - v_head_dim
+
+    blocks, slots = token_rows(kv_indptr, kv_indices, kv_prefix_sum_context_lens,
+                               k_buffer.shape[1])
+    latent = k_buffer[blocks, slots].to(compute_dtype)
+    if k_scale is not None:
+        latent = latent * k_scale.to(compute_dtype)
+    prev_tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        kv = (latent[:, :kv_c] @ w.T).view(-1, num_heads, nope + v_head_dim)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev_tf32
+    rope = latent[:, kv_c:]
+    k = torch.cat((kv[..., :nope], rope[:, None, :].expand(-1, num_heads, -1)), dim=-1)
+    return k.float(), kv[..., nope:].float()

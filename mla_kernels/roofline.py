@@ -1,0 +1,67 @@
+"""The bytes and FLOPs of one call, and the floor they imply on a device.
+
+Minimum bytes: every used latent row read once, the weight (with its scales) once, the
+outputs written once. Block tables, k_scale and prefix sums are left out (under 0.1%).
+"""
+
+from __future__ import annotations
+
+from .formats import FP8_BLOCK, MX_BLOCK
+from .shapes import MLAShape, get_shape
+
+CACHE_BYTES = {"bf16": 2, "fp8": 1, "fp8_fnuz": 1}
+
+
+def weight_bytes(shape: str | MLAShape, weight_format: str) -> int:
+    s = get_shape(shape)
+    n, k = s.weight_rows, s.kv_c_dim
+    if weight_format == "bf16":
+        return n * k * 2
+    if weight_format == "fp8_row":
+        return n * k + n * 4
+    if weight_format == "fp8_block":
+        return n * k + (-(-n // FP8_BLOCK)) * (-(-k // FP8_BLOCK)) * 4
+    if weight_format == "mxfp4":
+        return n * k // 2 + n * (k // MX_BLOCK)
+    raise ValueError(f"weight_format: expected bf16, fp8_row, fp8_block or mxfp4, got {weight_format!r}")
+
+
+def output_bytes(shape: str | MLAShape, tokens: int, out_bytes: int = 2) -> int:
+    s = get_shape(shape)
+    return tokens * s.num_heads * (s.k_head_dim + s.v_head_dim) * out_bytes
+
+
+def min_bytes(shape: str | MLAShape, tokens: int, cache_dtype: str, weight_format: str,
+              out_bytes: int = 2) -> int:
+    """Latent rows read once + weight once + outputs written once."""
+    s = get_shape(shape)
+    latent = tokens * s.latent_dim * CACHE_BYTES[cache_dtype]
+    return latent + weight_bytes(s, weight_format) + output_bytes(s, tokens, out_bytes)
+
+
+def flops(shape: str | MLAShape, tokens: int) -> int:
+    """2 x tokens x heads x (nope + v) x kv_c: the two products per head."""
+    s = get_shape(shape)
+    return 2 * tokens * s.num_heads * s.head_cols * s.kv_c_dim
+
+
+def dot_dtype(cache_dtype: str, weight_format: str) -> str:
+    """The dtype the designs' dot runs in: fp8 when both operands are fp8, else bf16
+    (an MXFP4 dot is bf16 x e2m1, emulated in bf16 on Hopper)."""
+    if cache_dtype.startswith("fp8") and weight_format in ("fp8_row", "fp8_block"):
+        return "fp8"
+    return "bf16"
+
+
+def floors(nbytes: float, nflops: float, copy_tbps: float, mm_tflops: float) -> dict[str, float]:
+    """Byte floor, matrix floor and their max, in microseconds."""
+    byte_us = nbytes / (copy_tbps * 1e12) * 1e6
+    matrix_us = nflops / (mm_tflops * 1e12) * 1e6
+    return {"byte_floor_us": byte_us, "matrix_floor_us": matrix_us,
+            "floor_us": max(byte_us, matrix_us)}
+
+
+def arithmetic_intensity(shape: str | MLAShape, tokens: int, cache_dtype: str,
+                         weight_format: str) -> float:
+    """FLOP per byte of minimum traffic."""
+    return flops(shape, tokens) / min_bytes(shape, tokens, cache_dtype, weight_format)

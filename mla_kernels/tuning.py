@@ -1,0 +1,44 @@
+"""What variant="auto" runs: a committed table of the best measured design and launch
+config per (device, weight format), with a portable fallback for unknown devices.
+
+Entries come from `scripts/tune.py` on the lent H200 (2026-11-29, Kimi-K3 TP8, fp8 cache,
+page size 1, 32000 tokens; rows in data/h200/tune_2026-11-29.csv). Re-run it to extend the
+table to another device.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+
+from .designs import LaunchConfig
+from .devices import lookup_device
+
+TUNED: dict[tuple[str, str], tuple[str, LaunchConfig]] = {
+    ("H200", "fp8_row"): ("tiled", LaunchConfig(chunk_tokens=128, num_warps=4, num_stages=2,
+                                                split_parts=True)),
+    ("H200", "fp8_block"): ("tiled", LaunchConfig(chunk_tokens=128, num_warps=8, num_stages=2,
+                                                  split_parts=True)),
+    ("H200", "bf16"): ("tiled", LaunchConfig(chunk_tokens=64, num_warps=4, num_stages=2,
+                                             split_parts=True)),
+    ("H200", "mxfp4"): ("tiled", LaunchConfig(chunk_tokens=128, num_warps=8, num_stages=2,
+                                              split_parts=False)),
+}
+
+# The best portable design on every format measured: tiled, split, 64-row tiles.
+FALLBACK: tuple[str, LaunchConfig] = ("tiled", LaunchConfig(chunk_tokens=64, num_warps=4,
+                                                            split_parts=True))
+
+
+@lru_cache(maxsize=16)
+def _device_key(device: torch.device) -> str:
+    if device.type != "cuda":
+        return device.type
+    spec = lookup_device(torch.cuda.get_device_name(device))
+    return spec.name if spec else torch.cuda.get_device_name(device)
+
+
+def auto_choice(weight_format: str, device: torch.device) -> tuple[str, LaunchConfig]:
+    """(design name, launch config) that "auto" runs on this device for this format."""
+    return TUNED.get((_device_key(device), weight_format), FALLBACK)
