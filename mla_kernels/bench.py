@@ -213,16 +213,22 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
             mm = ceilings[f"mm_tflops_{dot}"]
             fl = roofline.floors(nbytes, nflops, ceilings["copy_tbps"], mm)
             write_floor = roofline.output_bytes(s, tokens) / (ceilings["write_tbps"] * 1e12) * 1e6
-            timings = [("flushed", _bench(_rotating(sets, make)))]
-            if name.startswith("torch"):
-                timings.append(("graph", _bench(_rotating(
-                    sets, lambda i, make=make: _graphed(make(i))))))
-            if graph8:
-                timings.append(("graph8", _graph8(base, make)))
-            base.poison_outputs()
-            make(base)()
-            torch.cuda.synchronize()
-            chk = check_outputs(base, ref)
+            try:
+                timings = [("flushed", _bench(_rotating(sets, make)))]
+                if name.startswith("torch"):
+                    timings.append(("graph", _bench(_rotating(
+                        sets, lambda i, make=make: _graphed(make(i))))))
+                if graph8:
+                    timings.append(("graph8", _graph8(base, make)))
+                base.poison_outputs()
+                make(base)()
+                torch.cuda.synchronize()
+                chk = check_outputs(base, ref)
+                error = ""
+            except Exception as e:  # a design that fails to build or run is reported, not fatal
+                timings, chk = [("flushed", float("nan"))], {"max_rel_err": float("nan"),
+                                                             "correct": False}
+                error = f"{type(e).__name__}: {str(e)[:200]}"
             cfg = pt.configs.get(name)
             for timing, us in timings:
                 rows.append({
@@ -237,7 +243,7 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                     "roof_fraction": fl["floor_us"] / us,
                     "achieved_tbps": nbytes / us / 1e6, "achieved_tflops": nflops / us / 1e6,
                     "max_rel_err": chk["max_rel_err"], "correct": chk["correct"],
-                    "config": "" if cfg is None else repr(cfg),
+                    "config": "" if cfg is None else repr(cfg), "error": error,
                 })
         del sets, base, ref
         torch.cuda.empty_cache()

@@ -7,7 +7,7 @@ so "programs launched" is what really launches.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import triton
@@ -46,6 +46,7 @@ class Design:
     grid: Callable[[Problem, int | None, LaunchConfig], tuple[int, ...]]
     launch: Callable[[Problem, Tensors, int | None, LaunchConfig], None]
     default_config: LaunchConfig = field(default_factory=LaunchConfig)
+    available: Callable[[Problem, torch.device], bool] = lambda prob, device: True
 
     def programs(self, prob: Problem, max_context_len: int | None = None,
                  config: LaunchConfig | None = None) -> int:
@@ -142,14 +143,40 @@ def _launch_chunked(prob: Problem, t: Tensors, max_context_len: int | None,
 
 
 def _launch_tiled(prob: Problem, t: Tensors, max_context_len: int | None,
-                  config: LaunchConfig) -> None:
+                  config: LaunchConfig, tma: bool = False) -> None:
     grid = tiled_grid(prob, max_context_len, config)
     if 0 in grid or prob.batch == 0:
         return
     args, consts = _common_args(prob, t, config)
-    tiled_kernel[grid](*args, prob.batch, BM=config.chunk_tokens or 64,
-                       SEARCH_STEPS=max(1, prob.batch.bit_length()),
-                       SPLIT=config.split_parts, **consts)
+    bm = config.chunk_tokens or 64
+    descs = {}
+    if tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        k_out, v_out = t[7], t[8]
+        k2 = k_out.view(k_out.shape[0], -1)
+        v2 = v_out.view(v_out.shape[0], -1)
+        descs = dict(k_desc=TensorDescriptor.from_tensor(k2, [bm, prob.nope_dim]),
+                     rope_desc=TensorDescriptor.from_tensor(k2, [bm, prob.pe_dim]),
+                     v_desc=TensorDescriptor.from_tensor(v2, [bm, prob.v_dim]), TMA=True)
+    tiled_kernel[grid](*args, prob.batch, BM=bm, SEARCH_STEPS=max(1, prob.batch.bit_length()),
+                       SPLIT=config.split_parts or tma, **descs, **consts)
+
+
+def _launch_tiled_tma(prob: Problem, t: Tensors, max_context_len: int | None,
+                      config: LaunchConfig) -> None:
+    _launch_tiled(prob, t, max_context_len, replace(config, split_parts=True), tma=True)
+
+
+def tma_available(prob: Problem, device: torch.device) -> bool:
+    """TMA stores need a Hopper-class NVIDIA GPU (or the interpreter) and power-of-two
+    nope / pe / v widths (the tiles are stored whole)."""
+    dims_ok = all(d == triton.next_power_of_2(d) and d >= 16
+                  for d in (prob.nope_dim, prob.pe_dim, prob.v_dim))
+    if device.type == "cpu":
+        return dims_ok
+    return (dims_ok and not torch.version.hip
+            and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
 ALL_FORMATS = ("bf16", "fp8_row", "fp8_block", "mxfp4")
@@ -164,6 +191,9 @@ DESIGNS: dict[str, Design] = {
         Design("tiled", "one program per (tile of 64 rows of the flat token axis, head)",
                ALL_FORMATS, tiled_grid, _launch_tiled,
                LaunchConfig(chunk_tokens=64, num_warps=4)),
+        Design("tiled_tma", "tiled, halves split, full tiles stored by TMA (Hopper and newer)",
+               ALL_FORMATS, tiled_grid, _launch_tiled_tma,
+               LaunchConfig(chunk_tokens=128, num_warps=4, split_parts=True), tma_available),
     )
 }
 
@@ -186,8 +216,9 @@ def resolve_variant(variant: str, prob: Problem, device: torch.device,
     if name not in DESIGNS:
         raise ValueError(f"variant: expected one of {variant_names()}, got {variant!r}")
     design = DESIGNS[name]
-    if prob.weight_format not in design.formats:
-        valid = ["auto"] + [d.name for d in DESIGNS.values() if prob.weight_format in d.formats]
-        raise ValueError(f"variant: expected one of {valid} for a {prob.weight_format} weight, "
-                         f"got {variant!r}")
+    if prob.weight_format not in design.formats or not design.available(prob, device):
+        valid = ["auto"] + [d.name for d in DESIGNS.values()
+                            if prob.weight_format in d.formats and d.available(prob, device)]
+        raise ValueError(f"variant: expected one of {valid} for a {prob.weight_format} weight "
+                         f"on {device}, got {variant!r}")
     return design, config or design.default_config

@@ -2,7 +2,7 @@
 config per (device, weight format), with a portable fallback for unknown devices.
 
 Entries come from `scripts/tune.py` on the lent H200 (2026-11-29, Kimi-K3 TP8, fp8 cache,
-page size 1, 32000 tokens; rows in data/h200/tune_2026-11-29.csv). Re-run it to extend the
+page size 1, 32000 tokens; rows in data/h200/exploration/tune_2026-11-29.csv). Re-run it to extend the
 table to another device.
 """
 
@@ -42,3 +42,17 @@ def _device_key(device: torch.device) -> str:
 def auto_choice(weight_format: str, device: torch.device) -> tuple[str, LaunchConfig]:
     """(design name, launch config) that "auto" runs on this device for this format."""
     return TUNED.get((_device_key(device), weight_format), FALLBACK)
+
+
+def named_design(variant: str, weight_format: str, device_name: str):
+    """(Design, LaunchConfig) a variant name stands for on a registry device, "auto" through
+    this table, for models (occupancy) that reason about a device without running on it."""
+    from .designs import DESIGNS
+
+    if variant == "auto":
+        spec = lookup_device(device_name)
+        name, cfg = TUNED.get((spec.name if spec else device_name, weight_format), FALLBACK)
+        return DESIGNS[name], cfg
+    if variant not in DESIGNS:
+        raise ValueError(f"variant: expected one of {['auto', *DESIGNS]}, got {variant!r}")
+    return DESIGNS[variant], DESIGNS[variant].default_config

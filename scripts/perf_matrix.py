@@ -10,8 +10,8 @@ from mla_kernels import bench
 
 KIMI = "kimi-k3-tp8"
 RAGGED8 = (512, 1024, 2048, 4096, 8192, 16384, 3000, 700)
-ALL = ("serial", "chunked", "tiled", "auto")
-FAST = ("chunked", "tiled", "auto")
+ALL = ("serial", "chunked", "tiled", "tiled_tma", "auto")
+FAST = ("chunked", "tiled", "tiled_tma", "auto")
 
 out = sys.argv[1]
 t0 = time.time()

@@ -19,7 +19,7 @@ SMALL = MLAShape("test-3h", num_heads=3)
 ONE_HEAD = MLAShape("test-1h", num_heads=1)
 CACHES = ("bf16", "fp8")
 VARIANTS = ("serial", "chunked")
-ALL_VARIANTS = ("serial", "chunked", "tiled")
+ALL_VARIANTS = ("serial", "chunked", "tiled", "tiled_tma")
 
 
 def run_and_check(inp, variant, **kw):
@@ -161,5 +161,16 @@ def test_tiled_split_parts(fmt, device):
     inp.poison_outputs()
     mk.gather_kv_b_proj(*inp.args(), variant="tiled",
                         config=mk.LaunchConfig(chunk_tokens=64, split_parts=True))
+    res = check_outputs(inp)
+    assert res["correct"], res
+
+
+@pytest.mark.parametrize("variant", ["tiled", "tiled_tma"])
+def test_tiled_full_and_partial_tiles(variant, device):
+    # 64-row tiles: two full tiles (the TMA store path) and a partial one (masked stores).
+    inp = mk.build_inputs(SMALL, [100, 0, 60], block_size=16, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=torch.seed() % 2**31)
+    inp.poison_outputs()
+    mk.gather_kv_b_proj(*inp.args(), variant=variant, config=mk.LaunchConfig(chunk_tokens=64))
     res = check_outputs(inp)
     assert res["correct"], res

@@ -117,6 +117,40 @@ def finish_part(acc, ws_ptr, r0, n_valid, k_scale, BN: tl.constexpr, FMT: tl.con
 
 
 @triton.jit
+def project_part(k_buffer_ptr, rows, tmask, k_scale, w_ptr, ws_ptr, r0, n_valid, ld_w, ld_ws,
+                 KV_C: tl.constexpr, BN: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr,
+                 FMT: tl.constexpr, DOT_BF16: tl.constexpr):
+    """float32 [BM, BN]: the gathered latent rows times weight rows [r0, r0 + BN), fully
+    dequantised. The K loop is unrolled so the loads of later blocks can be issued early."""
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for kb in tl.static_range(0, (KV_C + BK - 1) // BK):
+        k = kb * BK + tl.arange(0, BK)
+        x = tl.load(k_buffer_ptr + rows[:, None] + k[None, :],
+                    mask=tmask[:, None] & (k < KV_C)[None, :], other=0.0)
+        acc = mma_step(x, acc, w_ptr, ws_ptr, r0, n_valid, ld_w, ld_ws, kb * BK,
+                       KV_C, BK, BN, FMT, DOT_BF16)
+    return finish_part(acc, ws_ptr, r0, n_valid, k_scale, BN, FMT)
+
+
+@triton.jit
+def load_rope(k_buffer_ptr, rows, tmask, k_scale, KV_C: tl.constexpr, PE: tl.constexpr,
+              BPE: tl.constexpr):
+    """The rope columns of the gathered rows, dequantised (float32 [BM, BPE])."""
+    p = tl.arange(0, BPE)
+    pe = tl.load(k_buffer_ptr + rows[:, None] + KV_C + p[None, :],
+                 mask=tmask[:, None] & (p < PE)[None, :], other=0.0)
+    return pe.to(tl.float32) * k_scale
+
+
+@triton.jit
+def store_cols(base, val, tmask, N: tl.constexpr, BN: tl.constexpr):
+    """Store val [BM, BN] at base[:, :N] (rows where tmask), cast to the output dtype."""
+    n = tl.arange(0, BN)
+    tl.store(base + n[None, :], cast_out(val, base.dtype.element_ty),
+             mask=tmask[:, None] & (n < N)[None, :])
+
+
+@triton.jit
 def project_rows(
     k_buffer_ptr, rows, tmask, out_rows, k_scale,
     w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
@@ -127,44 +161,21 @@ def project_rows(
     DO_K: tl.constexpr = True, DO_V: tl.constexpr = True,
 ):
     """BM gathered latent rows (element offsets ``rows``, valid where ``tmask``), one head:
-    project them through the head's K-nope weight (with the rope copy) if DO_K and its V
-    weight if DO_V, and store. A design may split the two over programs to halve the
-    accumulator registers."""
+    the K-nope projection and the rope copy if DO_K, the V projection if DO_V, stored.
+    A design may split the two over programs to halve the accumulator registers."""
     rk = head * (NOPE + V)
-    rv = rk + NOPE
     if DO_K:
         ko_base = k_out_ptr + out_rows[:, None] * stride_ko_row + head * stride_ko_head
-        # Rope part: dequantized and copied for every head.
-        p = tl.arange(0, BPE)
-        pe = tl.load(k_buffer_ptr + rows[:, None] + KV_C + p[None, :],
-                     mask=tmask[:, None] & (p < PE)[None, :], other=0.0)
-        pe = pe.to(tl.float32) * k_scale
-        tl.store(ko_base + NOPE + p[None, :], cast_out(pe, k_out_ptr.dtype.element_ty),
-                 mask=tmask[:, None] & (p < PE)[None, :])
-        acc_k = tl.zeros((BM, BNOPE), dtype=tl.float32)
+        store_cols(ko_base + NOPE, load_rope(k_buffer_ptr, rows, tmask, k_scale, KV_C, PE, BPE),
+                   tmask, PE, BPE)
+        acc_k = project_part(k_buffer_ptr, rows, tmask, k_scale, w_ptr, ws_ptr, rk, NOPE,
+                             ld_w, ld_ws, KV_C, BNOPE, BM, BK, FMT, DOT_BF16)
+        store_cols(ko_base, acc_k, tmask, NOPE, BNOPE)
     if DO_V:
-        acc_v = tl.zeros((BM, BV), dtype=tl.float32)
-    for kb in tl.static_range(0, (KV_C + BK - 1) // BK):
-        k = kb * BK + tl.arange(0, BK)
-        x = tl.load(k_buffer_ptr + rows[:, None] + k[None, :],
-                    mask=tmask[:, None] & (k < KV_C)[None, :], other=0.0)
-        if DO_K:
-            acc_k = mma_step(x, acc_k, w_ptr, ws_ptr, rk, NOPE, ld_w, ld_ws, kb * BK,
-                             KV_C, BK, BNOPE, FMT, DOT_BF16)
-        if DO_V:
-            acc_v = mma_step(x, acc_v, w_ptr, ws_ptr, rv, V, ld_w, ld_ws, kb * BK,
-                             KV_C, BK, BV, FMT, DOT_BF16)
-    if DO_K:
-        acc_k = finish_part(acc_k, ws_ptr, rk, NOPE, k_scale, BNOPE, FMT)
-        nk = tl.arange(0, BNOPE)
-        tl.store(ko_base + nk[None, :], cast_out(acc_k, k_out_ptr.dtype.element_ty),
-                 mask=tmask[:, None] & (nk < NOPE)[None, :])
-    if DO_V:
-        acc_v = finish_part(acc_v, ws_ptr, rv, V, k_scale, BV, FMT)
         vo_base = v_out_ptr + out_rows[:, None] * stride_vo_row + head * stride_vo_head
-        nv = tl.arange(0, BV)
-        tl.store(vo_base + nv[None, :], cast_out(acc_v, v_out_ptr.dtype.element_ty),
-                 mask=tmask[:, None] & (nv < V)[None, :])
+        acc_v = project_part(k_buffer_ptr, rows, tmask, k_scale, w_ptr, ws_ptr, rk + NOPE, V,
+                             ld_w, ld_ws, KV_C, BV, BM, BK, FMT, DOT_BF16)
+        store_cols(vo_base, acc_v, tmask, V, BV)
 
 
 @triton.jit

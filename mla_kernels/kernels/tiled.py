@@ -10,7 +10,15 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .common import gather_row_offsets, load_k_scale, project_rows
+from .common import (
+    cast_out,
+    gather_row_offsets,
+    load_k_scale,
+    load_rope,
+    project_part,
+    project_rows,
+    store_cols,
+)
 
 
 @triton.jit
@@ -37,10 +45,15 @@ def tiled_kernel(
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
     DOT_BF16: tl.constexpr, HAS_K_SCALE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    SPLIT: tl.constexpr,
+    SPLIT: tl.constexpr, k_desc=None, rope_desc=None, v_desc=None, TMA: tl.constexpr = False,
 ):
     """SPLIT: the head's K-nope (+ rope) and V halves go to two programs (grid axis 1 is
-    2 x heads), halving the accumulators each holds."""
+    2 x heads), halving the accumulators each holds.
+
+    TMA (Hopper, with SPLIT): full tiles leave through tensor-memory-accelerator stores
+    (k_desc / rope_desc / v_desc over the outputs viewed as [rows, heads x dim]): bulk
+    asynchronous writes from shared memory instead of per-thread stores. The last, partial
+    tile is stored row-masked so rows past cs[-1] are never written."""
     tile = tl.program_id(0)
     if SPLIT:
         head = tl.program_id(1) // 2
@@ -59,7 +72,34 @@ def tiled_kernel(
     rows = gather_row_offsets(kv_indices_ptr + first_block, t, tmask, stride_block, stride_slot,
                               BLOCK_SIZE)
     k_scale = load_k_scale(k_scale_ptr, HAS_K_SCALE)
-    if not SPLIT:
+    if TMA:
+        row0 = tile * BM
+        full = row0 + BM <= total
+        if part == 0:
+            pe = load_rope(k_buffer_ptr, rows, tmask, k_scale, KV_C, PE, BPE)
+            acc = project_part(k_buffer_ptr, rows, tmask, k_scale, w_ptr, ws_ptr,
+                               head * (NOPE + V), NOPE, ld_w, ld_ws, KV_C, BNOPE, BM, BK, FMT,
+                               DOT_BF16)
+            if full:
+                col = head * (NOPE + PE)
+                k_desc.store([row0, col], cast_out(acc, k_out_ptr.dtype.element_ty))
+                rope_desc.store([row0, col + NOPE], cast_out(pe, k_out_ptr.dtype.element_ty))
+            else:
+                ko_base = (k_out_ptr + r.to(tl.int64)[:, None] * stride_ko_row
+                           + head * stride_ko_head)
+                store_cols(ko_base + NOPE, pe, tmask, PE, BPE)
+                store_cols(ko_base, acc, tmask, NOPE, BNOPE)
+        else:
+            acc = project_part(k_buffer_ptr, rows, tmask, k_scale, w_ptr, ws_ptr,
+                               head * (NOPE + V) + NOPE, V, ld_w, ld_ws, KV_C, BV, BM, BK, FMT,
+                               DOT_BF16)
+            if full:
+                v_desc.store([row0, head * V], cast_out(acc, v_out_ptr.dtype.element_ty))
+            else:
+                vo_base = (v_out_ptr + r.to(tl.int64)[:, None] * stride_vo_row
+                           + head * stride_vo_head)
+                store_cols(vo_base, acc, tmask, V, BV)
+    elif not SPLIT:
         project_rows(k_buffer_ptr, rows, tmask, r.to(tl.int64), k_scale,
                      w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
                      stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,

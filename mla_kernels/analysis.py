@@ -1,0 +1,243 @@
+"""What the notebooks do between measuring and plotting: batches, correctness checks, loading
+committed measurements, the tables a design review reads, and atomic writes.
+
+Kept here, not in the notebooks, so it is under test and every notebook shares it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from .devices import lookup_device
+
+# Columns a CSV must have to count as measurements of the benchmark harness (the full
+# schema is in data/README.md); other CSVs under a data folder are skipped.
+MEASUREMENT_COLUMNS = ("device", "model", "cache_dtype", "weight_format", "block_size",
+                       "contexts", "batch", "ctx", "variant", "timing", "median_us")
+
+# The torch code a user would write, as the harness names it (``_graph``: replayed from a
+# CUDA graph, see ``select``).
+TORCH_VARIANTS = ("torch_bf16", "torch_fp8", "torch_bf16_graph", "torch_fp8_graph")
+
+# The public change's headline contexts; the sweep adds a log grid around them.
+HEADLINE_CONTEXTS = (4096, 32000, 65536, 109440)
+
+
+def repo_root() -> Path:
+    """The checkout this package lives in (an editable install keeps it there)."""
+    return Path(__file__).resolve().parents[1]
+
+
+def log_grid(lo: int = 1024, hi: int = 131072, per_octave: int = 1) -> list[int]:
+    """Powers of two (and ``per_octave - 1`` steps between) from lo to hi, inclusive."""
+    out, x = [], float(lo)
+    step = 2.0 ** (1.0 / per_octave)
+    while x <= hi * (1 + 1e-9):
+        out.append(int(round(x)))
+        x *= step
+    return out
+
+
+def sweep_contexts(extra: Iterable[int] = HEADLINE_CONTEXTS, lo: int = 1024,
+                   hi: int = 131072) -> list[int]:
+    """The headline contexts plus a log grid from lo to hi, sorted, without repeats."""
+    return sorted(set(log_grid(lo, hi)) | {int(c) for c in extra})
+
+
+def batches_for(batch: str, contexts: Sequence[int], ragged_contexts: Sequence[int] = ()
+                ) -> list[tuple[int, ...]]:
+    """The batches a notebook runs: one single-sequence batch per context, or the one
+    ragged batch."""
+    if batch == "single":
+        return [(int(c),) for c in contexts]
+    if batch == "ragged":
+        if not ragged_contexts:
+            raise ValueError("ragged_contexts: expected a non-empty list for batch='ragged'")
+        return [tuple(int(c) for c in ragged_contexts)]
+    raise ValueError(f"batch: expected 'single' or 'ragged', got {batch!r}")
+
+
+def contexts_str(contexts: Sequence[int]) -> str:
+    """The ``contexts`` column: space-separated ints."""
+    return " ".join(str(int(c)) for c in contexts)
+
+
+# ------------------------------------------------------------------ writing files
+def write_csv_atomic(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write a CSV so a reader never sees half of it: a temp file in the same folder, then
+    os.replace (atomic on one filesystem), so a failed run leaves the old file whole."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="") as f:
+            df.to_csv(f, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+# ------------------------------------------------------------------ reading measurements
+def load_measurements(data_dir: str | os.PathLike) -> pd.DataFrame | None:
+    """Every measurement CSV under ``data_dir`` (recursively) as one frame; None when there
+    are none. A run may be split over several files: identical rows are dropped."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        return None
+    frames = []
+    for p in sorted(root.rglob("*.csv")):
+        df = pd.read_csv(p)
+        if all(c in df.columns for c in MEASUREMENT_COLUMNS):
+            frames.append(df.assign(source=str(p.relative_to(root))))
+    if not frames:
+        return None
+    df = pd.concat(frames, ignore_index=True)
+    return df.drop_duplicates(subset=[c for c in df.columns if c != "source"])
+
+
+def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: str | None = None,
+           weight_format: str | None = None, block_size: int | None = None,
+           batch: str | None = None, timing: str | None = "flushed",
+           variants: Sequence[str] | None = None,
+           ragged_contexts: Sequence[int] | None = None,
+           device: str | None = None, default_config: bool = True,
+           graph_as_variants: bool = True) -> pd.DataFrame:
+    """The rows of one configuration; an empty frame when nothing matches.
+
+    ``device`` (a registry name or torch's device name; None or "auto" for any) keeps the
+    rows measured on that device. ``default_config`` drops rows of a tuning sweep (a
+    non-empty ``config``): a figure compares designs as they ship. With
+    ``graph_as_variants``, rows timed as ``graph`` (the torch paths replayed from a CUDA
+    graph) join the ``flushed`` ones as variants named ``<variant>_graph``.
+    ``batch="single"`` keeps one-sequence rows; ``"ragged"`` keeps the rows whose
+    ``contexts`` equal ``ragged_contexts`` (or every multi-sequence row if not given).
+    """
+    if df is None or df.empty:
+        return pd.DataFrame(columns=list(MEASUREMENT_COLUMNS))
+    if graph_as_variants and timing == "flushed" and "timing" in df.columns:
+        graph = df["timing"].astype(str) == "graph"
+        if graph.any():
+            df = df.copy()
+            df.loc[graph, "variant"] = df.loc[graph, "variant"].astype(str) + "_graph"
+            df.loc[graph, "timing"] = "flushed"
+    keep = pd.Series(True, index=df.index)
+    if default_config and "config" in df.columns:
+        keep &= df["config"].isna() | (df["config"].astype(str).str.strip() == "")
+    for col, val in (("model", shape), ("cache_dtype", cache_dtype),
+                     ("weight_format", weight_format), ("timing", timing)):
+        if val is not None and col in df.columns:
+            keep &= df[col].astype(str) == str(val)
+    if block_size is not None:
+        keep &= df["block_size"].astype(int) == int(block_size)
+    if batch == "single":
+        keep &= df["batch"].astype(int) == 1
+    elif batch == "ragged":
+        keep &= df["batch"].astype(int) > 1
+        if ragged_contexts:
+            keep &= df["contexts"].astype(str) == contexts_str(ragged_contexts)
+    if variants is not None:
+        keep &= df["variant"].isin(list(variants))
+    if device not in (None, "auto"):
+        want = lookup_device(device)
+        names = df["device"].astype(str)
+        keep &= names.map(lambda n: n == device or (want is not None
+                                                    and lookup_device(n) == want))
+    return df[keep].copy()
+
+
+def load_reference(path: str | os.PathLike) -> pd.DataFrame | None:
+    """The public change's MI355X table (ctx, before_ms, after_ms, speedup); None if absent."""
+    p = Path(path)
+    return pd.read_csv(p) if p.is_file() else None
+
+
+# ------------------------------------------------------------------ correctness checks
+def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[str],
+                   cache_dtype: str = "fp8", weight_format: str = "fp8_row",
+                   block_size: int = 1, device: str | None = None, seed: int = 0
+                   ) -> list[dict[str, object]]:
+    """Run each variant on one random input set and compare it with the reference and with
+    the first variant (bit identity: max abs diff 0 means identical bits).
+
+    ``device`` defaults to the CPU under the Triton interpreter and to the GPU otherwise.
+    """
+    from . import build_inputs, gather_kv_b_proj
+    from .checks import check_outputs
+    from .problem import interpreting
+
+    if device is None:
+        device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
+    inp = build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache_dtype,
+                       weight_format=weight_format, device=device, seed=seed)
+    ref = inp.reference()
+    t = inp.total_tokens
+    rows, first = [], None
+    for v in variants:
+        inp.poison_outputs()
+        gather_kv_b_proj(*inp.args(), variant=v)
+        res = check_outputs(inp, ref)
+        out = torch.cat((inp.k_prefix[:t].flatten(), inp.v_prefix[:t].flatten())).float()
+        if first is None:
+            first, diff = (v, out.clone()), 0.0
+        else:
+            d = (out - first[1]).abs()
+            # NaN where either wrote nothing: a difference, never "identical".
+            diff = float("nan") if torch.isnan(d).any() else float(d.max()) if d.numel() else 0.0
+        rows.append({"model": shape, "cache_dtype": cache_dtype, "weight_format": weight_format,
+                     "block_size": block_size, "contexts": contexts_str(contexts),
+                     "batch": len(contexts), "ctx": t, "variant": v, "device": device,
+                     "max_rel_err": res["max_rel_err"], "correct": res["correct"],
+                     "compared_with": first[0], "max_abs_diff": diff,
+                     "bit_identical": diff == 0.0})
+    return rows
+
+
+# ------------------------------------------------------------------ tables
+def speedup_table(df: pd.DataFrame, before: str = "serial", after: str = "chunked",
+                  identity: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The public change's table: ctx, before and after in ms, speedup; plus the max abs
+    diff between the two designs where ``identity`` (rows of check_variants, or measured
+    rows carrying ``max_abs_diff``) has it."""
+    t = df.pivot_table(index="ctx", columns="variant", values="median_us", aggfunc="median")
+    if before not in t.columns or after not in t.columns:
+        return pd.DataFrame(columns=["ctx", "before_ms", "after_ms", "speedup"])
+    out = pd.DataFrame({"ctx": t.index.astype(int), "before_ms": t[before].values / 1e3,
+                        "after_ms": t[after].values / 1e3})
+    out["speedup"] = out["before_ms"] / out["after_ms"]
+    if identity is not None and not identity.empty and "max_abs_diff" in identity.columns:
+        d = identity[identity["variant"] == after].groupby("ctx")["max_abs_diff"].max()
+        out["max_abs_diff"] = out["ctx"].map(d)
+    return out.reset_index(drop=True)
+
+
+def roof_table(df: pd.DataFrame) -> pd.DataFrame:
+    """Fraction of the roof (floor time / measured time) per context and variant."""
+    return (df.pivot_table(index="ctx", columns="variant", values="roof_fraction",
+                           aggfunc="median").round(3).reset_index())
+
+
+def model_table(shape: str, contexts: Sequence[int], cache_dtype: str, weight_format: str,
+                copy_tbps: float | None = None, mm_tflops: float | None = None
+                ) -> pd.DataFrame:
+    """Minimum bytes, FLOPs and arithmetic intensity from the package's byte/FLOP model,
+    with the floors they imply when ceilings are given."""
+    from . import roofline
+
+    rows = []
+    for c in contexts:
+        nb = roofline.min_bytes(shape, c, cache_dtype, weight_format)
+        nf = roofline.flops(shape, c)
+        row = {"ctx": int(c), "min_bytes": nb, "flops": nf, "flop_per_byte": nf / nb,
+               "dot_dtype": roofline.dot_dtype(cache_dtype, weight_format)}
+        if copy_tbps and mm_tflops:
+            row.update(roofline.floors(nb, nf, copy_tbps, mm_tflops))
+        rows.append(row)
+    return pd.DataFrame(rows)
