@@ -31,11 +31,13 @@ def gather_kv_b_proj_reference(
     num_heads: int,
     v_head_dim: int = 128,
     compute_dtype: torch.dtype | None = None,
+    absolute: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """float32 (k [T, H, nope + pe], v [T, H, v]) for the T = cs[-1] cached tokens.
 
     Products are taken in float64 on the CPU and float32 (no TF32) on a GPU unless
-    ``compute_dtype`` says otherwise.
+    ``compute_dtype`` says otherwise. ``absolute`` computes |latent| @ |W|^T instead: the
+    scale against which a dot product's rounding error is measured.
     """
     if compute_dtype is None:
         compute_dtype = torch.float64 if k_buffer.device.type == "cpu" else torch.float32
@@ -49,6 +51,8 @@ def gather_kv_b_proj_reference(
     latent = k_buffer[blocks, slots].to(compute_dtype)
     if k_scale is not None:
         latent = latent * k_scale.to(compute_dtype)
+    if absolute:
+        latent, w = latent.abs(), w.abs()
     prev_tf32 = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = False
     try:
