@@ -100,7 +100,18 @@ def load_measurements(data_dir: str | os.PathLike) -> pd.DataFrame | None:
     if not frames:
         return None
     df = pd.concat(frames, ignore_index=True)
-    return df.drop_duplicates(subset=[c for c in df.columns if c != "source"])
+    df = df.drop_duplicates(subset=[c for c in df.columns if c != "source"])
+    # One run only: the commit measured last. Within it, a configuration timed twice (the
+    # sweep and the performance matrix both time some points) shows its later measurement.
+    latest = df.groupby("commit")["date"].max().idxmax()
+    df = df[df["commit"] == latest]
+    key = [c for c in RUN_KEY if c in df.columns]
+    return df.sort_values("date", kind="stable").drop_duplicates(subset=key, keep="last")
+
+
+# What identifies one timed configuration within a run.
+RUN_KEY = ("device", "model", "heads", "weight_format", "cache_dtype", "block_size", "contexts",
+           "variant", "timing", "config")
 
 
 def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: str | None = None,

@@ -2,7 +2,7 @@
 config per (device, weight format), with a portable fallback for unknown devices.
 
 Entries come from `scripts/tune.py` on the lent H200 (2026-11-29, Kimi-K3 TP8, fp8 cache,
-page size 1, 32000 tokens; rows in data/h200/exploration/tune_2026-11-29.csv). Re-run it to extend the
+page size 1, 32000 tokens; rows in data/exploration/h200/tune_2026-11-29.csv). Re-run it to extend the
 table to another device.
 """
 
