@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 CONFIG ?=
 
-.PHONY: test report lint venv clean
+.PHONY: test report lint venv clean device-wheels
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,3 +30,14 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) reports
+
+# The notebook stack for the offline H200 (CPython 3.12 there), as wheels in .whl/ (git
+# ignores it; the device tool carries it). Packages its image already has are left out.
+WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
+	manylinux2014_x86_64 manylinux1_x86_64 any,--platform $(p))
+ON_DEVICE := attrs certifi charset_normalizer click idna jinja2 markupsafe packaging psutil \
+	pygments python_dateutil pyyaml requests tqdm typing_extensions urllib3 tzdata
+device-wheels:
+	$(PYTHON) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
+		$(WHEEL_PLATFORMS) -d .whl papermill ipykernel nbconvert nbformat nbclient
+	cd .whl && for p in $(ON_DEVICE); do rm -f $${p}-[0-9]*.whl; done
