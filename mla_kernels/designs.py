@@ -93,6 +93,17 @@ def tiled_grid(prob: Problem, max_context_len: int | None, config: LaunchConfig
     return (triton.cdiv(prob.out_rows, bm), prob.num_heads * (2 if config.split_parts else 1))
 
 
+GRID_YZ_LIMIT = 65535  # CUDA's limit on a grid's second and third axes
+
+
+def _check_grid(grid: tuple[int, ...]) -> None:
+    """Reject a problem whose grid the device cannot launch, before anything is written."""
+    for axis, n in enumerate(grid[1:], start=1):
+        if n > GRID_YZ_LIMIT:
+            raise ValueError(f"kv_indptr: expected a batch and head count that give at most "
+                             f"{GRID_YZ_LIMIT} programs on grid axis {axis}, got {n}")
+
+
 def _common_args(prob: Problem, t: Tensors, config: LaunchConfig) -> tuple[list, dict]:
     """Arguments every portable design takes, in kernel order, and their constants."""
     k_buffer, k_scale, kv_indptr, kv_indices, cs, w, ws, k_out, v_out = t
@@ -123,6 +134,7 @@ def serial_weight_resident(prob: Problem) -> bool:
 def _launch_serial(prob: Problem, t: Tensors, max_context_len: int | None,
                    config: LaunchConfig) -> None:
     grid = serial_grid(prob, max_context_len, config)
+    _check_grid(grid)
     if 0 in grid:
         return
     ck = chunk_tokens(prob, config)
@@ -134,6 +146,7 @@ def _launch_serial(prob: Problem, t: Tensors, max_context_len: int | None,
 def _launch_chunked(prob: Problem, t: Tensors, max_context_len: int | None,
                     config: LaunchConfig) -> None:
     grid = chunked_grid(prob, max_context_len, config)
+    _check_grid(grid)
     if 0 in grid:
         return
     ck = chunk_tokens(prob, config)

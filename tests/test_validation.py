@@ -138,3 +138,14 @@ def test_validate_inputs_checks_output_rows(device):
     args[7], args[8] = inp.k_prefix[:28], inp.v_prefix[:28]  # 29 tokens
     with pytest.raises(ValueError, match="k_prefix: expected at least 29 rows"):
         mk.validate_inputs(*args)
+
+
+def test_grid_too_large_for_serial_raises_before_writing(device):
+    n = 65536
+    inp = mk.build_inputs(SMALL, [0] * n + [3], block_size=16, device=device, spare_blocks=1,
+                          seed=torch.seed() % 2**31)
+    inp.k_prefix.fill_(SENTINEL)
+    inp.v_prefix.fill_(SENTINEL)
+    with pytest.raises(ValueError, match="kv_indptr: expected .* at most 65535 .* got 65537"):
+        mk.gather_kv_b_proj(*inp.args(), variant="serial")
+    assert_untouched(inp)
