@@ -181,14 +181,14 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     ``device`` defaults to the CPU under the Triton interpreter and to the GPU otherwise.
     """
     from . import build_inputs, gather_kv_b_proj
-    from .checks import check_outputs
+    from .checks import check_outputs, expected
     from .problem import interpreting
 
     if device is None:
         device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
     inp = build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache_dtype,
                        weight_format=weight_format, device=device, seed=seed)
-    ref = inp.reference()
+    ref = expected(inp)
     t = inp.total_tokens
     rows, first = [], None
     for v in variants:

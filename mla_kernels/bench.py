@@ -14,7 +14,7 @@ import torch
 
 from . import roofline
 from .api import gather_kv_b_proj
-from .checks import check_outputs
+from .checks import check_outputs, expected
 from .designs import LaunchConfig
 from .inputs import GatherInputs, build_inputs
 from .provenance import provenance
@@ -191,7 +191,7 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
         base = build_inputs(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
                             weight_format=pt.weight_format, device="cuda", seed=seed,
                             spare_indices=0, spare_rows=0, spare_blocks=0)
-        ref = base.reference()
+        ref = expected(base)
         nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
         nflops = roofline.flops(s, tokens)
         per_set = nbytes

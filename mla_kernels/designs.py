@@ -173,11 +173,12 @@ def _launch_tiled(prob: Problem, t: Tensors, max_context_len: int | None,
                      rope_desc=TensorDescriptor.from_tensor(k2, [bm, prob.pe_dim]),
                      v_desc=TensorDescriptor.from_tensor(v2, [bm, prob.v_dim]), TMA=True)
     tiled_kernel[grid](*args, prob.batch, BM=bm, SEARCH_STEPS=max(1, prob.batch.bit_length()),
-                       SPLIT=config.split_parts or tma, **descs, **consts)
+                       SPLIT=config.split_parts, **descs, **consts)
 
 
 def _launch_tiled_tma(prob: Problem, t: Tensors, max_context_len: int | None,
                       config: LaunchConfig) -> None:
+    # TMA stores serve the split programs only; the grid must be sized for them too.
     _launch_tiled(prob, t, max_context_len, replace(config, split_parts=True), tma=True)
 
 
