@@ -49,7 +49,10 @@ def _compile_launch(variant: str, inputs, prob, config: LaunchConfig | None, cap
         binder = create_function_from_signature(self.signature, self.params, backend)
         bound, spec, opts = binder(*args, **kwargs)
         opts, sig, consts, attrs = self._pack_args(backend, kwargs, bound, spec, opts)
-        seen["kernel"] = triton.compile(ASTSource(self, sig, consts, attrs), target=target,
+        source = ASTSource
+        if self.is_gluon():  # Gluon's source class sets the module's warp count first
+            from triton.experimental.gluon._runtime import GluonASTSource as source
+        seen["kernel"] = triton.compile(source(self, sig, consts, attrs), target=target,
                                         options=opts.__dict__)
 
     design = DESIGNS[variant]

@@ -16,7 +16,7 @@ from .formats import as_uint8
 from .kernels.chunk_loop import chunked_kernel, serial_kernel
 from .kernels.common import FORMAT_CODES
 from .kernels.tiled import tiled_kernel
-from .problem import Problem
+from .problem import Problem, interpreting
 
 Tensors = tuple  # the nine arguments of gather_kv_b_proj, in order
 
@@ -30,6 +30,8 @@ class LaunchConfig:
     num_warps: int = 4
     num_stages: int | None = None
     split_parts: bool = False  # tiled: K-nope and V of a head in two programs
+    programs: int | None = None  # persistent designs: programs launched (None: one per SM)
+    stages: int = 4  # hopper_ws: depth of the weight ring
 
     def kwargs(self) -> dict:
         kw = {"num_warps": self.num_warps}
@@ -193,6 +195,86 @@ def tma_available(prob: Problem, device: torch.device) -> bool:
             and torch.cuda.get_device_capability(device)[0] >= 9)
 
 
+HOPPER_WS_TILE = 128  # tokens per tile and columns per item of hopper_ws (BM = BN)
+HOPPER_WS_DEFAULT_PROGRAMS = 132  # for models with no device at hand: an H200's SM count
+
+
+def hopper_ws_grid(prob: Problem, max_context_len: int | None, config: LaunchConfig
+                   ) -> tuple[int, ...]:
+    items = triton.cdiv(prob.out_rows, HOPPER_WS_TILE) * 2 * prob.num_heads
+    return (min(items, config.programs or HOPPER_WS_DEFAULT_PROGRAMS),)
+
+
+def _sm_count(device: torch.device) -> int:
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return HOPPER_WS_DEFAULT_PROGRAMS  # compile checks on the CPU target an H200
+
+
+def _launch_hopper_ws(prob: Problem, t: Tensors, max_context_len: int | None,
+                      config: LaunchConfig) -> None:
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    from .kernels.hopper_ws import hopper_ws_kernel
+
+    k_buffer, k_scale, kv_indptr, kv_indices, cs, w, ws, k_out, v_out = t
+    if config.programs is None:
+        config = replace(config, programs=_sm_count(k_buffer.device))
+    grid = hopper_ws_grid(prob, max_context_len, config)
+    if 0 in grid or prob.batch == 0:
+        return
+    tile = HOPPER_WS_TILE
+    out_gl = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[k_out.dtype]
+    k2 = k_out.view(k_out.shape[0], -1)
+    v2 = v_out.view(v_out.shape[0], -1)
+
+    def desc(x, block, dtype):
+        layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+        return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
+
+    hopper_ws_kernel[grid](
+        k_buffer, k_scale, kv_indptr, kv_indices, cs, ws, k_out, v_out,
+        desc(w, [tile, tile], gl.float8e4nv), desc(k2, [tile, tile], out_gl),
+        desc(k2, [tile, prob.pe_dim], out_gl), desc(v2, [tile, tile], out_gl),
+        k_buffer.stride(0), k_buffer.stride(1), prob.batch,
+        KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
+        HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
+        SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.stages,
+        LOADER_REGS=24, GATHER_REGS=96, num_warps=4,
+        # 4 + 1 + 4 warps launch as three warpgroups: 12 x 32 threads x 168 <= 64K registers.
+        maxnreg=168)
+
+
+def hopper_ws_supports(prob: Problem) -> bool:
+    """The shapes and formats the Gluon design was written for: an fp8 e4m3fn cache, an fp8
+    per-row weight, nope = v = 128, pe = 64, kv_c a multiple of 128, bf16 or fp16 outputs."""
+    return (prob.nope_dim == prob.v_dim == HOPPER_WS_TILE and prob.pe_dim == 64
+            and prob.kv_c_dim % HOPPER_WS_TILE == 0
+            and prob.cache_dtype == torch.float8_e4m3fn
+            and prob.weight_dtype == torch.float8_e4m3fn and prob.weight_format == "fp8_row"
+            and prob.out_dtype in (torch.bfloat16, torch.float16))
+
+
+def hopper_ws_available(prob: Problem, device: torch.device) -> bool:
+    """Supported shapes on an NVIDIA GPU of compute capability 9.x, or on the CPU for
+    compile checks; never under the interpreter (Gluon kernels are compiled only)."""
+    if not hopper_ws_supports(prob) or interpreting():
+        return False
+    if device.type == "cuda" and (torch.version.hip
+                                  or torch.cuda.get_device_capability(device)[0] != 9):
+        return False
+    return _gluon_importable()
+
+
+def _gluon_importable() -> bool:
+    try:
+        from .kernels import hopper_ws  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 ALL_FORMATS = ("bf16", "fp8_row", "fp8_block", "mxfp4")
 
 DESIGNS: dict[str, Design] = {
@@ -208,6 +290,10 @@ DESIGNS: dict[str, Design] = {
         Design("tiled_tma", "tiled, halves split, full tiles stored by TMA (Hopper and newer)",
                ALL_FORMATS, tiled_grid, _launch_tiled_tma,
                LaunchConfig(chunk_tokens=128, num_warps=4, split_parts=True), tma_available),
+        Design("hopper_ws", "persistent, warp-specialised Gluon kernel: TMA weight ring, "
+               "cp.async latent gather, async wgmma, overlapped TMA stores (sm_90 only)",
+               ("fp8_row",), hopper_ws_grid, _launch_hopper_ws, LaunchConfig(),
+               hopper_ws_available),
     )
 }
 
@@ -221,9 +307,11 @@ def resolve_variant(variant: str, prob: Problem, device: torch.device,
     """The Design (and launch config) a variant name runs for this problem, or a ValueError
     listing the valid names. "auto" takes both from the tuning table."""
     if variant == "auto":
-        from .tuning import auto_choice
+        from .tuning import FALLBACK, auto_choice
 
         name, tuned = auto_choice(prob.weight_format, device)
+        if not DESIGNS[name].available(prob, device):  # e.g. a GPU-family design, other dims
+            name, tuned = FALLBACK
         config = config or tuned
     else:
         name = variant

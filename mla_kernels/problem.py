@@ -41,6 +41,7 @@ class Problem:
     weight_format: str
     cache_dtype: torch.dtype
     weight_dtype: torch.dtype
+    out_dtype: torch.dtype = torch.bfloat16
 
     @property
     def cache_is_fp8(self) -> bool:
@@ -162,6 +163,7 @@ def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
         num_heads=heads, kv_c_dim=kv_c, pe_dim=pe, nope_dim=nope, v_dim=v_dim,
         block_size=k_buffer.shape[1], batch=kv_indptr.numel() - 1, out_rows=rows,
         weight_format=fmt, cache_dtype=k_buffer.dtype, weight_dtype=kv_proj_weight.dtype,
+        out_dtype=k_prefix.dtype,
     )
 
 

@@ -41,3 +41,18 @@ def test_serial_weight_residency(reports):
 def test_tiled_fp8_dot_is_wgmma(reports):
     assert reports[("tiled", "fp8_row")]["wgmma"] > 0
     assert reports[("tiled", "fp8_row")]["mma_sync"] == 0
+
+
+def test_hopper_ws_compiles_for_sm90():
+    # The Gluon design: three warp groups, within an SM's shared memory and registers,
+    # fp8 wgmma only, no spills (its accumulator lives in the 256-register default group).
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-m", "mla_kernels.compile_check", "--variant",
+                          "hopper_ws"], capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (r,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert r["shared_bytes"] <= HOPPER_SMEM
+    assert r["num_warps"] == 12
+    assert r["wgmma"] > 0 and r["mma_sync"] == 0
+    assert r["spill_bytes"] == 0

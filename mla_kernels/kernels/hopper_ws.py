@@ -1,0 +1,269 @@
+"""A Hopper-only design in Triton's Gluon dialect: persistent and warp-specialised.
+
+The portable tiled design spends its time in two halves that do not overlap: the matrix
+work (about the floor) and the output stores (about 3/4 of it). Here each program owns a
+contiguous run of work items and three groups of warps run side by side:
+
+- one warp streams the weight, [BN x BK] fp8 chunks by TMA, into a STAGES-deep ring;
+- four warps gather the scattered latent rows of a token tile with cp.async into shared
+  memory (zero-filled past the last row), completing on an mbarrier;
+- four warps (the default partition) issue async fp8 wgmma, scale and narrow the result,
+  stage it in one of two shared buffers and store it by TMA, so one item's stores drain
+  while the next item's matrix work runs.
+
+A work item is BM tokens x one head-half (K-nope or V, BN = 128 columns). Items are
+numbered tile-major, so consecutive items of a program share the gathered latent tile
+(2 x heads items per tile). The rope columns are narrowed once per tile and stored beside
+each head's K-nope block. The last, partial tile is stored with masked stores, so rows
+past the last token are never written.
+
+Supported: fp8 e4m3fn cache, fp8 per-row weight, nope = v = 128, pe = 64, kv_c a multiple
+of 128, bf16 or fp16 outputs (``designs.hopper_ws_available``).
+"""
+
+from __future__ import annotations
+
+import types
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    async_copy,
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+# Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
+# (TMA and cp.async) and async_copy_shared_to_global; newer releases async_load / async_store.
+tma_io = types.ModuleType("tma_io")
+tma_io.load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_io.store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
+cp_async = types.ModuleType("cp_async")
+cp_async.load = (getattr(async_copy, "async_load", None)
+                 or async_copy.async_copy_global_to_shared)
+
+BM = gl.constexpr(128)  # tokens per tile
+BN = gl.constexpr(128)  # output columns per item: one head-half
+BK = gl.constexpr(128)  # K per weight chunk (128 fp8 bytes: one 128-byte swizzle row)
+GATHER_WARPS = gl.constexpr(4)
+
+
+@gluon.jit
+def _item_range(cs_ptr, batch, ITEMS_PER_TILE: gl.constexpr):
+    """(tokens, first item, end item) of this program: the items of all token tiles split
+    into contiguous, equal runs, so every program's run touches as few tiles as possible."""
+    total = gl.load(cs_ptr + batch)
+    n_items = gl.cdiv(total, BM) * ITEMS_PER_TILE
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    start = (pid * n_items) // nprog
+    end = ((pid + 1) * n_items) // nprog
+    return total, start, end
+
+
+@gluon.jit
+def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
+                   NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
+                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr):
+    _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
+    c = 0
+    for it in range(start, end):
+        hp = it % ITEMS_PER_TILE
+        w_row = (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
+        for kb in gl.static_range(KV_C // BK):
+            s = c % STAGES
+            # A slot's first fill waits on the phase before the barrier's first: it passes.
+            mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
+            mbarrier.expect(w_ready.index(s), w_desc.block_type.nbytes)
+            tma_io.load(w_desc, [w_row, kb * BK], w_ready.index(s),
+                                            w_ring.index(s))
+            c += 1
+
+
+@gluon.jit
+def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                     stride_block, stride_slot, lat, pe_raw, lat_ready, lat_empty,
+                     KV_C: gl.constexpr, PE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
+                     ITEMS_PER_TILE: gl.constexpr, SEARCH_STEPS: gl.constexpr):
+    # 16 contiguous bytes per thread: one cp.async each.
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [GATHER_WARPS, 1], [1, 0])
+    pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (PE // 16), PE // 16],
+                                               [GATHER_WARPS, 1], [1, 0])
+    total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
+    k_cols = gl.arange(0, BK, layout=gl.SliceLayout(0, lat_layout))
+    pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
+    first_tile = start // ITEMS_PER_TILE
+    last_tile = (end + ITEMS_PER_TILE - 1) // ITEMS_PER_TILE
+    for tile in range(first_tile, last_tile):
+        mbarrier.wait(lat_empty, ((tile - first_tile) & 1) ^ 1)
+        r = tile * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, lat_layout))
+        tmask = r < total
+        # The sequence of each row: the last b with cs[b] <= r (empty sequences skipped).
+        lo = gl.zeros_like(r)
+        hi = lo + batch - 1
+        for _ in gl.static_range(SEARCH_STEPS):
+            mid = (lo + hi + 1) // 2
+            go_right = gl.load(cs_ptr + mid) <= r
+            lo = gl.where(go_right, mid, lo)
+            hi = gl.where(go_right, hi, mid - 1)
+        t = r - gl.load(cs_ptr + lo)
+        first_block = gl.load(kv_indptr_ptr + lo)
+        blk = gl.load(kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask, other=0)
+        # 64-bit: block id x stride overflows 32 bits on large caches.
+        rows = blk.to(gl.int64) * stride_block + (t % BLOCK_SIZE).to(gl.int64) * stride_slot
+        for kb in gl.static_range(KV_C // BK):
+            cp_async.load(
+                lat.index(kb), k_buffer_ptr + rows[:, None] + (kb * BK + k_cols)[None, :],
+                mask=tmask[:, None])
+        pe_rows = gl.convert_layout(rows, gl.SliceLayout(1, pe_layout))
+        pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
+        cp_async.load(
+            pe_raw, k_buffer_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :],
+            mask=pe_mask[:, None])
+        # Each thread's arrival lands when its own copies have: the barrier counts threads.
+        async_copy.mbarrier_arrive(lat_ready, increment_count=False)
+
+
+@gluon.jit
+def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
+                  k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, out_buf, pe_out,
+                  w_ready, w_empty, lat_ready, lat_empty,
+                  NOPE: gl.constexpr, V: gl.constexpr, PE: gl.constexpr, KV_C: gl.constexpr,
+                  ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr,
+                  num_warps: gl.constexpr):
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32])
+    pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (PE // 8), PE // 8],
+                                               [num_warps, 1], [1, 0])
+    out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
+    NK: gl.constexpr = KV_C // BK
+    KROW: gl.constexpr = NOPE + PE  # one head's columns in k_out
+    HEADS: gl.constexpr = ITEMS_PER_TILE // 2
+    total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
+    k_scale = gl.load(k_scale_ptr)
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    acc_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
+    pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
+    pe_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, pe_layout))
+    acc = gl.zeros((BM, BN), gl.float32, acc_layout)
+    c = 0  # weight chunks consumed
+    n_tma = 0  # items stored by TMA: picks the staging buffer
+    tiles_seen = 0
+    for it in range(start, end):
+        tile = it // ITEMS_PER_TILE
+        hp = it % ITEMS_PER_TILE
+        head = hp // 2
+        half = hp % 2
+        row0 = tile * BM
+        full = row0 + BM <= total
+        last_of_tile = (hp == ITEMS_PER_TILE - 1) | (it == end - 1)
+        if (it == start) | (hp == 0):
+            mbarrier.wait(lat_ready, tiles_seen & 1)
+            # cp.async wrote through the generic proxy; wgmma and TMA read through the async one.
+            fence_async_shared()
+            tiles_seen += 1
+            if full:
+                pe = pe_raw.load(pe_layout).to(gl.float32) * k_scale
+                tma.store_wait(0)  # the previous tile's rope stores have left pe_out
+                pe_out.store(pe.to(out_ty))
+                fence_async_shared()
+
+        for kb in gl.static_range(NK):
+            s = c % STAGES
+            mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
+            acc = warpgroup_mma(lat.index(kb), w_ring.index(s).permute((1, 0)), acc,
+                                use_acc=kb > 0, is_async=True)
+            if kb > 0:
+                # The previous chunk's wgmma is done: its ring slot can be refilled.
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+                mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+            c += 1
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+        if last_of_tile & full:
+            mbarrier.arrive(lat_empty, count=1)  # the next tile may be gathered
+
+        w_row = head * (NOPE + V) + half * NOPE
+        scale = gl.load(ws_ptr + w_row + cols) * k_scale
+        out = (acc * scale[None, :]).to(out_ty)
+        if full:
+            buf = out_buf.index(n_tma % 2)
+            # Before reusing a staging buffer, the stores of the item that last used it
+            # (two items back) must be done. Items alternate K (rope + K-nope stores, in that
+            # order) and V (one store), so that is all but the newest 1 (or 2) groups.
+            if half == 0:
+                tma.store_wait(1)
+            else:
+                tma.store_wait(2)
+            buf.store(out)
+            fence_async_shared()
+            if half == 0:
+                tma_io.store(pe_desc, [row0, head * KROW + NOPE], pe_out)
+                tma_io.store(k_desc, [row0, head * KROW], buf)
+            else:
+                tma_io.store(v_desc, [row0, head * V], buf)
+            n_tma += 1
+        else:
+            r = row0 + acc_rows
+            rmask = (r < total)[:, None]
+            if half == 0:
+                gl.store(k_out_ptr + r.to(gl.int64)[:, None] * (KROW * HEADS)
+                         + head * KROW + cols[None, :], out, mask=rmask)
+                pr = row0 + pe_rows
+                pe = (pe_raw.load(pe_layout).to(gl.float32) * k_scale).to(out_ty)
+                gl.store(k_out_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
+                         + head * KROW + NOPE + pe_cols[None, :], pe,
+                         mask=(pr < total)[:, None])
+            else:
+                gl.store(v_out_ptr + r.to(gl.int64)[:, None] * (V * HEADS)
+                         + head * V + cols[None, :], out, mask=rmask)
+            if last_of_tile:
+                mbarrier.arrive(lat_empty, count=1)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def hopper_ws_kernel(
+    k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, ws_ptr,
+    k_out_ptr, v_out_ptr, w_desc, k_desc, pe_desc, v_desc,
+    stride_block, stride_slot, batch,
+    KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
+    HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
+    STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
+    NK: gl.constexpr = KV_C // BK
+    lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
+                                                  rank=2)
+    lat = gl.allocate_shared_memory(gl.float8e4nv, [NK, BM, BK], lat_smem)
+    pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
+                                       gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
+    out_buf = gl.allocate_shared_memory(k_desc.dtype, [2, BM, BN], k_desc.layout)
+    pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
+
+    w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    w_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    lat_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    lat_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(w_ready.index(s), count=1)
+        mbarrier.init(w_empty.index(s), count=1)
+    mbarrier.init(lat_ready, count=GATHER_WARPS * 32)
+    mbarrier.init(lat_empty, count=1)
+
+    gl.warp_specialize([
+        (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
+                         k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, out_buf, pe_out,
+                         w_ready, w_empty, lat_ready, lat_empty,
+                         NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, num_warps)),
+        (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
+                          NOPE, V, KV_C, ITEMS_PER_TILE, STAGES)),
+        (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                            stride_block, stride_slot, lat, pe_raw, lat_ready, lat_empty,
+                            KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
+    ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])

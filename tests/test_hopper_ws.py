@@ -1,0 +1,94 @@
+"""The Gluon design (hopper_ws) on a Hopper GPU against the torch reference, and where it is
+offered. Correctness runs need the GPU (it is compiled, never interpreted); the CPU checks
+its availability rules and, in test_compile.py, that it compiles for sm_90."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+from conftest import INTERPRET
+from test_kernels import run_and_check
+
+import mla_kernels as mk
+from mla_kernels.designs import DESIGNS, hopper_ws_supports, resolve_variant
+from mla_kernels.tuning import FALLBACK
+
+KIMI = "kimi-k3-tp8"
+
+
+def _hopper() -> bool:
+    return (torch.cuda.is_available() and not torch.version.hip
+            and torch.cuda.get_device_capability()[0] == 9)
+
+
+hopper = pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
+    (KIMI, [4096], 1),  # full tiles only
+    (KIMI, [1000], 1),  # a partial last tile (masked stores)
+    (KIMI, [37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
+    (KIMI, [513, 2048, 70], 64),
+    (KIMI, [32000], 1),
+    ("deepseek-v3-tp8", [2000, 77], 1),
+    ("deepseek-v3-tp1", [700], 1),  # 256 items a tile
+])
+def test_matches_reference(shape, contexts, block_size, device):
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=torch.seed() % 2**31)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 4])
+def test_program_runs_and_ring_depth(programs, stages, device):
+    # Runs that start and end mid-tile and mid-head; a ring shallower than one item.
+    inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=torch.seed() % 2**31)
+    run_and_check(inp, "hopper_ws", config=mk.LaunchConfig(programs=programs, stages=stages))
+
+
+@pytest.mark.gpu
+@hopper
+def test_fp16_outputs(device):
+    inp = mk.build_inputs(KIMI, [600], cache_dtype="fp8", weight_format="fp8_row",
+                          device=device, seed=torch.seed() % 2**31, out_dtype=torch.float16,
+                          weight_scale_range=(1e-3, 1e-1))  # within fp16 range
+    run_and_check(inp, "hopper_ws")
+
+
+def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16):
+    from mla_kernels.occupancy import problem_for
+
+    return replace(problem_for(shape, [10], cache, fmt, 1), out_dtype=out_dtype)
+
+
+def test_supported_problems():
+    assert hopper_ws_supports(_prob())
+    assert hopper_ws_supports(_prob(shape="deepseek-v3-tp1", out_dtype=torch.float16))
+    for kw in (dict(fmt="bf16"), dict(fmt="fp8_block"), dict(fmt="mxfp4"), dict(cache="bf16"),
+               dict(out_dtype=torch.float32)):
+        assert not hopper_ws_supports(_prob(**kw)), kw
+    assert not hopper_ws_supports(replace(_prob(), pe_dim=32))
+    assert not hopper_ws_supports(replace(_prob(), v_dim=64))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's rule")
+def test_never_offered_under_the_interpreter():
+    assert not DESIGNS["hopper_ws"].available(_prob(), torch.device("cpu"))
+    with pytest.raises(ValueError, match="variant: expected one of"):
+        resolve_variant("hopper_ws", _prob(), torch.device("cpu"))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's rule")
+def test_auto_falls_back_when_the_tuned_design_is_unavailable(monkeypatch):
+    from mla_kernels import tuning
+
+    monkeypatch.setattr(tuning, "auto_choice",
+                        lambda fmt, dev: ("hopper_ws", mk.LaunchConfig(programs=3)))
+    design, cfg = resolve_variant("auto", _prob(), torch.device("cpu"))
+    assert (design.name, cfg) == (FALLBACK[0], FALLBACK[1])
