@@ -179,10 +179,12 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     the first variant (bit identity: max abs diff 0 means identical bits).
 
     ``device`` defaults to the CPU under the Triton interpreter and to the GPU otherwise.
+    Designs this machine cannot run (a GPU-family design off its GPU) are left out.
     """
     from . import build_inputs, gather_kv_b_proj
     from .checks import check_outputs, expected
-    from .problem import interpreting
+    from .designs import DESIGNS
+    from .problem import check_arguments, interpreting
 
     if device is None:
         device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
@@ -190,8 +192,12 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
                        weight_format=weight_format, device=device, seed=seed)
     ref = expected(inp)
     t = inp.total_tokens
+    prob, dev = check_arguments(*inp.args()), torch.device(device)
     rows, first = [], None
     for v in variants:
+        if v in DESIGNS and not (weight_format in DESIGNS[v].formats
+                                 and DESIGNS[v].available(prob, dev)):
+            continue
         inp.poison_outputs()
         gather_kv_b_proj(*inp.args(), variant=v)
         res = check_outputs(inp, ref)

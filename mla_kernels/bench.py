@@ -178,8 +178,14 @@ def _graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]
 
 
 def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_paths: bool = True,
-               graph8: bool = False, progress: bool = True, seed: int = 0) -> list[dict]:
-    """Time every design of every point, check each against the reference, return tidy rows."""
+               graph8: bool = False, design_graphs: bool = False, progress: bool = True,
+               seed: int = 0) -> list[dict]:
+    """Time every design of every point, check each against the reference, return tidy rows.
+
+    Timings: "flushed" (do_bench, L2 flushed, the Python launch path included); "graph"
+    (the same launch replayed from a CUDA graph, L2 flushed: the device's time without the
+    host's), always for the torch paths and for the designs with ``design_graphs``; "graph8"
+    (8 back-to-back launches in one graph) with ``graph8``."""
     from tqdm.auto import tqdm
 
     ceilings = ceilings or measure_ceilings()
@@ -215,7 +221,7 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
             write_floor = roofline.output_bytes(s, tokens) / (ceilings["write_tbps"] * 1e12) * 1e6
             try:
                 timings = [("flushed", _bench(_rotating(sets, make)))]
-                if name.startswith("torch"):
+                if name.startswith("torch") or design_graphs:
                     timings.append(("graph", _bench(_rotating(
                         sets, lambda i, make=make: _graphed(make(i))))))
                 if graph8:

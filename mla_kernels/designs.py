@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import torch
 import triton
@@ -211,11 +212,26 @@ def _sm_count(device: torch.device) -> int:
     return HOPPER_WS_DEFAULT_PROGRAMS  # compile checks on the CPU target an H200
 
 
-def _launch_hopper_ws(prob: Problem, t: Tensors, max_context_len: int | None,
-                      config: LaunchConfig) -> None:
+@lru_cache(maxsize=16)
+def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
     from triton.experimental.gluon import language as gl
+
+    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16,
+                torch.float8_e4m3fn: gl.float8e4nv}[dtype]
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
+
+
+def _descriptor(x: torch.Tensor, rows: int, cols: int):
+    """A TMA descriptor of [rows, cols] blocks over a 2-D tensor. Its shared layout is cached:
+    building one costs a good part of a short launch's host time."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), [rows, cols],
+                            _smem_layout(rows, cols, x.dtype))
+
+
+def _launch_hopper_ws(prob: Problem, t: Tensors, max_context_len: int | None,
+                      config: LaunchConfig) -> None:
     from .kernels.hopper_ws import hopper_ws_kernel
 
     k_buffer, k_scale, kv_indptr, kv_indices, cs, w, ws, k_out, v_out = t
@@ -225,18 +241,12 @@ def _launch_hopper_ws(prob: Problem, t: Tensors, max_context_len: int | None,
     if 0 in grid or prob.batch == 0:
         return
     tile = HOPPER_WS_TILE
-    out_gl = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16}[k_out.dtype]
     k2 = k_out.view(k_out.shape[0], -1)
     v2 = v_out.view(v_out.shape[0], -1)
-
-    def desc(x, block, dtype):
-        layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
-        return TensorDescriptor(x, list(x.shape), list(x.stride()), block, layout)
-
     hopper_ws_kernel[grid](
         k_buffer, k_scale, kv_indptr, kv_indices, cs, ws, k_out, v_out,
-        desc(w, [tile, tile], gl.float8e4nv), desc(k2, [tile, tile], out_gl),
-        desc(k2, [tile, prob.pe_dim], out_gl), desc(v2, [tile, tile], out_gl),
+        _descriptor(w, tile, tile), _descriptor(k2, tile, tile),
+        _descriptor(k2, tile, prob.pe_dim), _descriptor(v2, tile, tile),
         k_buffer.stride(0), k_buffer.stride(1), prob.batch,
         KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
         HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,

@@ -68,6 +68,10 @@ def _require(cond: bool, arg: str, expected: str, got) -> None:
 
 
 def _check_tensor(t, arg: str, *, dims: int, dtypes: tuple, device: torch.device) -> None:
+    # Runs on every launch: the messages are only formatted once a check has failed.
+    if (isinstance(t, torch.Tensor) and t.dim() == dims and t.dtype in dtypes
+            and t.device == device and t.is_contiguous()):
+        return
     _require(isinstance(t, torch.Tensor), arg, "a torch.Tensor", type(t).__name__)
     _require(t.dim() == dims, arg, f"{dims} dimensions", f"shape {tuple(t.shape)}")
     _require(t.dtype in dtypes, arg, f"dtype in {[str(d) for d in dtypes]}", t.dtype)

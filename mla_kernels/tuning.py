@@ -1,9 +1,12 @@
 """What variant="auto" runs: a committed table of the best measured design and launch
 config per (device, weight format), with a portable fallback for unknown devices.
 
-Entries come from `scripts/tune.py` on the lent H200 (2026-11-29, Kimi-K3 TP8, fp8 cache,
-page size 1, 32000 tokens; rows in data/exploration/h200/tune_2026-11-29.csv). Re-run it to extend the
-table to another device.
+Entries come from `scripts/tune.py` on the lent H200 (Kimi-K3 TP8, fp8 cache, page size 1,
+32000 tokens; rows in data/exploration/h200/: tune_2026-11-29.csv for the portable designs,
+tune_2026-11-30.csv for hopper_ws, whose ring depth 4 was fastest at 4096, 32000 and
+109440 tokens). A design the table names but a problem cannot use (hopper_ws off an
+sm_90 GPU, or outside its shapes) falls back to FALLBACK. Re-run it to extend the table to
+another device.
 """
 
 from __future__ import annotations
@@ -16,8 +19,7 @@ from .designs import LaunchConfig
 from .devices import lookup_device
 
 TUNED: dict[tuple[str, str], tuple[str, LaunchConfig]] = {
-    ("H200", "fp8_row"): ("tiled", LaunchConfig(chunk_tokens=128, num_warps=4, num_stages=2,
-                                                split_parts=True)),
+    ("H200", "fp8_row"): ("hopper_ws", LaunchConfig(stages=4)),
     ("H200", "fp8_block"): ("tiled", LaunchConfig(chunk_tokens=128, num_warps=8, num_stages=2,
                                                   split_parts=True)),
     ("H200", "bf16"): ("tiled", LaunchConfig(chunk_tokens=64, num_warps=4, num_stages=2,

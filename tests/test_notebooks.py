@@ -143,7 +143,9 @@ def test_cpu_batch_checked_the_kernels_and_modelled_both_devices(cpu_report, dev
     out_dir, _ = cpu_report
     checks = pd.read_csv(out_dir / "data" / "correctness.csv")
     assert checks["correct"].all() and (checks["device"] == device).all()
-    assert set(checks["variant"]) == set(cfg_variants())
+    # Every configured design this machine can run; the sm_90-only Gluon design is left out.
+    assert "hopper_ws" in cfg_variants()
+    assert set(checks["variant"]) == set(cfg_variants()) - {"hopper_ws"}
     assert (checks[checks.variant == "chunked"]["max_abs_diff"] == 0).all()
     occ = pd.read_csv(out_dir / "data" / "occupancy.csv")
     assert set(occ["device"]) == {"MI355X", "H200"}

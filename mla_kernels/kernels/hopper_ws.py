@@ -53,15 +53,52 @@ GATHER_WARPS = gl.constexpr(4)
 
 @gluon.jit
 def _item_range(cs_ptr, batch, ITEMS_PER_TILE: gl.constexpr):
-    """(tokens, first item, end item) of this program: the items of all token tiles split
-    into contiguous, equal runs, so every program's run touches as few tiles as possible."""
+    """(tokens, first item, end item) of this program.
+
+    With at least two programs per token tile, each program takes an equal share of one
+    tile's items, so none gathers two tiles in a row (short contexts); otherwise the items
+    of all tiles are split into contiguous, equal runs, which touch as few tiles as possible.
+    """
     total = gl.load(cs_ptr + batch)
-    n_items = gl.cdiv(total, BM) * ITEMS_PER_TILE
+    n_tiles = gl.cdiv(total, BM)
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
-    start = (pid * n_items) // nprog
-    end = ((pid + 1) * n_items) // nprog
+    if n_tiles * 2 <= nprog:
+        parts = nprog // n_tiles
+        tile = pid // parts
+        part = pid % parts
+        start = tile * ITEMS_PER_TILE + (part * ITEMS_PER_TILE) // parts
+        end = tile * ITEMS_PER_TILE + ((part + 1) * ITEMS_PER_TILE) // parts
+        if tile >= n_tiles:
+            end = start
+    else:
+        n_items = n_tiles * ITEMS_PER_TILE
+        start = (pid * n_items) // nprog
+        end = ((pid + 1) * n_items) // nprog
     return total, start, end
+
+
+@gluon.jit
+def _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
+               stride_block, stride_slot, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
+               layout: gl.constexpr):
+    """Element offsets of the latent rows of token tile ``tile`` (64-bit: block id x stride
+    overflows 32 bits on large caches), and which rows hold a token."""
+    r = tile * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    tmask = r < total
+    # The sequence of each row: the last b with cs[b] <= r (empty sequences skipped).
+    lo = gl.zeros_like(r)
+    hi = lo + batch - 1
+    for _ in gl.static_range(SEARCH_STEPS):
+        mid = (lo + hi + 1) // 2
+        go_right = gl.load(cs_ptr + mid) <= r
+        lo = gl.where(go_right, mid, lo)
+        hi = gl.where(go_right, hi, mid - 1)
+    t = r - gl.load(cs_ptr + lo)
+    first_block = gl.load(kv_indptr_ptr + lo)
+    blk = gl.load(kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask, other=0)
+    rows = blk.to(gl.int64) * stride_block + (t % BLOCK_SIZE).to(gl.int64) * stride_slot
+    return rows, tmask
 
 
 @gluon.jit
@@ -92,39 +129,40 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
     lat_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [GATHER_WARPS, 1], [1, 0])
     pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (PE // 16), PE // 16],
                                                [GATHER_WARPS, 1], [1, 0])
+    NK: gl.constexpr = KV_C // BK
     total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     k_cols = gl.arange(0, BK, layout=gl.SliceLayout(0, lat_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     first_tile = start // ITEMS_PER_TILE
     last_tile = (end + ITEMS_PER_TILE - 1) // ITEMS_PER_TILE
+    if end == start:
+        last_tile = first_tile  # no items: gather nothing
+    rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
+                             first_tile, stride_block, stride_slot, BLOCK_SIZE, SEARCH_STEPS,
+                             lat_layout)
     for tile in range(first_tile, last_tile):
-        mbarrier.wait(lat_empty, ((tile - first_tile) & 1) ^ 1)
-        r = tile * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, lat_layout))
-        tmask = r < total
-        # The sequence of each row: the last b with cs[b] <= r (empty sequences skipped).
-        lo = gl.zeros_like(r)
-        hi = lo + batch - 1
-        for _ in gl.static_range(SEARCH_STEPS):
-            mid = (lo + hi + 1) // 2
-            go_right = gl.load(cs_ptr + mid) <= r
-            lo = gl.where(go_right, mid, lo)
-            hi = gl.where(go_right, hi, mid - 1)
-        t = r - gl.load(cs_ptr + lo)
-        first_block = gl.load(kv_indptr_ptr + lo)
-        blk = gl.load(kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask, other=0)
-        # 64-bit: block id x stride overflows 32 bits on large caches.
-        rows = blk.to(gl.int64) * stride_block + (t % BLOCK_SIZE).to(gl.int64) * stride_slot
-        for kb in gl.static_range(KV_C // BK):
-            cp_async.load(
-                lat.index(kb), k_buffer_ptr + rows[:, None] + (kb * BK + k_cols)[None, :],
-                mask=tmask[:, None])
+        # A buffer's first fill waits on the phase before the barrier's first: it passes.
+        phase = ((tile - first_tile) & 1) ^ 1
+        # Rope first (the MMA warps stage it at the tile's start), then the K chunks in order,
+        # each on its own barrier so the first wgmma starts as soon as its chunk has landed.
         pe_rows = gl.convert_layout(rows, gl.SliceLayout(1, pe_layout))
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
-        cp_async.load(
-            pe_raw, k_buffer_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :],
-            mask=pe_mask[:, None])
-        # Each thread's arrival lands when its own copies have: the barrier counts threads.
-        async_copy.mbarrier_arrive(lat_ready, increment_count=False)
+        mbarrier.wait(lat_empty.index(NK), phase)
+        cp_async.load(pe_raw, k_buffer_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :],
+                      mask=pe_mask[:, None])
+        # Each thread's arrival lands when its own copies have: the barriers count threads.
+        async_copy.mbarrier_arrive(lat_ready.index(NK), increment_count=False)
+        for kb in gl.static_range(NK):
+            mbarrier.wait(lat_empty.index(kb), phase)
+            cp_async.load(lat.index(kb),
+                          k_buffer_ptr + rows[:, None] + (kb * BK + k_cols)[None, :],
+                          mask=tmask[:, None])
+            async_copy.mbarrier_arrive(lat_ready.index(kb), increment_count=False)
+        # The next tile's row offsets (dependent index loads) are fetched while this
+        # tile's matrix work runs, off the MMA warps' critical path.
+        rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                                 total, tile + 1, stride_block, stride_slot, BLOCK_SIZE,
+                                 SEARCH_STEPS, lat_layout)
 
 
 @gluon.jit
@@ -160,34 +198,42 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         row0 = tile * BM
         full = row0 + BM <= total
         last_of_tile = (hp == ITEMS_PER_TILE - 1) | (it == end - 1)
-        if (it == start) | (hp == 0):
-            mbarrier.wait(lat_ready, tiles_seen & 1)
+        new_tile = (it == start) | (hp == 0)
+        if new_tile:
+            tiles_seen += 1
+            mbarrier.wait(lat_ready.index(NK), (tiles_seen - 1) & 1)
             # cp.async wrote through the generic proxy; wgmma and TMA read through the async one.
             fence_async_shared()
-            tiles_seen += 1
             if full:
                 pe = pe_raw.load(pe_layout).to(gl.float32) * k_scale
                 tma.store_wait(0)  # the previous tile's rope stores have left pe_out
                 pe_out.store(pe.to(out_ty))
                 fence_async_shared()
+                mbarrier.arrive(lat_empty.index(NK), count=1)  # the next tile's rope may land
+        # The weight scales are fetched now, so their latency hides behind the wgmma.
+        w_row = head * (NOPE + V) + half * NOPE
+        scale = gl.load(ws_ptr + w_row + cols) * k_scale
 
         for kb in gl.static_range(NK):
             s = c % STAGES
             mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
+            if new_tile:
+                mbarrier.wait(lat_ready.index(kb), (tiles_seen - 1) & 1)
+                fence_async_shared()
             acc = warpgroup_mma(lat.index(kb), w_ring.index(s).permute((1, 0)), acc,
                                 use_acc=kb > 0, is_async=True)
             if kb > 0:
                 # The previous chunk's wgmma is done: its ring slot can be refilled.
                 acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
                 mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+                if last_of_tile:  # the tile's last reader of that latent chunk is done
+                    mbarrier.arrive(lat_empty.index(kb - 1), count=1)
             c += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-        if last_of_tile & full:
-            mbarrier.arrive(lat_empty, count=1)  # the next tile may be gathered
+        if last_of_tile:
+            mbarrier.arrive(lat_empty.index(NK - 1), count=1)
 
-        w_row = head * (NOPE + V) + half * NOPE
-        scale = gl.load(ws_ptr + w_row + cols) * k_scale
         out = (acc * scale[None, :]).to(out_ty)
         if full:
             buf = out_buf.index(n_tma % 2)
@@ -220,8 +266,8 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             else:
                 gl.store(v_out_ptr + r.to(gl.int64)[:, None] * (V * HEADS)
                          + head * V + cols[None, :], out, mask=rmask)
-            if last_of_tile:
-                mbarrier.arrive(lat_empty, count=1)
+            if last_of_tile:  # the partial tile's rope was read from pe_raw until now
+                mbarrier.arrive(lat_empty.index(NK), count=1)
     tma.store_wait(0)
 
 
@@ -248,13 +294,17 @@ def hopper_ws_kernel(
 
     w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     w_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    lat_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    lat_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    # One barrier per K chunk of the latent tile and a last one for its rope part, both ways:
+    # a chunk is refilled as soon as the tile's last item has multiplied it.
+    lat_ready = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
+    lat_empty = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(w_ready.index(s), count=1)
         mbarrier.init(w_empty.index(s), count=1)
-    mbarrier.init(lat_ready, count=GATHER_WARPS * 32)
-    mbarrier.init(lat_empty, count=1)
+    for kb in gl.static_range(NK + 1):
+        mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)
+    for kb in gl.static_range(NK + 1):
+        mbarrier.init(lat_empty.index(kb), count=1)
 
     gl.warp_specialize([
         (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
