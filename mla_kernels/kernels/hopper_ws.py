@@ -14,8 +14,8 @@ contiguous run of work items and three groups of warps run side by side:
 A work item is BM tokens x one head-half (K-nope or V, BN = 128 columns). Items are
 numbered tile-major, so consecutive items of a program share the gathered latent tile
 (2 x heads items per tile). The rope columns are narrowed once per tile and stored beside
-each head's K-nope block. The last, partial tile is stored with masked stores, so rows
-past the last token are never written.
+each head's K-nope block. The last, partial tile is staged the same way but stored with
+row-masked stores, so rows past the last token are never written.
 
 Supported: fp8 e4m3fn cache, fp8 per-row weight, nope = v = 128, pe = 64, kv_c a multiple
 of 128, bf16 or fp16 outputs (``designs.hopper_ws_available``).
@@ -183,12 +183,14 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
     total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     k_scale = gl.load(k_scale_ptr)
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
-    acc_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     pe_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, pe_layout))
+    st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
+    st_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
+    st_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
     acc = gl.zeros((BM, BN), gl.float32, acc_layout)
     c = 0  # weight chunks consumed
-    n_tma = 0  # items stored by TMA: picks the staging buffer
+    n_tma = 0  # items staged: picks the staging buffer
     tiles_seen = 0
     for it in range(start, end):
         tile = it // ITEMS_PER_TILE
@@ -235,37 +237,43 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             mbarrier.arrive(lat_empty.index(NK - 1), count=1)
 
         out = (acc * scale[None, :]).to(out_ty)
+        buf = out_buf.index(n_tma % 2)
+        # Before reusing a staging buffer, the stores of the item that last used it (two
+        # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
+        # that order) and V (one store), so that is all but the newest 1 (or 2) groups; the
+        # partial tile, which may follow a full one, waits for all.
+        if not full:
+            tma.store_wait(0)
+        elif half == 0:
+            tma.store_wait(1)
+        else:
+            tma.store_wait(2)
+        buf.store(out)
+        n_tma += 1
         if full:
-            buf = out_buf.index(n_tma % 2)
-            # Before reusing a staging buffer, the stores of the item that last used it
-            # (two items back) must be done. Items alternate K (rope + K-nope stores, in that
-            # order) and V (one store), so that is all but the newest 1 (or 2) groups.
-            if half == 0:
-                tma.store_wait(1)
-            else:
-                tma.store_wait(2)
-            buf.store(out)
             fence_async_shared()
             if half == 0:
                 tma_io.store(pe_desc, [row0, head * KROW + NOPE], pe_out)
                 tma_io.store(k_desc, [row0, head * KROW], buf)
             else:
                 tma_io.store(v_desc, [row0, head * V], buf)
-            n_tma += 1
         else:
-            r = row0 + acc_rows
-            rmask = (r < total)[:, None]
+            # TMA would write the spare rows past the last token too: the partial tile is
+            # read back from the staging buffer and stored row-masked, 16 bytes a thread.
+            val = buf.load(st_layout)
+            r = (row0 + st_rows).to(gl.int64)[:, None]
+            rmask = (row0 + st_rows < total)[:, None]
             if half == 0:
-                gl.store(k_out_ptr + r.to(gl.int64)[:, None] * (KROW * HEADS)
-                         + head * KROW + cols[None, :], out, mask=rmask)
+                gl.store(k_out_ptr + r * (KROW * HEADS) + head * KROW + st_cols[None, :], val,
+                         mask=rmask)
                 pr = row0 + pe_rows
                 pe = (pe_raw.load(pe_layout).to(gl.float32) * k_scale).to(out_ty)
                 gl.store(k_out_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
                          + head * KROW + NOPE + pe_cols[None, :], pe,
                          mask=(pr < total)[:, None])
             else:
-                gl.store(v_out_ptr + r.to(gl.int64)[:, None] * (V * HEADS)
-                         + head * V + cols[None, :], out, mask=rmask)
+                gl.store(v_out_ptr + r * (V * HEADS) + head * V + st_cols[None, :], val,
+                         mask=rmask)
             if last_of_tile:  # the partial tile's rope was read from pe_raw until now
                 mbarrier.arrive(lat_empty.index(NK), count=1)
     tma.store_wait(0)
