@@ -17,6 +17,11 @@ from .formats import as_uint8
 from .kernels.chunk_loop import chunked_kernel, serial_kernel
 from .kernels.common import FORMAT_CODES
 from .kernels.tiled import tiled_kernel
+
+try:  # Gluon ships with triton >= 3.4; without it the Hopper design is never offered
+    from .kernels.hopper_ws import hopper_ws_kernel
+except ImportError:
+    hopper_ws_kernel = None
 from .problem import Problem, interpreting
 
 Tensors = tuple  # the nine arguments of gather_kv_b_proj, in order
@@ -50,6 +55,7 @@ class Design:
     launch: Callable[[Problem, Tensors, int | None, LaunchConfig], None]
     default_config: LaunchConfig = field(default_factory=LaunchConfig)
     available: Callable[[Problem, torch.device], bool] = lambda prob, device: True
+    vendors: tuple[str, ...] = ("amd", "nvidia")  # GPU families it is written for
 
     def programs(self, prob: Problem, max_context_len: int | None = None,
                  config: LaunchConfig | None = None) -> int:
@@ -232,8 +238,6 @@ def _descriptor(x: torch.Tensor, rows: int, cols: int):
 
 def _launch_hopper_ws(prob: Problem, t: Tensors, max_context_len: int | None,
                       config: LaunchConfig) -> None:
-    from .kernels.hopper_ws import hopper_ws_kernel
-
     k_buffer, k_scale, kv_indptr, kv_indices, cs, w, ws, k_out, v_out = t
     if config.programs is None:
         config = replace(config, programs=_sm_count(k_buffer.device))
@@ -274,15 +278,7 @@ def hopper_ws_available(prob: Problem, device: torch.device) -> bool:
     if device.type == "cuda" and (torch.version.hip
                                   or torch.cuda.get_device_capability(device)[0] != 9):
         return False
-    return _gluon_importable()
-
-
-def _gluon_importable() -> bool:
-    try:
-        from .kernels import hopper_ws  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return hopper_ws_kernel is not None
 
 
 ALL_FORMATS = ("bf16", "fp8_row", "fp8_block", "mxfp4")
@@ -303,7 +299,7 @@ DESIGNS: dict[str, Design] = {
         Design("hopper_ws", "persistent, warp-specialised Gluon kernel: TMA weight ring, "
                "cp.async latent gather, async wgmma, overlapped TMA stores (sm_90 only)",
                ("fp8_row",), hopper_ws_grid, _launch_hopper_ws, LaunchConfig(),
-               hopper_ws_available),
+               hopper_ws_available, vendors=("nvidia",)),
     )
 }
 

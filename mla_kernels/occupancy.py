@@ -92,6 +92,20 @@ def _tiled_work(prob: Problem, contexts: Sequence[int], max_context_len: int | N
     return min(tiles, -(-sum(contexts) // bm)) * per_tile
 
 
+def _hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None,
+                    config: LaunchConfig) -> int:
+    # As the kernel splits its items: at least two programs a token tile give each tile
+    # min(parts, items a tile) non-empty shares; otherwise contiguous runs of items.
+    launched = _designs.hopper_ws_grid(prob, max_context_len, config)[0]
+    tiles = -(-sum(contexts) // _designs.HOPPER_WS_TILE)
+    per_tile = 2 * prob.num_heads
+    if tiles == 0:
+        return 0
+    if 2 * tiles <= launched:
+        return tiles * min(launched // tiles, per_tile)
+    return min(launched, tiles * per_tile)
+
+
 # Keyed by grid function, so a new design that reuses a grid inherits its work model.
 WORK_MODELS: dict[Callable, WorkFn] = {
     _designs.serial_grid: _serial_work,
@@ -99,6 +113,7 @@ WORK_MODELS: dict[Callable, WorkFn] = {
 }
 if hasattr(_designs, "tiled_grid"):
     WORK_MODELS[_designs.tiled_grid] = _tiled_work
+WORK_MODELS[_designs.hopper_ws_grid] = _hopper_ws_work
 
 
 def working_programs(design: str | Design, prob: Problem, contexts: Sequence[int],
@@ -280,6 +295,8 @@ def occupancy_table(variants: Iterable[str], batches: Iterable[Sequence[int]],
         for contexts in batches:
             prob = problem_for(s, contexts, cache_dtype, weight_format, block_size)
             for v in variants:
+                if v in DESIGNS and spec.vendor not in DESIGNS[v].vendors:
+                    continue  # a GPU-family design is not modelled on another family
                 r = (resident or {}).get((spec.name, v), 1)
                 occ = occupancy(v, prob, contexts, spec, max_context_len=max_context_len,
                                 resident_per_cu=r)

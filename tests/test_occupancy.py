@@ -191,3 +191,21 @@ def test_design_resources_reads_the_kernels_a_launch_refers_to():
     design = dataclasses.replace(DESIGNS["serial"], name="fake", launch=launch)
     assert occ.design_resources(design) == [{"kernel": "k", "n_regs": 128, "n_spills": 2,
                                              "shared_bytes": 4096, "num_warps": 4}]
+
+
+@pytest.mark.parametrize(("contexts", "working"), [
+    ([128], 24),  # one tile: each of its 24 items on its own program
+    ([4096], 128),  # 32 tiles x 4 programs a tile (132 // 32)
+    ([96, 4000], 128),  # tiles run over the flat token axis, across sequences
+    ([32000], 132),  # 250 tiles: contiguous runs on every SM
+])
+def test_hopper_ws_work_model_follows_its_item_split(contexts, working):
+    prob = occ.problem_for(KIMI, contexts)
+    o = occ.occupancy("hopper_ws", prob, contexts, "H200")
+    assert o.working_known and o.programs_working == working
+
+
+def test_a_gpu_family_design_is_not_modelled_on_another_family():
+    rows = occ.occupancy_table(["serial", "hopper_ws"], [[4096]], ["MI355X", "H200"])
+    assert {(r["device"], r["variant"]) for r in rows} == {
+        ("MI355X", "serial"), ("H200", "serial"), ("H200", "hopper_ws")}
