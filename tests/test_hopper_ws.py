@@ -27,8 +27,10 @@ hopper = pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize(("shape", "contexts", "block_size"), [
-    (KIMI, [4096], 1),  # full tiles only
-    (KIMI, [1000], 1),  # a partial last tile (masked stores)
+    (KIMI, [4096], 1),  # whole tiles only
+    (KIMI, [1000], 1),  # the last tile shifted back to end at the last token
+    (KIMI, [100], 1),  # fewer tokens than a tile: the one partial tile (masked stores)
+    (KIMI, [5, 0, 60], 16),
     (KIMI, [37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
     (KIMI, [513, 2048, 70], 64),
     (KIMI, [32000], 1),

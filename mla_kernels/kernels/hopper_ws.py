@@ -14,8 +14,9 @@ contiguous run of work items and three groups of warps run side by side:
 A work item is BM tokens x one head-half (K-nope or V, BN = 128 columns). Items are
 numbered tile-major, so consecutive items of a program share the gathered latent tile
 (2 x heads items per tile). The rope columns are narrowed once per tile and stored beside
-each head's K-nope block. The last, partial tile is staged the same way but stored with
-row-masked stores, so rows past the last token are never written.
+each head's K-nope block. The last tile is shifted back to end at the last token, so rows
+past it are never written; only a batch of fewer than 128 tokens has a partial tile, stored
+with row-masked stores.
 
 Supported: fp8 e4m3fn cache, fp8 per-row weight, nope = v = 128, pe = 64, kv_c a multiple
 of 128, bf16 or fp16 outputs (``designs.hopper_ws_available``).
@@ -79,12 +80,21 @@ def _item_range(cs_ptr, batch, ITEMS_PER_TILE: gl.constexpr):
 
 
 @gluon.jit
+def _tile_row0(tile, total):
+    """First token row of a tile. The last tile is shifted back to end at the last token, so
+    it is full too and leaves by TMA like the others: its first rows, also the previous
+    tile's last, are computed twice and written twice with the same bits. Only a batch of
+    fewer than BM tokens has a partial tile."""
+    return gl.minimum(tile * BM, gl.maximum(total - BM, 0))
+
+
+@gluon.jit
 def _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
                stride_block, stride_slot, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
                layout: gl.constexpr):
     """Element offsets of the latent rows of token tile ``tile`` (64-bit: block id x stride
     overflows 32 bits on large caches), and which rows hold a token."""
-    r = tile * BM + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    r = _tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     tmask = r < total
     # The sequence of each row: the last b with cs[b] <= r (empty sequences skipped).
     lo = gl.zeros_like(r)
@@ -197,7 +207,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         hp = it % ITEMS_PER_TILE
         head = hp // 2
         half = hp % 2
-        row0 = tile * BM
+        row0 = _tile_row0(tile, total)
         full = row0 + BM <= total
         last_of_tile = (hp == ITEMS_PER_TILE - 1) | (it == end - 1)
         new_tile = (it == start) | (hp == 0)
