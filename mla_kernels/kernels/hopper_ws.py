@@ -37,6 +37,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+# The portable designs' row-to-sequence search: plain arithmetic, loads and selects trace the
+# same in Gluon, the layouts following from the row vector passed in.
+from .tiled import find_sequence
+
 # Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
 # (TMA and cp.async) and async_copy_shared_to_global; newer releases async_load / async_store.
 tma_io = types.ModuleType("tma_io")
@@ -96,14 +100,7 @@ def _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
     overflows 32 bits on large caches), and which rows hold a token."""
     r = _tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     tmask = r < total
-    # The sequence of each row: the last b with cs[b] <= r (empty sequences skipped).
-    lo = gl.zeros_like(r)
-    hi = lo + batch - 1
-    for _ in gl.static_range(SEARCH_STEPS):
-        mid = (lo + hi + 1) // 2
-        go_right = gl.load(cs_ptr + mid) <= r
-        lo = gl.where(go_right, mid, lo)
-        hi = gl.where(go_right, hi, mid - 1)
+    lo = find_sequence(cs_ptr, r, batch, SEARCH_STEPS)
     t = r - gl.load(cs_ptr + lo)
     first_block = gl.load(kv_indptr_ptr + lo)
     blk = gl.load(kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask, other=0)
@@ -250,8 +247,8 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         buf = out_buf.index(n_tma % 2)
         # Before reusing a staging buffer, the stores of the item that last used it (two
         # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
-        # that order) and V (one store), so that is all but the newest 1 (or 2) groups; the
-        # partial tile, which may follow a full one, waits for all.
+        # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
+        # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
         if not full:
             tma.store_wait(0)
         elif half == 0:

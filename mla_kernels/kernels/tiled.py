@@ -25,7 +25,7 @@ from .common import (
 def find_sequence(cs_ptr, r, batch, SEARCH_STEPS: tl.constexpr):
     """For each row r, the sequence b with cs[b] <= r < cs[b + 1] (binary search; empty
     sequences, whose cs entries repeat, are skipped because the last b with cs[b] <= r wins)."""
-    lo = tl.zeros_like(r)
+    lo = r - r  # zeros like r; also traced by Gluon kernels, where zeros_like needs a layout
     hi = lo + batch - 1
     for _ in tl.static_range(SEARCH_STEPS):
         mid = (lo + hi + 1) // 2
