@@ -195,8 +195,7 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     prob, dev = check_arguments(*inp.args()), torch.device(device)
     rows, first = [], None
     for v in variants:
-        if v in DESIGNS and not (weight_format in DESIGNS[v].formats
-                                 and DESIGNS[v].available(prob, dev)):
+        if v in DESIGNS and not DESIGNS[v].runs(prob, dev):
             continue
         inp.poison_outputs()
         gather_kv_b_proj(*inp.args(), variant=v)

@@ -57,6 +57,10 @@ class Design:
     available: Callable[[Problem, torch.device], bool] = lambda prob, device: True
     vendors: tuple[str, ...] = ("amd", "nvidia")  # GPU families it is written for
 
+    def runs(self, prob: Problem, device: torch.device) -> bool:
+        """Whether this design serves the problem's weight format and can run it on device."""
+        return prob.weight_format in self.formats and self.available(prob, device)
+
     def programs(self, prob: Problem, max_context_len: int | None = None,
                  config: LaunchConfig | None = None) -> int:
         g = self.grid(prob, max_context_len, config or self.default_config)
@@ -316,7 +320,7 @@ def resolve_variant(variant: str, prob: Problem, device: torch.device,
         from .tuning import FALLBACK, auto_choice
 
         name, tuned = auto_choice(prob.weight_format, device)
-        if not DESIGNS[name].available(prob, device):  # e.g. a GPU-family design, other dims
+        if not DESIGNS[name].runs(prob, device):  # e.g. a GPU-family design, other dims
             name, tuned = FALLBACK
         config = config or tuned
     else:
@@ -324,9 +328,8 @@ def resolve_variant(variant: str, prob: Problem, device: torch.device,
     if name not in DESIGNS:
         raise ValueError(f"variant: expected one of {variant_names()}, got {variant!r}")
     design = DESIGNS[name]
-    if prob.weight_format not in design.formats or not design.available(prob, device):
-        valid = ["auto"] + [d.name for d in DESIGNS.values()
-                            if prob.weight_format in d.formats and d.available(prob, device)]
+    if not design.runs(prob, device):
+        valid = ["auto"] + [d.name for d in DESIGNS.values() if d.runs(prob, device)]
         raise ValueError(f"variant: expected one of {valid} for a {prob.weight_format} weight "
                          f"on {device}, got {variant!r}")
     return design, config or design.default_config
