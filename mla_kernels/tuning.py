@@ -3,10 +3,10 @@ config per (device, weight format), with a portable fallback for unknown devices
 
 Entries come from `scripts/tune.py` on the lent H200 (Kimi-K3 TP8, fp8 cache, page size 1,
 32000 tokens; rows in data/exploration/h200/: tune_2026-11-29.csv for the portable designs,
-tune_2026-11-30.csv for hopper_ws, whose ring depth 4 was fastest at 4096, 32000 and
-109440 tokens). A design the table names but a problem cannot use (hopper_ws off an
-sm_90 GPU, or outside its shapes) falls back to FALLBACK. Re-run it to extend the table to
-another device.
+tune_2026-11-30.csv for hopper_ws's ring depths 2-4, whose plain-call rows are host-bound
+below 109440 tokens; depth 4 was chosen from graph timings, docs/perf-notes.md). A design
+the table names but a problem cannot use (hopper_ws off an sm_90 GPU, or outside its
+shapes) falls back to FALLBACK. Re-run it to extend the table to another device.
 """
 
 from __future__ import annotations
