@@ -177,6 +177,33 @@ def _graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]
     return _bench(_graphed(eight)) / 8
 
 
+def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float, dot: str,
+                    ceilings: dict, max_rel_err: float, correct: bool, config: str = "",
+                    error: str = "") -> dict:
+    """One tidy row of the measurement schema (data/README.md): the point, one timing of one
+    variant, its floors from the ceilings, and its check against the reference."""
+    s = get_shape(pt.shape)
+    tokens = sum(pt.contexts)
+    nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
+    nflops = roofline.flops(s, tokens)
+    mm = ceilings[f"mm_tflops_{dot}"]
+    fl = roofline.floors(nbytes, nflops, ceilings["copy_tbps"], mm)
+    return {
+        **prov, "model": s.name, "heads": s.num_heads, "weight_format": pt.weight_format,
+        "cache_dtype": pt.cache_dtype, "block_size": pt.block_size,
+        "contexts": " ".join(str(c) for c in pt.contexts), "batch": len(pt.contexts),
+        "ctx": tokens, "variant": variant, "timing": timing, "median_us": us,
+        "min_bytes": nbytes, "flops": nflops, "dot_dtype": dot,
+        "copy_tbps": ceilings["copy_tbps"], "write_tbps": ceilings["write_tbps"],
+        "mm_tflops": mm, **fl,
+        "write_floor_us": (roofline.output_bytes(s, tokens)
+                           / (ceilings["write_tbps"] * 1e12) * 1e6),
+        "roof_fraction": fl["floor_us"] / us, "achieved_tbps": nbytes / us / 1e6,
+        "achieved_tflops": nflops / us / 1e6, "max_rel_err": max_rel_err, "correct": correct,
+        "config": config, "error": error,
+    }
+
+
 def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_paths: bool = True,
                graph8: bool = False, design_graphs: bool = False, progress: bool = True,
                seed: int = 0) -> list[dict]:
@@ -198,9 +225,8 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                             weight_format=pt.weight_format, device="cuda", seed=seed,
                             spare_indices=0, spare_rows=0, spare_blocks=0)
         ref = expected(base)
-        nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
-        nflops = roofline.flops(s, tokens)
-        per_set = nbytes
+        # Enough input sets (at most 8) to span twice the L2 together, rotated between calls.
+        per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
         n_sets = max(1, min(8, -(-L2_ROTATE_BYTES // max(per_set, 1))))
         sets = [base] + [build_inputs(s, pt.contexts, block_size=pt.block_size,
                                       cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
@@ -216,9 +242,6 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
             if pt.weight_format == "fp8_row" and pt.cache_dtype.startswith("fp8"):
                 candidates.append(("torch_fp8", "fp8", lambda i: torch_path(i, "fp8")))
         for name, dot, make in candidates:
-            mm = ceilings[f"mm_tflops_{dot}"]
-            fl = roofline.floors(nbytes, nflops, ceilings["copy_tbps"], mm)
-            write_floor = roofline.output_bytes(s, tokens) / (ceilings["write_tbps"] * 1e12) * 1e6
             try:
                 timings = [("flushed", _bench(_rotating(sets, make)))]
                 if name.startswith("torch") or design_graphs:
@@ -236,21 +259,10 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                                                              "correct": False}
                 error = f"{type(e).__name__}: {str(e)[:200]}"
             cfg = pt.configs.get(name)
-            for timing, us in timings:
-                rows.append({
-                    **prov, "model": s.name, "heads": s.num_heads,
-                    "weight_format": pt.weight_format, "cache_dtype": pt.cache_dtype,
-                    "block_size": pt.block_size,
-                    "contexts": " ".join(str(c) for c in pt.contexts),
-                    "batch": len(pt.contexts), "ctx": tokens, "variant": name, "timing": timing,
-                    "median_us": us, "min_bytes": nbytes, "flops": nflops, "dot_dtype": dot,
-                    "copy_tbps": ceilings["copy_tbps"], "write_tbps": ceilings["write_tbps"],
-                    "mm_tflops": mm, **fl, "write_floor_us": write_floor,
-                    "roof_fraction": fl["floor_us"] / us,
-                    "achieved_tbps": nbytes / us / 1e6, "achieved_tflops": nflops / us / 1e6,
-                    "max_rel_err": chk["max_rel_err"], "correct": chk["correct"],
-                    "config": "" if cfg is None else repr(cfg), "error": error,
-                })
+            rows += [measurement_row(prov, pt, name, timing, us, dot, ceilings,
+                                     chk["max_rel_err"], chk["correct"],
+                                     "" if cfg is None else repr(cfg), error)
+                     for timing, us in timings]
         del sets, base, ref
         torch.cuda.empty_cache()
     return rows
