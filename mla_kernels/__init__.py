@@ -1,16 +1,16 @@
 """mla_kernels: the cached-prefix gather_kv_b_proj of multi-head latent attention."""
 
 from .api import gather_kv_b_proj
-from .designs import DESIGNS, LaunchConfig, variant_names
+from .designs import DESIGNS, variant_names
 from .inputs import GatherInputs, build_inputs
-from .problem import validate_inputs
+from .problem import GatherArgs, validate_inputs
 from .shapes import SHAPES, MLAShape, get_shape
 
 __all__ = [
     "DESIGNS",
     "SHAPES",
+    "GatherArgs",
     "GatherInputs",
-    "LaunchConfig",
     "MLAShape",
     "build_inputs",
     "gather_kv_b_proj",
@@ -18,4 +18,4 @@ __all__ = [
     "validate_inputs",
     "variant_names",
 ]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

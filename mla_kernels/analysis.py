@@ -7,7 +7,6 @@ Kept here, not in the notebooks, so it is under test and every notebook shares i
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -15,6 +14,9 @@ import pandas as pd
 import torch
 
 from .devices import lookup_device
+from .measurements import Measurement, contexts_str, write_csv_atomic
+
+__all__ = ["contexts_str", "write_csv_atomic"]  # re-exported for the notebooks
 
 # Columns a CSV must have to count as measurements of the benchmark harness (the full
 # schema is in data/README.md); other CSVs under a data folder are skipped.
@@ -63,28 +65,6 @@ def batches_for(batch: str, contexts: Sequence[int], ragged_contexts: Sequence[i
     raise ValueError(f"batch: expected 'single' or 'ragged', got {batch!r}")
 
 
-def contexts_str(contexts: Sequence[int]) -> str:
-    """The ``contexts`` column: space-separated ints."""
-    return " ".join(str(int(c)) for c in contexts)
-
-
-# ------------------------------------------------------------------ writing files
-def write_csv_atomic(df: pd.DataFrame, path: str | os.PathLike) -> Path:
-    """Write a CSV so a reader never sees half of it: a temp file in the same folder, then
-    os.replace (atomic on one filesystem), so a failed run leaves the old file whole."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", newline="") as f:
-            df.to_csv(f, index=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
 # ------------------------------------------------------------------ reading measurements
 def load_measurements(data_dir: str | os.PathLike) -> pd.DataFrame | None:
     """Every measurement CSV under ``data_dir`` (recursively) as one frame; None when there
@@ -110,8 +90,7 @@ def load_measurements(data_dir: str | os.PathLike) -> pd.DataFrame | None:
 
 
 # What identifies one timed configuration within a run.
-RUN_KEY = ("device", "model", "heads", "weight_format", "cache_dtype", "block_size", "contexts",
-           "variant", "timing", "config")
+RUN_KEY = Measurement.KEY
 
 
 def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: str | None = None,
@@ -184,6 +163,7 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     from . import build_inputs, gather_kv_b_proj
     from .checks import check_outputs, expected
     from .designs import DESIGNS
+    from .devices import INTERPRETER, device_spec
     from .problem import check_arguments, interpreting
 
     if device is None:
@@ -192,7 +172,8 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
                        weight_format=weight_format, device=device, seed=seed)
     ref = expected(inp)
     t = inp.total_tokens
-    prob, dev = check_arguments(*inp.args()), torch.device(device)
+    prob = check_arguments(*inp.args())
+    dev = INTERPRETER if interpreting() else device_spec(torch.device(device))
     rows, first = [], None
     for v in variants:
         if v in DESIGNS and not DESIGNS[v].runs(prob, dev):

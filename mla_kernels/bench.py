@@ -7,6 +7,7 @@ GPU only (timings come from triton.testing.do_bench with a flushed L2, median).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -15,8 +16,11 @@ import torch
 from . import roofline
 from .api import gather_kv_b_proj
 from .checks import check_outputs, expected
-from .designs import LaunchConfig
+from .designs import DesignConfig, resolve
+from .devices import device_spec
 from .inputs import GatherInputs, build_inputs
+from .measurements import Measurement, contexts_str
+from .problem import check_arguments
 from .provenance import provenance
 from .reference import token_rows
 from .shapes import get_shape
@@ -140,7 +144,8 @@ def _graphed(fn: Callable[[], None]) -> Callable[[], None]:
 
 
 # ------------------------------------------------------------------ designs
-def _design_fn(inp: GatherInputs, variant: str, config: LaunchConfig | None) -> Callable[[], None]:
+def _design_fn(inp: GatherInputs, variant: str, config: DesignConfig | None
+               ) -> Callable[[], None]:
     args = inp.args()
 
     def run() -> None:
@@ -179,34 +184,50 @@ def _graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]
 
 def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float, dot: str,
                     ceilings: dict, max_rel_err: float, correct: bool, config: str = "",
-                    error: str = "") -> dict:
-    """One tidy row of the measurement schema (data/README.md): the point, one timing of one
-    variant, its floors from the ceilings, and its check against the reference."""
+                    error: str = "", design: str = "") -> Measurement:
+    """One row of the measurement schema (``measurements.Measurement``): the point, one
+    timing of one variant, its floors from the ceilings, and its check against the
+    reference."""
     s = get_shape(pt.shape)
     tokens = sum(pt.contexts)
     nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
     nflops = roofline.flops(s, tokens)
     mm = ceilings[f"mm_tflops_{dot}"]
     fl = roofline.floors(nbytes, nflops, ceilings["copy_tbps"], mm)
-    return {
-        **prov, "model": s.name, "heads": s.num_heads, "weight_format": pt.weight_format,
-        "cache_dtype": pt.cache_dtype, "block_size": pt.block_size,
-        "contexts": " ".join(str(c) for c in pt.contexts), "batch": len(pt.contexts),
-        "ctx": tokens, "variant": variant, "timing": timing, "median_us": us,
-        "min_bytes": nbytes, "flops": nflops, "dot_dtype": dot,
-        "copy_tbps": ceilings["copy_tbps"], "write_tbps": ceilings["write_tbps"],
-        "mm_tflops": mm, **fl,
-        "write_floor_us": (roofline.output_bytes(s, tokens)
-                           / (ceilings["write_tbps"] * 1e12) * 1e6),
-        "roof_fraction": fl["floor_us"] / us, "achieved_tbps": nbytes / us / 1e6,
-        "achieved_tflops": nflops / us / 1e6, "max_rel_err": max_rel_err, "correct": correct,
-        "config": config, "error": error,
-    }
+    return Measurement(
+        **prov, model=s.name, heads=s.num_heads, weight_format=pt.weight_format,
+        cache_dtype=pt.cache_dtype, block_size=pt.block_size, contexts=contexts_str(pt.contexts),
+        batch=len(pt.contexts), ctx=tokens, variant=variant, timing=timing, median_us=us,
+        min_bytes=nbytes, flops=nflops, dot_dtype=dot, copy_tbps=ceilings["copy_tbps"],
+        write_tbps=ceilings["write_tbps"], mm_tflops=mm, **fl,
+        write_floor_us=(roofline.output_bytes(s, tokens) / (ceilings["write_tbps"] * 1e12)
+                        * 1e6),
+        roof_fraction=fl["floor_us"] / us, achieved_tbps=nbytes / us / 1e6,
+        achieved_tflops=nflops / us / 1e6, max_rel_err=max_rel_err, correct=correct,
+        config=config, error=error, design=design)
+
+
+Maker = Callable[[GatherInputs], Callable[[], None]]
+
+
+def candidates(pt: Point, torch_paths: bool = True) -> list[tuple[str, str, Maker]]:
+    """What a point times, in order: (name, dot dtype, maker of a call on an input set).
+    Its designs, then the torch code a user would write: the bf16 path always, the fp8
+    ``_scaled_mm`` path where it exists (an fp8 per-row weight on an fp8 cache)."""
+    dot = roofline.dot_dtype(pt.cache_dtype, pt.weight_format)
+    out: list[tuple[str, str, Maker]] = [
+        (v, dot, functools.partial(_design_fn, variant=v, config=pt.configs.get(v)))
+        for v in pt.variants]
+    if torch_paths:
+        out.append(("torch_bf16", "bf16", lambda i: torch_path(i, "bf16")))
+        if pt.weight_format == "fp8_row" and pt.cache_dtype.startswith("fp8"):
+            out.append(("torch_fp8", "fp8", lambda i: torch_path(i, "fp8")))
+    return out
 
 
 def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_paths: bool = True,
                graph8: bool = False, design_graphs: bool = False, progress: bool = True,
-               seed: int = 0) -> list[dict]:
+               seed: int = 0) -> list[Measurement]:
     """Time every design of every point, check each against the reference, return tidy rows.
 
     Timings: "flushed" (do_bench, L2 flushed, the Python launch path included); "graph"
@@ -217,7 +238,7 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
 
     ceilings = ceilings or measure_ceilings()
     prov = provenance()
-    rows: list[dict] = []
+    rows: list[Measurement] = []
     for pt in tqdm(points, disable=not progress, desc="points"):
         s = get_shape(pt.shape)
         tokens = sum(pt.contexts)
@@ -232,17 +253,14 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                                       cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
                                       device="cuda", seed=seed + 1 + i, spare_indices=0,
                                       spare_rows=0, spare_blocks=0) for i in range(n_sets - 1)]
-        candidates: list[tuple[str, str, Callable[[GatherInputs], Callable[[], None]]]] = []
-        for v in pt.variants:
-            cfg = pt.configs.get(v)
-            candidates.append((v, roofline.dot_dtype(pt.cache_dtype, pt.weight_format),
-                               lambda i, v=v, cfg=cfg: _design_fn(i, v, cfg)))
-        if torch_paths:
-            candidates.append(("torch_bf16", "bf16", lambda i: torch_path(i, "bf16")))
-            if pt.weight_format == "fp8_row" and pt.cache_dtype.startswith("fp8"):
-                candidates.append(("torch_fp8", "fp8", lambda i: torch_path(i, "fp8")))
-        for name, dot, make in candidates:
+        prob, dev = check_arguments(*base.args()), device_spec(base.k_buffer.device)
+        for name, dot, make in candidates(pt, torch_paths):
+            design, cfg = "", pt.configs.get(name)
             try:
+                if not name.startswith("torch"):
+                    resolved, resolved_cfg = resolve(name, prob, dev, cfg)
+                    design = resolved.name
+                    cfg = None if cfg is None else resolved_cfg
                 timings = [("flushed", _bench(_rotating(sets, make)))]
                 if name.startswith("torch") or design_graphs:
                     timings.append(("graph", _bench(_rotating(
@@ -258,10 +276,9 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                 timings, chk = [("flushed", float("nan"))], {"max_rel_err": float("nan"),
                                                              "correct": False}
                 error = f"{type(e).__name__}: {str(e)[:200]}"
-            cfg = pt.configs.get(name)
             rows += [measurement_row(prov, pt, name, timing, us, dot, ceilings,
                                      chk["max_rel_err"], chk["correct"],
-                                     "" if cfg is None else repr(cfg), error)
+                                     "" if cfg is None else repr(cfg), error, design)
                      for timing, us in timings]
         del sets, base, ref
         torch.cuda.empty_cache()

@@ -23,14 +23,17 @@ from pathlib import Path
 import triton
 from triton.runtime.jit import JITFunction
 
-from .designs import DESIGNS, LaunchConfig
+from .designs import DESIGNS, DesignConfig, resolve
+from .devices import DEVICES, DeviceSpec
 from .inputs import build_inputs
 from .occupancy import problem_for
 
-HOPPER_SMEM = 232448  # bytes a program may use on an sm_90 SM (what the H200 reported)
+HOPPER = DEVICES["H200"]  # the sm_90 part whose limits the checks use
+HOPPER_SMEM = HOPPER.smem_per_program
 
 
-def _compile_launch(variant: str, inputs, prob, config: LaunchConfig | None, capability: int):
+def _compile_launch(variant: str, inputs, prob, config: DesignConfig | None,
+                    device: DeviceSpec, capability: int):
     """Compile what the launcher would launch, for the target, instead of launching it.
 
     The launcher's kernel call is intercepted and handed to Triton's own argument binder
@@ -55,16 +58,16 @@ def _compile_launch(variant: str, inputs, prob, config: LaunchConfig | None, cap
         seen["kernel"] = triton.compile(source(self, sig, consts, attrs), target=target,
                                         options=opts.__dict__)
 
-    design = DESIGNS[variant]
+    design, cfg = resolve(variant, prob, device, config)
     real = JITFunction.run
     JITFunction.run = compile_instead
     try:
-        design.launch(prob, inputs.args(), None, config or design.default_config)
+        design.launch(prob, inputs.args(), None, cfg, device)
     finally:
         JITFunction.run = real
     if not seen:
         raise ValueError(f"variant: {variant!r} launched nothing for this problem")
-    return seen["kernel"]
+    return design, seen["kernel"]
 
 
 def _ptxas_report(ptx: str, capability: int) -> dict[str, int]:
@@ -87,18 +90,21 @@ def _ptxas_report(ptx: str, capability: int) -> dict[str, int]:
 
 def compile_design(variant: str, shape: str = "kimi-k3-tp8", *, cache_dtype: str = "fp8",
                    weight_format: str = "fp8_row", block_size: int = 1,
-                   config: LaunchConfig | None = None, capability: int = 90) -> dict:
-    """Compile ``variant`` for an NVIDIA target of this compute capability; return its
-    shared memory, registers, spills and matrix-instruction counts."""
+                   config: DesignConfig | None = None, capability: int = 90,
+                   device: DeviceSpec = HOPPER) -> dict:
+    """Compile what ``variant`` runs on ``device`` (a registry device: "auto" resolves as
+    it would there) for an NVIDIA target of this compute capability; return its shared
+    memory, registers, spills and matrix-instruction counts."""
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         raise RuntimeError("compile checks need TRITON_INTERPRET unset or 0 in this process")
     # CPU tensors stand in for device ones: only their dtypes reach the compiler.
     inp = build_inputs(shape, [300], block_size=block_size, cache_dtype=cache_dtype,
                        weight_format=weight_format, device="cpu")
     prob = problem_for(shape, [300], cache_dtype, weight_format, block_size)
-    compiled = _compile_launch(variant, inp, prob, config, capability)
+    design, compiled = _compile_launch(variant, inp, prob, config, device, capability)
     ptx = compiled.asm["ptx"]
-    return {"variant": variant, "weight_format": weight_format, "cache_dtype": cache_dtype,
+    return {"variant": variant, "design": design.name, "weight_format": weight_format,
+            "cache_dtype": cache_dtype,
             "shared_bytes": int(compiled.metadata.shared),
             "num_warps": int(compiled.metadata.num_warps),
             "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),

@@ -19,6 +19,7 @@ from .formats import (
     cache_torch_dtype,
     dequantize_weight,
 )
+from .problem import GatherArgs
 from .shapes import MLAShape, get_shape
 
 
@@ -46,17 +47,19 @@ class GatherInputs:
     def total_tokens(self) -> int:
         return sum(self.contexts)
 
-    def args(self) -> tuple:
-        """Positional arguments of gather_kv_b_proj, in order."""
-        return (self.k_buffer, self.k_scale, self.kv_indptr, self.kv_indices,
-                self.kv_prefix_sum_context_lens, self.kv_proj_weight, self.kv_proj_scale,
-                self.k_prefix, self.v_prefix)
+    def args(self) -> GatherArgs:
+        """The arguments of gather_kv_b_proj, in order and by name."""
+        return GatherArgs(self.k_buffer, self.k_scale, self.kv_indptr, self.kv_indices,
+                          self.kv_prefix_sum_context_lens, self.kv_proj_weight,
+                          self.kv_proj_scale, self.k_prefix, self.v_prefix)
 
     def reference(self, **kw) -> tuple[torch.Tensor, torch.Tensor]:
         from .reference import gather_kv_b_proj_reference
 
-        return gather_kv_b_proj_reference(*self.args()[:7], num_heads=self.shape.num_heads,
-                                          v_head_dim=self.shape.v_head_dim, **kw)
+        return gather_kv_b_proj_reference(
+            self.k_buffer, self.k_scale, self.kv_indptr, self.kv_indices,
+            self.kv_prefix_sum_context_lens, self.kv_proj_weight, self.kv_proj_scale,
+            num_heads=self.shape.num_heads, v_head_dim=self.shape.v_head_dim, **kw)
 
     def poison_outputs(self) -> None:
         """Fill the outputs with NaN so an unwritten row shows."""

@@ -10,18 +10,17 @@ registry and the context lengths alone.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 
-from . import designs as _designs
-from .designs import DESIGNS, Design, LaunchConfig
+from .designs import DESIGNS, Design, DesignConfig, resolve
 from .devices import DeviceSpec, get_device, live_device
 from .formats import cache_torch_dtype
+from .measurements import contexts_str
 from .problem import Problem
 from .shapes import MLAShape, get_shape
-from .tuning import FALLBACK, named_design
 
 # Stored weight dtype of each format, as check_arguments would see it (MXFP4 travels as
 # uint8 bytes). Only ``Problem.dot_in_fp8`` reads it here.
@@ -65,66 +64,11 @@ def problem_for(shape: str | MLAShape, contexts: Sequence[int], cache_dtype: str
 
 
 # ------------------------------------------------------------------ programs that do work
-WorkFn = Callable[[Problem, Sequence[int], "int | None", LaunchConfig], int]
-
-
-def _serial_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None,
-                 config: LaunchConfig) -> int:
-    # A (sequence, head) program of an empty sequence loads its weight and leaves.
-    return prob.num_heads * sum(1 for c in contexts if c > 0)
-
-
-def _chunked_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None,
-                  config: LaunchConfig) -> int:
-    # Axis 0 holds the chunk index; a program past its own sequence's last chunk returns
-    # at once, so only ceil(ctx / chunk) programs per (sequence, head) do work.
-    ck = _designs.chunk_tokens(prob, config)
-    axis = _designs.chunked_grid(prob, max_context_len, config)[0]
-    return prob.num_heads * sum(min(-(-c // ck), axis) for c in contexts)
-
-
-def _tiled_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None,
-                config: LaunchConfig) -> int:
-    # Tiles run along the flat token axis of the whole batch; a tile past the last token
-    # (output rows beyond the total) returns at once.
-    tiles, per_tile = _designs.tiled_grid(prob, max_context_len, config)
-    bm = config.chunk_tokens or 64  # rows per tile, as tiled_grid takes them
-    return min(tiles, -(-sum(contexts) // bm)) * per_tile
-
-
-def _hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None,
-                    config: LaunchConfig) -> int:
-    # As the kernel splits its items: at least two programs a token tile give each tile
-    # min(parts, items a tile) non-empty shares; otherwise contiguous runs of items.
-    launched = _designs.hopper_ws_grid(prob, max_context_len, config)[0]
-    tiles = -(-sum(contexts) // _designs.HOPPER_WS_TILE)
-    per_tile = 2 * prob.num_heads
-    if tiles == 0:
-        return 0
-    if 2 * tiles <= launched:
-        return tiles * min(launched // tiles, per_tile)
-    return min(launched, tiles * per_tile)
-
-
-# Keyed by grid function, so a new design that reuses a grid inherits its work model.
-WORK_MODELS: dict[Callable, WorkFn] = {
-    _designs.serial_grid: _serial_work,
-    _designs.chunked_grid: _chunked_work,
-}
-if hasattr(_designs, "tiled_grid"):
-    WORK_MODELS[_designs.tiled_grid] = _tiled_work
-WORK_MODELS[_designs.hopper_ws_grid] = _hopper_ws_work
-
-
-def working_programs(design: str | Design, prob: Problem, contexts: Sequence[int],
+def working_programs(design: Design, prob: Problem, contexts: Sequence[int], device: DeviceSpec,
                      max_context_len: int | None = None,
-                     config: LaunchConfig | None = None) -> int | None:
-    """Programs that do work (touch at least one token); None for a grid with no model."""
-    d = DESIGNS[design] if isinstance(design, str) else design
-    fn = WORK_MODELS.get(d.grid)
-    if fn is None:
-        return None
-    return fn(prob, tuple(contexts), max_context_len, config or d.default_config)
+                     config: DesignConfig | None = None) -> int:
+    """Programs that do work (touch at least one token): the design's own work model."""
+    return design.work(prob, tuple(contexts), max_context_len, design.config(config), device)
 
 
 # ------------------------------------------------------------------ resident programs
@@ -147,29 +91,6 @@ def resident_programs(device: DeviceSpec, num_warps: int, regs_per_thread: int |
         by["by_smem"] = device.smem_per_cu // per_program
     limit = min(by, key=by.get)
     return {**by, "resident": max(0, by[limit]), "limit": limit.removeprefix("by_")}
-
-
-def _jit_functions(design: Design) -> list:
-    """The Triton kernels behind a design: ``design.kernel`` if it names one, else the JIT
-    functions its launch function refers to (through a closure or a module global)."""
-    found = getattr(design, "kernel", None)
-    if found is not None:
-        return list(found) if isinstance(found, (list, tuple)) else [found]
-    fn = design.launch
-    candidates = []
-    for cell in getattr(fn, "__closure__", None) or ():
-        try:
-            candidates.append(cell.cell_contents)
-        except ValueError:  # an empty cell
-            continue
-    code, glob = getattr(fn, "__code__", None), getattr(fn, "__globals__", {})
-    if code is not None:
-        candidates += [glob[n] for n in code.co_names if n in glob]
-    out = []
-    for obj in candidates:
-        if hasattr(obj, "device_caches") and obj not in out:
-            out.append(obj)
-    return out
 
 
 def compiled_kernels(jit_fn) -> list:
@@ -205,13 +126,10 @@ def kernel_resources(compiled) -> dict[str, int] | None:
         return None
 
 
-def design_resources(design: str | Design) -> list[dict[str, int]]:
-    """Resources of every variant of a design compiled in this process (launch it first)."""
-    if design == "auto":
-        design = FALLBACK[0]
-    d = DESIGNS[design] if isinstance(design, str) else design
+def design_resources(design: Design) -> list[dict[str, int]]:
+    """Resources of every specialisation of a design's kernels compiled in this process."""
     out = []
-    for fn in _jit_functions(d):
+    for fn in design.kernels:
         for k in compiled_kernels(fn):
             res = kernel_resources(k)
             if res is not None:
@@ -224,7 +142,9 @@ def design_resources(design: str | Design) -> list[dict[str, int]]:
 class Occupancy:
     """One design's occupancy of one device for one problem."""
 
-    variant: str
+    variant: str  # the name asked for ("auto" included)
+    design: str  # the design it resolved to on this device
+    config: str  # the launch config it resolved to (repr)
     device: str
     compute_units: int
     programs_launched: int
@@ -234,41 +154,35 @@ class Occupancy:
     busy_share: float  # compute units with a working program in the first wave
     waves: int  # rounds of resident slots the working programs need
     slot_fill: float  # working programs / (waves x resident slots): tail losses show here
-    working_known: bool  # False: no work model for this grid, all launched count
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
 
 
-def occupancy(design: str | Design, prob: Problem, contexts: Sequence[int],
+def occupancy(variant: str, prob: Problem, contexts: Sequence[int],
               device: DeviceSpec | str, *, max_context_len: int | None = None,
-              config: LaunchConfig | None = None, resident_per_cu: int = 1) -> Occupancy:
-    """The occupancy model for one design, problem and device.
+              config: DesignConfig | None = None, resident_per_cu: int = 1) -> Occupancy:
+    """The occupancy model for one variant (a design name or "auto"), problem and device.
 
-    A compute unit counts as busy when at least one working program lands on it; programs
-    spread over compute units before they stack, so the first wave covers
-    min(working, CUs) of them. Programs that return at once are left out: they take a
-    slot for a few cycles only.
+    The design and config are what ``designs.resolve`` gives on that device, as a call
+    there would run them. A compute unit counts as busy when at least one working program
+    lands on it; programs spread over compute units before they stack, so the first wave
+    covers min(working, CUs) of them. Programs that return at once are left out: they take
+    a slot for a few cycles only.
     """
     dev = get_device(device) if isinstance(device, str) else device
-    if isinstance(design, str):
-        d, tuned = named_design(design, prob.weight_format, dev.name)
-    else:
-        d, tuned = design, design.default_config
-    cfg = config or tuned
-    launched = d.programs(prob, max_context_len, cfg)
-    working = working_programs(d, prob, contexts, max_context_len, cfg)
-    known = working is not None
-    working = launched if working is None else working
+    d, cfg = resolve(variant, prob, dev, config)
+    launched = d.programs(prob, dev, max_context_len, cfg)
+    working = working_programs(d, prob, contexts, dev, max_context_len, cfg)
     cus = dev.compute_units
     resident = max(1, int(resident_per_cu))
     slots = cus * resident
     waves = math.ceil(working / slots) if working else 0
     return Occupancy(
-        variant=d.name, device=dev.name, compute_units=cus, programs_launched=launched,
-        programs_working=working, programs_per_cu=working / cus, resident_per_cu=resident,
-        busy_share=min(working, cus) / cus, waves=waves,
-        slot_fill=working / (waves * slots) if waves else 0.0, working_known=known)
+        variant=variant, design=d.name, config=repr(cfg), device=dev.name, compute_units=cus,
+        programs_launched=launched, programs_working=working, programs_per_cu=working / cus,
+        resident_per_cu=resident, busy_share=min(working, cus) / cus, waves=waves,
+        slot_fill=working / (waves * slots) if waves else 0.0)
 
 
 def resolve_device(name: str, fallback: str = "H200") -> DeviceSpec:
@@ -295,14 +209,14 @@ def occupancy_table(variants: Iterable[str], batches: Iterable[Sequence[int]],
         for contexts in batches:
             prob = problem_for(s, contexts, cache_dtype, weight_format, block_size)
             for v in variants:
-                if v in DESIGNS and spec.vendor not in DESIGNS[v].vendors:
-                    continue  # a GPU-family design is not modelled on another family
+                if v in DESIGNS and not DESIGNS[v].runs(prob, spec):
+                    continue  # e.g. a GPU-family design on another family
                 r = (resident or {}).get((spec.name, v), 1)
                 occ = occupancy(v, prob, contexts, spec, max_context_len=max_context_len,
                                 resident_per_cu=r)
                 rows.append({"model": s.name, "heads": s.num_heads, "cache_dtype": cache_dtype,
                              "weight_format": weight_format, "block_size": block_size,
-                             "contexts": " ".join(str(c) for c in contexts),
+                             "contexts": contexts_str(contexts),
                              "batch": len(contexts), "ctx": sum(contexts), **occ.as_dict()})
     return rows
 
@@ -311,31 +225,30 @@ def measure_resources(shape: str, variants: Iterable[str], device: DeviceSpec, *
                       cache_dtype: str = "fp8", weight_format: str = "fp8_row",
                       block_size: int = 1, contexts: Sequence[int] = (256,)
                       ) -> list[dict[str, object]] | None:
-    """Launch each design once on this GPU and read what its compiled kernel uses
+    """Launch each variant once on this GPU and read what the kernel it runs uses
     (registers, spills, shared memory, warps) and the programs per compute unit that
     allows. None without a GPU: the interpreter compiles nothing to read."""
-    from .api import gather_kv_b_proj
     from .inputs import build_inputs
-    from .problem import interpreting
+    from .problem import check_arguments, interpreting
 
     if interpreting() or not torch.cuda.is_available():
         return None
     inp = build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache_dtype,
                        weight_format=weight_format, device="cuda")
+    prob = check_arguments(*inp.args())
     rows = []
     for v in variants:
-        if v not in DESIGNS:
-            continue
-        gather_kv_b_proj(*inp.args(), variant=v)
+        try:
+            design, cfg = resolve(v, prob, device)
+        except ValueError:
+            continue  # not a design this device runs for this problem
+        res = kernel_resources(design.launch(prob, inp.args(), None, cfg, device))
         torch.cuda.synchronize()
-        # The latest specialisation is the one this configuration compiled.
-        found = design_resources(v)
-        if not found:
+        if res is None:
             continue
-        res = found[-1]
         fit = resident_programs(device, res["num_warps"], res["n_regs"], res["shared_bytes"])
-        rows.append({"device": device.name, "variant": v, "model": shape,
-                     "cache_dtype": cache_dtype, "weight_format": weight_format,
-                     "block_size": block_size, **res, "resident_per_cu": fit["resident"],
-                     "resident_limit": fit["limit"]})
+        rows.append({"device": device.name, "variant": v, "design": design.name,
+                     "config": repr(cfg), "model": shape, "cache_dtype": cache_dtype,
+                     "weight_format": weight_format, "block_size": block_size, **res,
+                     "resident_per_cu": fit["resident"], "resident_limit": fit["limit"]})
     return rows

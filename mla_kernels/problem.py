@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -24,6 +25,24 @@ def interpreting() -> bool:
 def fp8_fnuz_supported() -> bool:
     """e4m3fnuz is a native fp8 type only on AMD MI300-class backends."""
     return bool(torch.version.hip) and not interpreting()
+
+
+class GatherArgs(NamedTuple):
+    """The nine arguments of gather_kv_b_proj, by name (docs/contract.md)."""
+
+    k_buffer: torch.Tensor
+    k_scale: torch.Tensor | None
+    kv_indptr: torch.Tensor
+    kv_indices: torch.Tensor
+    kv_prefix_sum_context_lens: torch.Tensor
+    kv_proj_weight: torch.Tensor
+    kv_proj_scale: torch.Tensor | None
+    k_prefix: torch.Tensor
+    v_prefix: torch.Tensor
+
+
+CACHE_NAMES = {torch.bfloat16: "bf16", torch.float8_e4m3fn: "fp8",
+               torch.float8_e4m3fnuz: "fp8_fnuz"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +70,11 @@ class Problem:
     def dot_in_fp8(self) -> bool:
         """Both operands fp8 of one type: the dot runs in fp8; otherwise in bf16 (lossless)."""
         return self.cache_is_fp8 and self.weight_dtype == self.cache_dtype
+
+    @property
+    def cache_name(self) -> str:
+        """The cache dtype's name in formats.CACHE_DTYPES ("bf16", "fp8", "fp8_fnuz")."""
+        return CACHE_NAMES[self.cache_dtype]
 
     @property
     def chunk_tokens(self) -> int:

@@ -41,6 +41,8 @@ SHAPES: dict[str, MLAShape] = {
         MLAShape("kimi-k3-tp8", num_heads=12),
         MLAShape("deepseek-v3-tp8", num_heads=16),
         MLAShape("deepseek-v3-tp1", num_heads=128),
+        # GLM-5-style heads as the public kernel's tests use them: wider K-nope and V.
+        MLAShape("glm-5-style", num_heads=32, qk_nope_dim=192, v_head_dim=256),
     )
 }
 

@@ -1,60 +1,46 @@
-"""What variant="auto" runs: a committed table of the best measured design and launch
-config per (device, weight format), with a portable fallback for unknown devices.
+"""What variant="auto" runs: a committed table of the best measured design and launch config
+per (device, weight format, cache dtype, page size), and the portable fallback.
 
-Entries come from `scripts/tune.py` on the lent H200 (Kimi-K3 TP8, fp8 cache, page size 1,
-32000 tokens; rows in data/exploration/h200/: tune_2026-11-29.csv for the portable designs,
-tune_2026-11-30.csv for hopper_ws's ring depths 2-4, whose plain-call rows are host-bound
-below 109440 tokens; depth 4 was chosen from graph timings, docs/perf-notes.md). A design
-the table names but a problem cannot use (hopper_ws off an sm_90 GPU, or outside its
-shapes) falls back to FALLBACK. Re-run it to extend the table to another device.
+Data only: entries name a design and its config fields; ``designs.resolve`` turns them into
+a design and its typed config (and falls back where the named design cannot run the
+problem: hopper_ws off an sm_90 GPU, or outside its shapes). Importing nothing from the
+designs keeps the two free of a cycle.
+
+Sources (scripts/tune.py and the performance matrix on the lent H200; Kimi-K3 TP8, page 1):
+- fp8_row: hopper_ws with a 4-deep weight ring (graph timings of rounds 1 and 2,
+  docs/perf-notes.md; data/exploration/h200/tune_2026-11-30.csv).
+- the other formats: the portable tiled design, data/exploration/h200/tune_2026-11-29.csv
+  (32000 tokens, fp8 cache).
+Page sizes other than 1 and bf16 caches have not been tuned: they take the entry measured
+at page 1 on an fp8 cache (``ANY``), re-run scripts/tune.py to refine them.
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+ANY = "*"
 
-import torch
-
-from .designs import LaunchConfig
-from .devices import lookup_device
-
-TUNED: dict[tuple[str, str], tuple[str, LaunchConfig]] = {
-    ("H200", "fp8_row"): ("hopper_ws", LaunchConfig(stages=4)),
-    ("H200", "fp8_block"): ("tiled", LaunchConfig(chunk_tokens=128, num_warps=8, num_stages=2,
-                                                  split_parts=True)),
-    ("H200", "bf16"): ("tiled", LaunchConfig(chunk_tokens=64, num_warps=4, num_stages=2,
-                                             split_parts=True)),
-    ("H200", "mxfp4"): ("tiled", LaunchConfig(chunk_tokens=128, num_warps=8, num_stages=2,
-                                              split_parts=False)),
+# (device, weight format, cache dtype, page size) -> (design, config fields)
+TUNED: dict[tuple[str, str, str, object], tuple[str, dict]] = {
+    ("H200", "fp8_row", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
+    ("H200", "fp8_block", ANY, ANY): ("tiled", {"block_m": 128, "num_warps": 8, "num_stages": 2,
+                                                "split": True}),
+    ("H200", "bf16", ANY, ANY): ("tiled", {"block_m": 64, "num_warps": 4, "num_stages": 2,
+                                           "split": True}),
+    ("H200", "mxfp4", ANY, ANY): ("tiled", {"block_m": 128, "num_warps": 8, "num_stages": 2,
+                                            "split": False}),
 }
 
 # The best portable design on every format measured: tiled, split, 64-row tiles.
-FALLBACK: tuple[str, LaunchConfig] = ("tiled", LaunchConfig(chunk_tokens=64, num_warps=4,
-                                                            split_parts=True))
+FALLBACK: tuple[str, dict] = ("tiled", {"block_m": 64, "num_warps": 4, "split": True})
 
 
-@lru_cache(maxsize=16)
-def _device_key(device: torch.device) -> str:
-    if device.type != "cuda":
-        return device.type
-    spec = lookup_device(torch.cuda.get_device_name(device))
-    return spec.name if spec else torch.cuda.get_device_name(device)
-
-
-def auto_choice(weight_format: str, device: torch.device) -> tuple[str, LaunchConfig]:
-    """(design name, launch config) that "auto" runs on this device for this format."""
-    return TUNED.get((_device_key(device), weight_format), FALLBACK)
-
-
-def named_design(variant: str, weight_format: str, device_name: str):
-    """(Design, LaunchConfig) a variant name stands for on a registry device, "auto" through
-    this table, for models (occupancy) that reason about a device without running on it."""
-    from .designs import DESIGNS
-
-    if variant == "auto":
-        spec = lookup_device(device_name)
-        name, cfg = TUNED.get((spec.name if spec else device_name, weight_format), FALLBACK)
-        return DESIGNS[name], cfg
-    if variant not in DESIGNS:
-        raise ValueError(f"variant: expected one of {['auto', *DESIGNS]}, got {variant!r}")
-    return DESIGNS[variant], DESIGNS[variant].default_config
+def lookup(device: str, weight_format: str, cache_dtype: str, block_size: int
+           ) -> tuple[str, dict]:
+    """The most specific entry for this problem class on this device, else FALLBACK."""
+    for key in ((device, weight_format, cache_dtype, block_size),
+                (device, weight_format, cache_dtype, ANY),
+                (device, weight_format, ANY, block_size),
+                (device, weight_format, ANY, ANY)):
+        if key in TUNED:
+            return TUNED[key]
+    return FALLBACK

@@ -1,36 +1,37 @@
-"""The issue-4 matrix on the live GPU: every target configuration, every design, the torch
-paths, one run. Writes OUTDIR/perf_matrix.csv (tidy rows, bench schema).
-Usage: MLA_COMMIT=<sha> python scripts/perf_matrix.py OUTDIR"""
-import sys
+"""The performance matrix on the live GPU (``mla_kernels.matrix``): every point's designs and
+torch paths, plain calls and from a CUDA graph, each checked against the reference. Each
+point's rows are appended to OUT.csv as soon as they are measured (atomically).
+
+Usage: MLA_COMMIT=<sha> python scripts/perf_matrix.py OUT.csv [--points GLOB ...] [--list]
+"""
+import argparse
 import time
 
-import pandas as pd
+from mla_kernels import bench, matrix
+from mla_kernels.measurements import append_csv_atomic, frame
 
-from mla_kernels import bench
+ap = argparse.ArgumentParser()
+ap.add_argument("out", help="CSV to append the rows to")
+ap.add_argument("--points", nargs="+", help="glob patterns over the point names")
+ap.add_argument("--list", action="store_true", help="print the selected points and exit")
+ap.add_argument("--graph8", action="store_true", help="also time 8 launches in one graph")
+a = ap.parse_args()
 
-KIMI = "kimi-k3-tp8"
-RAGGED8 = (512, 1024, 2048, 4096, 8192, 16384, 3000, 700)
-ALL = ("serial", "chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
-FAST = ("chunked", "tiled", "tiled_tma", "auto")
-FP8_ROW = ("chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
-
-out = sys.argv[1]
+chosen = matrix.select(a.points)
+if a.list:
+    for name, pt in chosen.items():
+        print(f"{name:40s} {' '.join(pt.variants)}")
+    raise SystemExit(0)
 t0 = time.time()
 ceil = bench.measure_ceilings()
 print({k: round(v, 2) for k, v in ceil.items()}, flush=True)
-rows = bench.run_points([bench.Point(KIMI, (4096,), "fp8_row", "fp8", 1, ALL)], ceilings=ceil,
-                        graph8=True, design_graphs=True, progress=False)
-pts = [bench.Point(KIMI, (c,), "fp8_row", "fp8", 1, ALL) for c in (32000, 65536, 109440)]
-pts += [bench.Point(KIMI, (c,), f, "fp8", 1, FAST) for f in ("fp8_block", "bf16", "mxfp4")
-        for c in (32000, 65536)]
-pts += [bench.Point(KIMI, RAGGED8, "fp8_row", "fp8", 1, FP8_ROW)]
-pts += [bench.Point(s, (32000,), "fp8_row", "fp8", 1, FP8_ROW)
-        for s in ("deepseek-v3-tp8", "deepseek-v3-tp1")]
-for p in pts:
-    rows += bench.run_points([p], ceilings=ceil, design_graphs=True, progress=False)
-    print(f"{p.weight_format} {p.shape} {sum(p.contexts)} done {time.time() - t0:.0f}s", flush=True)
-df = pd.DataFrame(rows)
-df.to_csv(f"{out}/perf_matrix.csv", index=False)
-pd.set_option("display.width", 250)
-print(df[["model", "weight_format", "ctx", "variant", "timing", "median_us", "floor_us",
-          "roof_fraction", "correct"]].to_string())
+for name, pt in chosen.items():
+    rows = frame(bench.run_points([pt], ceilings=ceil, design_graphs=True, graph8=a.graph8,
+                                  progress=False))
+    append_csv_atomic(rows, a.out)
+    g = rows[rows.timing == "graph"].set_index("variant")
+    best = g["median_us"].min() if not g.empty else float("nan")
+    bad = rows[~rows.correct.astype(bool)]["variant"].unique().tolist()
+    print(f"{name:36s} {time.time() - t0:5.0f}s  best graph {best:8.1f} us  "
+          + " ".join(f"{v}={g.loc[v, 'roof_fraction']:.2f}" for v in g.index)
+          + (f"  WRONG: {bad}" if bad else ""), flush=True)

@@ -5,6 +5,7 @@ With no GPU (CI), TRITON_INTERPRET=1 is set here. On a GPU machine run
 """
 
 import os
+import random
 
 import torch
 
@@ -27,3 +28,21 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def device() -> str:
     return DEVICE
+
+
+@pytest.fixture
+def seed(request) -> int:
+    """A fresh random seed per test, recorded so a failure prints it (replay one with
+    MLA_SEED=<seed> pytest <test id>)."""
+    value = int(os.environ.get("MLA_SEED") or random.SystemRandom().randrange(2**31))
+    request.node.user_properties.append(("seed", value))
+    return value
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    seeds = [v for k, v in item.user_properties if k == "seed"]
+    if report.failed and seeds:
+        report.sections.append(("seed", f"MLA_SEED={seeds[0]} pytest '{item.nodeid}'"))

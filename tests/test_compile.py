@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from mla_kernels.compile_check import HOPPER_SMEM
-from mla_kernels.designs import RESIDENT_WEIGHT_BYTES
+from mla_kernels.designs.chunk_loop import RESIDENT_WEIGHT_BYTES
 
 
 @pytest.fixture(scope="module")

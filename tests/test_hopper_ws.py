@@ -6,12 +6,12 @@ from dataclasses import replace
 
 import pytest
 import torch
-from conftest import INTERPRET
 from test_kernels import run_and_check
 
 import mla_kernels as mk
-from mla_kernels.designs import DESIGNS, hopper_ws_supports, resolve_variant
-from mla_kernels.tuning import FALLBACK
+from mla_kernels.designs import DESIGNS, resolve
+from mla_kernels.designs.hopper_ws import HopperWSConfig, supports
+from mla_kernels.devices import DEVICES, INTERPRETER
 
 KIMI = "kimi-k3-tp8"
 
@@ -37,9 +37,9 @@ hopper = pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
     ("deepseek-v3-tp8", [2000, 77], 1),
     ("deepseek-v3-tp1", [700], 1),  # 256 items a tile
 ])
-def test_matches_reference(shape, contexts, block_size, device):
+def test_matches_reference(shape, contexts, block_size, device, seed):
     inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
-                          weight_format="fp8_row", device=device, seed=torch.seed() % 2**31)
+                          weight_format="fp8_row", device=device, seed=seed)
     run_and_check(inp, "hopper_ws")
 
 
@@ -47,18 +47,18 @@ def test_matches_reference(shape, contexts, block_size, device):
 @hopper
 @pytest.mark.parametrize("programs", [1, 5, 131])
 @pytest.mark.parametrize("stages", [2, 4])
-def test_program_runs_and_ring_depth(programs, stages, device):
+def test_program_runs_and_ring_depth(programs, stages, device, seed):
     # Runs that start and end mid-tile and mid-head; a ring shallower than one item.
     inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
-                          weight_format="fp8_row", device=device, seed=torch.seed() % 2**31)
-    run_and_check(inp, "hopper_ws", config=mk.LaunchConfig(programs=programs, stages=stages))
+                          weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
 
 
 @pytest.mark.gpu
 @hopper
-def test_fp16_outputs(device):
+def test_fp16_outputs(device, seed):
     inp = mk.build_inputs(KIMI, [600], cache_dtype="fp8", weight_format="fp8_row",
-                          device=device, seed=torch.seed() % 2**31, out_dtype=torch.float16,
+                          device=device, seed=seed, out_dtype=torch.float16,
                           weight_scale_range=(1e-3, 1e-1))  # within fp16 range
     run_and_check(inp, "hopper_ws")
 
@@ -70,27 +70,28 @@ def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16):
 
 
 def test_supported_problems():
-    assert hopper_ws_supports(_prob())
-    assert hopper_ws_supports(_prob(shape="deepseek-v3-tp1", out_dtype=torch.float16))
+    assert supports(_prob())
+    assert supports(_prob(shape="deepseek-v3-tp1", out_dtype=torch.float16))
     for kw in (dict(fmt="bf16"), dict(fmt="fp8_block"), dict(fmt="mxfp4"), dict(cache="bf16"),
                dict(out_dtype=torch.float32)):
-        assert not hopper_ws_supports(_prob(**kw)), kw
-    assert not hopper_ws_supports(replace(_prob(), pe_dim=32))
-    assert not hopper_ws_supports(replace(_prob(), v_dim=64))
+        assert not supports(_prob(**kw)), kw
+    assert not supports(replace(_prob(), pe_dim=32))
+    assert not supports(replace(_prob(), v_dim=64))
 
 
-@pytest.mark.skipif(not INTERPRET, reason="the interpreter's rule")
-def test_never_offered_under_the_interpreter():
-    assert not DESIGNS["hopper_ws"].available(_prob(), torch.device("cpu"))
-    with pytest.raises(ValueError, match="variant: expected one of"):
-        resolve_variant("hopper_ws", _prob(), torch.device("cpu"))
+def test_offered_on_sm90_only():
+    assert DESIGNS["hopper_ws"].runs(_prob(), DEVICES["H200"])
+    for dev in (INTERPRETER, DEVICES["MI355X"]):
+        assert not DESIGNS["hopper_ws"].runs(_prob(), dev)
+        with pytest.raises(ValueError, match="variant: expected one of"):
+            resolve("hopper_ws", _prob(), dev)
 
 
-@pytest.mark.skipif(not INTERPRET, reason="the interpreter's rule")
-def test_auto_falls_back_when_the_tuned_design_is_unavailable(monkeypatch):
+def test_auto_falls_back_when_the_tuned_design_cannot_run_it():
     from mla_kernels import tuning
 
-    monkeypatch.setattr(tuning, "auto_choice",
-                        lambda fmt, dev: ("hopper_ws", mk.LaunchConfig(programs=3)))
-    design, cfg = resolve_variant("auto", _prob(), torch.device("cpu"))
-    assert (design.name, cfg) == (FALLBACK[0], FALLBACK[1])
+    design, cfg = resolve("auto", _prob(), INTERPRETER)
+    assert design.name == tuning.FALLBACK[0]
+    assert cfg == design.config(tuning.FALLBACK[1])
+    design, _ = resolve("auto", _prob(cache="bf16"), DEVICES["H200"])
+    assert design.name == tuning.FALLBACK[0]

@@ -34,28 +34,28 @@ def run_and_check(inp, variant, **kw):
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
 @pytest.mark.parametrize("variant", ALL_VARIANTS)
-def test_matches_reference(variant, fmt, cache, device):
+def test_matches_reference(variant, fmt, cache, device, seed):
     # Ragged: a length-0 sequence, lengths not a multiple of the chunk or the block.
     inp = mk.build_inputs(SMALL, [37, 0, 70], block_size=16, cache_dtype=cache,
-                          weight_format=fmt, device=device, seed=torch.seed() % 2**31)
+                          weight_format=fmt, device=device, seed=seed)
     run_and_check(inp, variant)
 
 
 @pytest.mark.parametrize("block_size", [1, 64])
 @pytest.mark.parametrize(("fmt", "cache"), [("fp8_row", "fp8"), ("bf16", "bf16"),
                                             ("fp8_block", "bf16")])
-def test_block_sizes(block_size, fmt, cache, device):
+def test_block_sizes(block_size, fmt, cache, device, seed):
     inp = mk.build_inputs(SMALL, [5, 65, 0, 33], block_size=block_size, cache_dtype=cache,
-                          weight_format=fmt, device=device, seed=torch.seed() % 2**31,
+                          weight_format=fmt, device=device, seed=seed,
                           spare_indices=40)
     run_and_check(inp, "chunked")
     run_and_check(inp, "tiled")
 
 
 @pytest.mark.parametrize("fmt", ["fp8_row", "mxfp4"])
-def test_auto_and_hint(fmt, device):
+def test_auto_and_hint(fmt, device, seed):
     inp = mk.build_inputs(SMALL, [70, 9], block_size=16, cache_dtype="fp8", weight_format=fmt,
-                          device=device, seed=torch.seed() % 2**31)
+                          device=device, seed=seed)
     run_and_check(inp, "auto")
     run_and_check(inp, "chunked", max_context_len=70)
 
@@ -67,9 +67,9 @@ def test_auto_and_hint(fmt, device):
     (SMALL, [33, 32], 16, "bf16", "mxfp4"),
     ("deepseek-v3-tp8", [20, 3], 16, "fp8", "bf16"),
 ])
-def test_serial_chunked_bit_identical(shape, contexts, block_size, cache, fmt, device):
+def test_serial_chunked_bit_identical(shape, contexts, block_size, cache, fmt, device, seed):
     inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache,
-                          weight_format=fmt, device=device, seed=torch.seed() % 2**31)
+                          weight_format=fmt, device=device, seed=seed)
     outs = []
     for variant in VARIANTS:
         inp.poison_outputs()
@@ -83,10 +83,10 @@ def test_serial_chunked_bit_identical(shape, contexts, block_size, cache, fmt, d
 
 
 @pytest.mark.parametrize("out_dtype", [torch.float16, torch.float32])
-def test_other_output_dtypes(out_dtype, device):
+def test_other_output_dtypes(out_dtype, device, seed):
     inp = mk.build_inputs(SMALL, [19, 40], block_size=16, cache_dtype="fp8",
                           weight_format="fp8_row", device=device, out_dtype=out_dtype,
-                          weight_scale_range=(1e-3, 1e-1), seed=torch.seed() % 2**31)
+                          weight_scale_range=(1e-3, 1e-1), seed=seed)
     run_and_check(inp, "chunked")
 
 
@@ -145,9 +145,9 @@ def _bump_e8m0(inp):
     ("fp8_row", _scale_one_row), ("fp8_block", _scale_one_block), ("fp8_row", _scale_k),
     ("mxfp4", _swap_nibbles), ("mxfp4", _bump_e8m0),
 ])
-def test_wrong_scale_or_nibble_fails_tolerance(fmt, mutate, device):
+def test_wrong_scale_or_nibble_fails_tolerance(fmt, mutate, device, seed):
     inp = mk.build_inputs(SMALL, [40], block_size=16, cache_dtype="fp8", weight_format=fmt,
-                          device=device, seed=torch.seed() % 2**31)
+                          device=device, seed=seed)
     assert check_outputs(inp, None)["correct"] is False  # poisoned outputs never pass
     res = _kernel_error(inp, mutate)
     assert not res["correct"], f"a deliberate mistake passed: {res}"
@@ -155,22 +155,22 @@ def test_wrong_scale_or_nibble_fails_tolerance(fmt, mutate, device):
 
 
 @pytest.mark.parametrize("fmt", ["fp8_row", "mxfp4"])
-def test_tiled_split_parts(fmt, device):
+def test_tiled_split_parts(fmt, device, seed):
     inp = mk.build_inputs(SMALL, [50, 0, 90], block_size=16, cache_dtype="fp8",
-                          weight_format=fmt, device=device, seed=torch.seed() % 2**31)
+                          weight_format=fmt, device=device, seed=seed)
     inp.poison_outputs()
     mk.gather_kv_b_proj(*inp.args(), variant="tiled",
-                        config=mk.LaunchConfig(chunk_tokens=64, split_parts=True))
+                        config={"block_m": 64, "split": True})
     res = check_outputs(inp)
     assert res["correct"], res
 
 
 @pytest.mark.parametrize("variant", ["tiled", "tiled_tma"])
-def test_tiled_full_and_partial_tiles(variant, device):
+def test_tiled_full_and_partial_tiles(variant, device, seed):
     # 64-row tiles: two full tiles (the TMA store path) and a partial one (masked stores).
     inp = mk.build_inputs(SMALL, [100, 0, 60], block_size=16, cache_dtype="fp8",
-                          weight_format="fp8_row", device=device, seed=torch.seed() % 2**31)
+                          weight_format="fp8_row", device=device, seed=seed)
     inp.poison_outputs()
-    mk.gather_kv_b_proj(*inp.args(), variant=variant, config=mk.LaunchConfig(chunk_tokens=64))
+    mk.gather_kv_b_proj(*inp.args(), variant=variant, config={"block_m": 64})
     res = check_outputs(inp)
     assert res["correct"], res

@@ -19,13 +19,18 @@ past it are never written; only a batch of fewer than 128 tokens has a partial t
 with row-masked stores.
 
 Supported: fp8 e4m3fn cache, fp8 per-row weight, nope = v = 128, pe = 64, kv_c a multiple
-of 128, bf16 or fp16 outputs (``designs.hopper_ws_available``).
+of 128, bf16 or fp16 outputs (``supports``).
 """
 
 from __future__ import annotations
 
 import types
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
 
+import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -37,9 +42,10 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-# The portable designs' row-to-sequence search: plain arithmetic, loads and selects trace the
-# same in Gluon, the layouts following from the row vector passed in.
-from .tiled import find_sequence
+from ..devices import DeviceSpec
+from ..problem import GatherArgs, Problem
+from .base import Design, DesignConfig, optional, positive_int, run_kernel
+from .jit import find_sequence
 
 # Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
 # (TMA and cp.async) and async_copy_shared_to_global; newer releases async_load / async_store.
@@ -50,10 +56,25 @@ cp_async = types.ModuleType("cp_async")
 cp_async.load = (getattr(async_copy, "async_load", None)
                  or async_copy.async_copy_global_to_shared)
 
-BM = gl.constexpr(128)  # tokens per tile
-BN = gl.constexpr(128)  # output columns per item: one head-half
-BK = gl.constexpr(128)  # K per weight chunk (128 fp8 bytes: one 128-byte swizzle row)
+TILE = 128  # tokens per tile, output columns per item (one head-half), K per weight chunk
+BM = gl.constexpr(TILE)  # tokens per tile
+BN = gl.constexpr(TILE)  # output columns per item: one head-half
+BK = gl.constexpr(TILE)  # K per weight chunk (128 fp8 bytes: one 128-byte swizzle row)
 GATHER_WARPS = gl.constexpr(4)
+
+
+@dataclass(frozen=True)
+class HopperWSConfig(DesignConfig):
+    """``ring_depth``: weight chunks in flight (the shared-memory budget allows 2-4; 4 was
+    fastest on the H200, docs/perf-notes.md); ``programs``: persistent programs launched,
+    None for one per SM."""
+
+    ring_depth: int = 4
+    programs: int | None = None
+
+    _rules = {"ring_depth": (lambda v: type(v) is int and 2 <= v <= 4, "an int in [2, 4]"),
+              "programs": optional(positive_int(1 << 20))}
+    _legacy = {"stages": "ring_depth", "programs": "programs"}
 
 
 @gluon.jit
@@ -332,3 +353,84 @@ def hopper_ws_kernel(
                             stride_block, stride_slot, lat, pe_raw, lat_ready, lat_empty,
                             KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
     ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
+
+
+# ------------------------------------------------------------------ host side
+def hopper_ws_grid(prob: Problem, max_context_len: int | None, config: HopperWSConfig,
+                   device: DeviceSpec) -> tuple[int, ...]:
+    items = triton.cdiv(prob.out_rows, TILE) * 2 * prob.num_heads
+    return (min(items, config.programs or device.compute_units),)
+
+
+def hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None,
+                   config: HopperWSConfig, device: DeviceSpec) -> int:
+    # As the kernel splits its items: at least two programs a token tile give each tile
+    # min(parts, items a tile) non-empty shares; otherwise contiguous runs of items.
+    launched = hopper_ws_grid(prob, max_context_len, config, device)[0]
+    tiles = -(-sum(contexts) // TILE)
+    per_tile = 2 * prob.num_heads
+    if tiles == 0:
+        return 0
+    if 2 * tiles <= launched:
+        return tiles * min(launched // tiles, per_tile)
+    return min(launched, tiles * per_tile)
+
+
+@lru_cache(maxsize=16)
+def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
+    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16,
+                torch.float8_e4m3fn: gl.float8e4nv}[dtype]
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
+
+
+def _descriptor(x: torch.Tensor, rows: int, cols: int):
+    """A TMA descriptor of [rows, cols] blocks over a 2-D tensor. Its shared layout is cached:
+    building one costs a good part of a short launch's host time."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    return TensorDescriptor(x, list(x.shape), list(x.stride()), [rows, cols],
+                            _smem_layout(rows, cols, x.dtype))
+
+
+def launch_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
+                     config: HopperWSConfig, device: DeviceSpec):
+    grid = hopper_ws_grid(prob, max_context_len, config, device)
+    if 0 in grid or prob.batch == 0:
+        return None
+    k2 = t.k_prefix.view(t.k_prefix.shape[0], -1)
+    v2 = t.v_prefix.view(t.v_prefix.shape[0], -1)
+    args = [t.k_buffer, t.k_scale, t.kv_indptr, t.kv_indices, t.kv_prefix_sum_context_lens,
+            t.kv_proj_scale, t.k_prefix, t.v_prefix,
+            _descriptor(t.kv_proj_weight, TILE, TILE), _descriptor(k2, TILE, TILE),
+            _descriptor(k2, TILE, prob.pe_dim), _descriptor(v2, TILE, TILE),
+            t.k_buffer.stride(0), t.k_buffer.stride(1), prob.batch]
+    consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
+                  HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
+                  SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.ring_depth,
+                  LOADER_REGS=24, GATHER_REGS=96, num_warps=4,
+                  # 4 + 1 + 4 warps launch as three warpgroups: 12 x 32 x 168 <= 64K registers.
+                  maxnreg=168)
+    return run_kernel(hopper_ws_kernel, grid, args, consts)
+
+
+def supports(prob: Problem) -> bool:
+    """The shapes and formats the kernel was written for: an fp8 e4m3fn cache, an fp8
+    per-row weight, nope = v = 128, pe = 64, kv_c a multiple of 128, bf16 or fp16 outputs."""
+    return (prob.nope_dim == prob.v_dim == TILE and prob.pe_dim == 64
+            and prob.kv_c_dim % TILE == 0
+            and prob.cache_dtype == torch.float8_e4m3fn
+            and prob.weight_dtype == torch.float8_e4m3fn and prob.weight_format == "fp8_row"
+            and prob.out_dtype in (torch.bfloat16, torch.float16))
+
+
+def serves(prob: Problem, device: DeviceSpec) -> bool:
+    """Supported problems on an sm_90 GPU (Gluon kernels are compiled, never interpreted)."""
+    return device.sm == 90 and supports(prob)
+
+
+HOPPER_WS = Design("hopper_ws", "persistent, warp-specialised Gluon kernel: TMA weight ring, "
+                   "cp.async latent gather, async wgmma, overlapped TMA stores (sm_90 only)",
+                   ("fp8_row",), HopperWSConfig, hopper_ws_grid, launch_hopper_ws,
+                   hopper_ws_work, kernels=(hopper_ws_kernel,), vendors=("nvidia",),
+                   serves=serves)
+DESIGNS = (HOPPER_WS,)

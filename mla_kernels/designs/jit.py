@@ -1,5 +1,5 @@
-"""Jit helpers shared by every portable design: the row gather, the weight tiles, the dot,
-and the body that projects one chunk of tokens for one head.
+"""Jit helpers shared by the designs: the row gather, the row-to-sequence search, the weight
+tiles, the dot, and the body that projects one chunk of tokens for one head.
 
 The serial and chunked designs both call ``project_chunk`` with the same arguments; only
 who calls it (a loop or the grid) differs, which is why their outputs are bit-identical.
@@ -215,3 +215,19 @@ def load_k_scale(k_scale_ptr, HAS_K_SCALE: tl.constexpr):
     else:
         s = 1.0
     return s
+
+
+@triton.jit
+def find_sequence(cs_ptr, r, batch, SEARCH_STEPS: tl.constexpr):
+    """For each row r, the sequence b with cs[b] <= r < cs[b + 1] (binary search; empty
+    sequences, whose cs entries repeat, are skipped because the last b with cs[b] <= r wins).
+    Plain loads, arithmetic and selects: Gluon kernels trace it too, the layouts following
+    from the row vector passed in."""
+    lo = r - r  # zeros like r; Gluon's zeros_like would need a layout
+    hi = lo + batch - 1
+    for _ in tl.static_range(SEARCH_STEPS):
+        mid = (lo + hi + 1) // 2
+        go_right = tl.load(cs_ptr + mid) <= r
+        lo = tl.where(go_right, mid, lo)
+        hi = tl.where(go_right, hi, mid - 1)
+    return lo

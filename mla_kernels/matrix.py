@@ -1,0 +1,72 @@
+"""The performance matrix: every configuration the targets are scored on, by name.
+
+``scripts/perf_matrix.py`` times a subset (``--points``, glob patterns over the names) and
+appends each point's rows to its CSV as soon as they are measured, so a run may span
+several device calls at one commit (one CSV part per call).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+
+from .bench import Point
+from .designs import DESIGNS
+from .devices import DEVICES, DeviceSpec
+from .formats import WEIGHT_FORMATS
+from .occupancy import problem_for
+
+KIMI = "kimi-k3-tp8"
+HEADLINE = (4096, 32000, 65536, 109440)
+RAGGED8 = (512, 1024, 2048, 4096, 8192, 16384, 3000, 700)
+# Designs a point times where they run; serial (minutes of device time at long contexts)
+# only where the public change's table needs it.
+TIMED = ("chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
+
+
+def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
+           device: DeviceSpec, serial: bool = False) -> Point:
+    prob = problem_for(shape, contexts, cache, fmt, page)
+    names = (("serial",) if serial else ()) + TIMED
+    runs = tuple(v for v in names if v == "auto" or (v in DESIGNS and DESIGNS[v].runs(prob, device)))
+    return Point(shape, contexts, fmt, cache, page, runs)
+
+
+def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
+    """name -> Point: Kimi-K3 TP8 at the headline contexts for every weight format and cache
+    dtype; fp8 per-row at page sizes 16, 64 and 128; the ragged batch; 64 sequences of 4096;
+    DeepSeek-V3 TP8 and TP1 and GLM-5-style heads at 32000."""
+    out = {}
+    for cache in ("fp8", "bf16"):
+        for fmt in WEIGHT_FORMATS:
+            for ctx in HEADLINE:
+                serial = fmt == "fp8_row" and cache == "fp8"
+                out[f"kimi/{fmt}/{cache}/p1/{ctx}"] = _point(KIMI, (ctx,), fmt, cache, 1, device,
+                                                            serial)
+    for page in (16, 64, 128):
+        for ctx in (32000, 109440):
+            out[f"kimi/fp8_row/fp8/p{page}/{ctx}"] = _point(KIMI, (ctx,), "fp8_row", "fp8", page,
+                                                           device)
+    out["kimi/fp8_row/fp8/p1/ragged8"] = _point(KIMI, RAGGED8, "fp8_row", "fp8", 1, device)
+    out["kimi/fp8_row/fp8/p1/64x4096"] = _point(KIMI, (4096,) * 64, "fp8_row", "fp8", 1, device)
+    for shape in ("deepseek-v3-tp8", "deepseek-v3-tp1", "glm-5-style"):
+        out[f"{shape}/fp8_row/fp8/p1/32000"] = _point(shape, (32000,), "fp8_row", "fp8", 1,
+                                                      device)
+    return out
+
+
+def select(patterns: Iterable[str] | None, device: DeviceSpec = DEVICES["H200"]
+           ) -> dict[str, Point]:
+    """The points whose names match any of the glob patterns (all of them for None); a
+    pattern matching nothing is a ValueError naming it."""
+    every = points(device)
+    if not patterns:
+        return every
+    out = {}
+    for pat in patterns:
+        hit = {k: v for k, v in every.items() if fnmatch.fnmatchcase(k, pat)}
+        if not hit:
+            raise ValueError(f"--points: expected a pattern matching one of {sorted(every)}, "
+                             f"got {pat!r}")
+        out.update(hit)
+    return out

@@ -1,0 +1,111 @@
+"""The measurement schema: one typed row per (configuration, variant, timing), the one
+serialiser of a batch's context lengths, and the CSV writers every notebook and script uses.
+
+The columns, in order, are ``Measurement``'s fields (data/README.md documents each).
+``Measurement.KEY`` names the fields that make two rows "the same configuration measured
+again"; readers keep the later of such rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+import pandas as pd
+
+from .files import atomic_path
+
+
+def contexts_str(contexts: Sequence[int]) -> str:
+    """The ``contexts`` column: the batch's context lengths, space-separated."""
+    return " ".join(str(int(c)) for c in contexts)
+
+
+def parse_contexts(text: str | int) -> tuple[int, ...]:
+    """Inverse of ``contexts_str`` (a lone int, as pandas may read a one-sequence batch,
+    is accepted)."""
+    return tuple(int(c) for c in str(text).split())
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One row of a measurement CSV."""
+
+    device: str
+    compute_units: int
+    torch: str
+    triton: str
+    commit: str
+    date: str
+    model: str
+    heads: int
+    weight_format: str
+    cache_dtype: str
+    block_size: int
+    contexts: str
+    batch: int
+    ctx: int
+    variant: str
+    timing: str  # "flushed", "graph" or "graph8" (data/README.md)
+    median_us: float
+    min_bytes: int
+    flops: int
+    dot_dtype: str
+    copy_tbps: float
+    write_tbps: float
+    mm_tflops: float
+    byte_floor_us: float
+    matrix_floor_us: float
+    floor_us: float
+    write_floor_us: float
+    roof_fraction: float
+    achieved_tbps: float
+    achieved_tflops: float
+    max_rel_err: float
+    correct: bool
+    config: str = ""
+    error: str = ""
+    design: str = ""  # the design the variant resolved to ("" for the torch paths)
+
+    KEY: ClassVar[tuple[str, ...]] = ("device", "model", "heads", "weight_format",
+                                      "cache_dtype", "block_size", "contexts", "variant",
+                                      "timing", "config")
+
+    def key(self) -> tuple:
+        return tuple(getattr(self, f) for f in self.KEY)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Measurement))
+
+
+def frame(rows: Iterable[Measurement | dict]) -> pd.DataFrame:
+    """Rows as a DataFrame with the schema's columns first, in order."""
+    recs = [r.as_dict() if isinstance(r, Measurement) else dict(r) for r in rows]
+    df = pd.DataFrame(recs)
+    if df.empty:
+        return pd.DataFrame(columns=list(COLUMNS))
+    first = [c for c in COLUMNS if c in df.columns]
+    return df[first + [c for c in df.columns if c not in first]]
+
+
+def write_csv_atomic(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write a CSV atomically: a failed run leaves the old file whole."""
+    with atomic_path(path) as tmp:
+        df.to_csv(tmp, index=False)
+    return Path(path)
+
+
+def append_csv_atomic(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Append rows to a CSV (creating it), rewriting it atomically: each append either lands
+    whole or not at all, so a run cut short keeps every point measured before."""
+    path = Path(path)
+    if path.is_file() and path.stat().st_size:
+        df = pd.concat([pd.read_csv(path), df], ignore_index=True)
+    return write_csv_atomic(df, path)

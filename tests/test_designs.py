@@ -1,0 +1,258 @@
+"""The registry: a design is one home, one rule resolves every variant name, configs are typed
+and checked, and the package's imports hold no cycle."""
+
+import ast
+import importlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+import mla_kernels as mk
+from mla_kernels import bench, designs, tuning
+from mla_kernels import occupancy as occ
+from mla_kernels.checks import check_outputs
+from mla_kernels.designs import DESIGNS, parse_config, resolve
+from mla_kernels.designs.chunk_loop import ChunkConfig
+from mla_kernels.designs.hopper_ws import HopperWSConfig
+from mla_kernels.designs.tiled import TiledConfig
+from mla_kernels.devices import DEVICES, INTERPRETER
+from mla_kernels.formats import CACHE_DTYPES, WEIGHT_FORMATS
+from mla_kernels.shapes import MLAShape
+
+ROOT = Path(__file__).parents[1]
+FIXTURES = Path(__file__).parent / "fixtures"
+SMALL = MLAShape("test-2h", num_heads=2)
+
+
+@pytest.fixture
+def grid_stride():
+    """The throwaway design of tests/fixtures/grid_stride_design.py, registered for a test."""
+    sys.path.insert(0, str(FIXTURES))
+    try:
+        mod = importlib.import_module("grid_stride_design")
+    finally:
+        sys.path.remove(str(FIXTURES))
+    if "grid_stride" not in DESIGNS:
+        designs.register(mod.DESIGN)
+    yield mod.DESIGN
+    designs.unregister("grid_stride")
+
+
+# ------------------------------------------------------------------ one home, one entry
+def test_a_throwaway_design_is_served_with_no_other_edit(grid_stride, device, seed):
+    assert "grid_stride" in mk.variant_names()
+    inp = mk.build_inputs(SMALL, [37, 0, 70], block_size=16, device=device, seed=seed)
+    prob = mk.problem.check_arguments(*inp.args())
+    # Resolution and the public call.
+    design, cfg = resolve("grid_stride", prob, INTERPRETER)
+    assert design is grid_stride and cfg == grid_stride.config_type()
+    inp.poison_outputs()
+    mk.gather_kv_b_proj(*inp.args(), variant="grid_stride")
+    assert check_outputs(inp)["correct"]
+    # The occupancy model: at most 6 programs per compute unit, from its own grid and work.
+    big = occ.problem_for("kimi-k3-tp8", [32000])
+    o = occ.occupancy("grid_stride", big, [32000], "MI355X")
+    assert o.design == "grid_stride" and o.programs_launched == 6 * 256
+    assert o.programs_working == 6 * 256
+    # The harness times what resolution gives.
+    pt = bench.Point("kimi-k3-tp8", (5,), "fp8_row", "fp8", 1, ("grid_stride",))
+    (name, dot, make), *torch_paths = bench.candidates(pt)
+    assert (name, dot) == ("grid_stride", "fp8") and [c[0] for c in torch_paths] == [
+        "torch_bf16", "torch_fp8"]
+    inp.poison_outputs()
+    make(inp)()
+    assert check_outputs(inp)["correct"]
+
+
+def test_compile_check_serves_a_throwaway_design():
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    code = ("import grid_stride_design; from mla_kernels.compile_check import main; "
+            "main(['--variant', 'grid_stride', '--weight-format', 'fp8_row'])")
+    env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(FIXTURES))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (row,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert row["variant"] == row["design"] == "grid_stride"
+    assert 0 < row["shared_bytes"] <= DEVICES["H200"].smem_per_program and row["n_regs"] > 0
+
+
+# ------------------------------------------------------------------ one rule for auto
+@pytest.mark.parametrize("device", [*DEVICES.values(), INTERPRETER], ids=lambda d: d.name)
+def test_auto_resolves_to_a_design_that_runs_there(device):
+    for fmt in WEIGHT_FORMATS:
+        for cache in ("bf16", "fp8"):
+            for page in (1, 16, 64, 128):
+                prob = occ.problem_for("kimi-k3-tp8", [100], cache, fmt, page)
+                design, cfg = resolve("auto", prob, device)
+                assert design.runs(prob, device), (fmt, cache, page)
+                assert isinstance(cfg, design.config_type)
+
+
+def test_auto_follows_the_tuning_table():
+    prob = occ.problem_for("kimi-k3-tp8", [100], "fp8", "fp8_row")
+    design, cfg = resolve("auto", prob, DEVICES["H200"])
+    assert design.name == "hopper_ws" and cfg == HopperWSConfig(ring_depth=4)
+    design, cfg = resolve("auto", occ.problem_for("kimi-k3-tp8", [100], "fp8", "mxfp4"),
+                          DEVICES["H200"])
+    assert (design.name, cfg) == ("tiled", TiledConfig(block_m=128, num_warps=8, num_stages=2))
+    # A device the table does not know gets the portable fallback.
+    design, cfg = resolve("auto", prob, DEVICES["MI355X"])
+    assert design.name == tuning.FALLBACK[0] and cfg == design.config(tuning.FALLBACK[1])
+
+
+def test_tuning_table_names_registered_designs_and_valid_configs():
+    for (dev, fmt, cache, page), (name, fields) in tuning.TUNED.items():
+        assert dev in DEVICES and fmt in WEIGHT_FORMATS
+        assert cache in (*CACHE_DTYPES, tuning.ANY) and (page == tuning.ANY or page >= 1)
+        DESIGNS[name].config(fields)  # a ValueError here names the bad field
+
+
+def test_a_config_for_auto_applies_to_what_auto_resolved():
+    prob = occ.problem_for("kimi-k3-tp8", [100], "fp8", "fp8_row")
+    design, cfg = resolve("auto", prob, DEVICES["H200"], {"ring_depth": 2})
+    assert design.name == "hopper_ws" and cfg.ring_depth == 2
+    with pytest.raises(ValueError, match="config: expected fields of HopperWSConfig"):
+        resolve("auto", prob, DEVICES["H200"], {"block_m": 64})
+
+
+# ------------------------------------------------------------------ typed configs
+@pytest.mark.parametrize(("make", "field"), [
+    (lambda: TiledConfig(block_m=3), "config.block_m"),
+    (lambda: TiledConfig(split="yes"), "config.split"),
+    (lambda: TiledConfig(num_warps=True), "config.num_warps"),
+    (lambda: ChunkConfig(chunk=48), "config.chunk"),
+    (lambda: HopperWSConfig(ring_depth=5), "config.ring_depth"),
+    (lambda: HopperWSConfig(programs=0), "config.programs"),
+])
+def test_bad_config_fields_name_the_field(make, field):
+    with pytest.raises(ValueError, match=field.replace(".", r"\.") + ": expected"):
+        make()
+
+
+def test_configs_from_committed_csvs_parse():
+    # Every config string a committed tuning or matrix CSV holds, legacy LaunchConfig
+    # reprs included, reads as its design's typed config.
+    seen = 0
+    for path in sorted((ROOT / "data").rglob("*.csv")):
+        df = pd.read_csv(path)
+        if "config" not in df.columns or "variant" not in df.columns:
+            continue
+        for variant, text in df[["variant", "config"]].dropna().itertuples(index=False):
+            if variant in DESIGNS and str(text).strip():
+                cfg = parse_config(DESIGNS[variant].config_type, str(text))
+                assert isinstance(cfg, DESIGNS[variant].config_type)
+                seen += 1
+    assert seen > 10
+
+
+def test_parse_config_legacy_and_round_trip():
+    legacy = ("LaunchConfig(chunk_tokens=128, block_k=None, num_warps=8, num_stages=2, "
+              "split_parts=True, programs=None, stages=4)")
+    assert parse_config(TiledConfig, legacy) == TiledConfig(block_m=128, num_warps=8,
+                                                            num_stages=2, split=True)
+    assert parse_config(HopperWSConfig, "LaunchConfig(stages=3)") == HopperWSConfig(3)
+    for cfg in (TiledConfig(block_m=32, split=True), ChunkConfig(chunk=64), HopperWSConfig(2, 7)):
+        assert parse_config(type(cfg), repr(cfg)) == cfg
+    with pytest.raises(ValueError, match="programs=5"):
+        parse_config(TiledConfig, "LaunchConfig(programs=5)")
+    with pytest.raises(ValueError, match="config: expected"):
+        parse_config(TiledConfig, "__import__('os').system('true')")
+
+
+@pytest.mark.parametrize("bad", ["fast", 3, ["tiled"], TiledConfig()])
+def test_the_public_call_rejects_a_bad_config(bad, device, seed):
+    inp = mk.build_inputs(SMALL, [9], block_size=16, device=device, seed=seed)
+    inp.k_prefix.fill_(7.0)
+    with pytest.raises(ValueError, match="config: expected"):
+        mk.gather_kv_b_proj(*inp.args(), variant="chunked", config=bad)
+    assert bool((inp.k_prefix == 7.0).all())
+
+
+# ------------------------------------------------------------------ imports
+def _imports(path: Path, module: str) -> set[str]:
+    """mla_kernels modules ``path`` imports, function-level imports included."""
+    pkg = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("mla_kernels")}
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg.split(".")
+                base = base[: len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            if not target.startswith("mla_kernels"):
+                continue
+            for a in node.names:  # `from . import x` may name a submodule
+                sub = f"{target}.{a.name}"
+                out.add(sub if _module_path(sub) else target)
+    return out
+
+
+def _module_path(module: str) -> Path | None:
+    p = ROOT.joinpath(*module.split("."))
+    for cand in (p.with_suffix(".py"), p / "__init__.py"):
+        if cand.is_file():
+            return cand
+    return None
+
+
+def test_no_import_cycle():
+    graph = {}
+    for path in (ROOT / "mla_kernels").rglob("*.py"):
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        graph[".".join(parts)] = _imports(path, ".".join(parts))
+    assert graph["mla_kernels.tuning"] == set(), "the tuning table is data: no imports"
+    assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph))
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state, stack = {}, []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            if state.get(n) == "open":
+                return stack[stack.index(n):] + [n]
+            if n not in state and (found := visit(n)):
+                return found
+        stack.pop()
+        state[m] = "done"
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (found := visit(m)):
+            return found
+    return None
+
+
+def test_the_cycle_finder_bites():
+    # Edges are read from the sources, function-level imports included, and a cycle through
+    # them is found: the old designs <-> tuning pair would be.
+    assert "mla_kernels.designs" in _imports(ROOT / "mla_kernels" / "api.py", "mla_kernels.api")
+    assert "mla_kernels.designs.chunk_loop" in _imports(
+        ROOT / "mla_kernels" / "designs" / "__init__.py", "mla_kernels.designs")
+    assert "mla_kernels.inputs" in _imports(ROOT / "mla_kernels" / "occupancy.py",
+                                            "mla_kernels.occupancy")  # inside a function
+    old = {"mla_kernels.designs": {"mla_kernels.tuning"},
+           "mla_kernels.tuning": {"mla_kernels.designs"}, "mla_kernels.api": {"mla_kernels.designs"}}
+    assert _find_cycle(old) == ["mla_kernels.designs", "mla_kernels.tuning", "mla_kernels.designs"]
+
+
+def test_seeds_are_drawn_and_reported(seed, request):
+    assert 0 <= seed < 2**31
+    assert ("seed", seed) in request.node.user_properties
+    torch.manual_seed(seed)
