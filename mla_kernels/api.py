@@ -1,12 +1,90 @@
-"""The public entry point: gather_kv_b_proj."""
+"""The public entry point: gather_kv_b_proj.
+
+A call is checked once per argument signature (dtype, shape, strides and device of every
+tensor, the variant, the hint, the config, the flags, and whether the weight and outputs
+are 16-byte aligned): the checks, the design ``auto`` picks and everything the launch derives
+from shapes are kept as a plan. A call whose signature has a plan only compares the
+arguments' byte ranges (aliasing), gathers pointers and launches. A tensor changed in place
+(``resize_``, ``as_strided_``, ``set_``) has another signature and is checked afresh.
+"""
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Callable
 
 import torch
 
 from .designs import DesignConfig, resolve
+from .designs.base import DEBUG
 from .devices import INTERPRETER, device_spec
-from .problem import GatherArgs, check_arguments, interpreting
+from .problem import (
+    GatherArgs,
+    Problem,
+    check_aliasing,
+    check_arguments,
+    check_hint,
+    interpreting,
+    validate_inputs,
+)
+
+_PLANS: dict[tuple, _Plan] = {}
+_PLAN_LIMIT = 512  # signatures kept; past it the cache starts afresh
+_LOCK = threading.Lock()
+
+
+class _Plan:
+    """Everything one argument signature fixes: the problem, the design and config it runs,
+    the launch, and the byte sizes the aliasing check compares."""
+
+    __slots__ = ("prob", "design", "config", "launch", "sizes", "device_index", "validate",
+                 "hint")
+
+    def __init__(self, args: GatherArgs, variant, max_context_len, config, validate: bool,
+                 debug: bool = False):
+        check_hint(max_context_len)
+        prob = check_arguments(*args)
+        check_aliasing(args)
+        device = INTERPRETER if interpreting() else device_spec(args.k_buffer.device)
+        self.design, self.config = resolve(variant, prob, device, config)
+        self.prob: Problem = prob
+        self.hint = max_context_len
+        self.validate = validate
+        token = DEBUG.set(bool(debug))
+        try:
+            self.launch: Callable[[GatherArgs], object] = self.design.prepare(
+                prob, args, max_context_len, self.config, device)
+        finally:
+            DEBUG.reset(token)
+        # Byte sizes of the tensors the outputs must not overlap (None: not compared).
+        self.sizes = tuple(
+            None if t is None or (i == 1 and not prob.cache_is_fp8)
+            else t.numel() * t.element_size() for i, t in enumerate(args))
+        self.device_index = (args.k_buffer.device.index if args.k_buffer.device.type == "cuda"
+                             else None)
+
+    def __call__(self, args: GatherArgs, ptrs: tuple) -> None:
+        sizes = self.sizes
+        for o in (7, 8):  # k_prefix, v_prefix against every other argument
+            lo, n = ptrs[o], sizes[o]
+            if not n:
+                continue
+            for i in range(9):
+                m = sizes[i]
+                if i != o and m and ptrs[i] < lo + n and lo < ptrs[i] + m:
+                    check_aliasing(args)  # says which, by name
+        if self.validate:
+            validate_inputs(*args, max_context_len=self.hint)
+        index = self.device_index
+        if index is not None and index != torch._C._cuda_getDevice():
+            with torch.cuda.device(index):  # launch on the tensors' device and its stream
+                self.launch(args)
+        else:
+            self.launch(args)
+
+
+def _ptr(t) -> int:
+    return 0 if t is None else t.data_ptr()
 
 
 def gather_kv_b_proj(
@@ -23,6 +101,8 @@ def gather_kv_b_proj(
     variant: str = "auto",
     max_context_len: int | None = None,
     config: DesignConfig | dict | None = None,
+    validate: bool | None = None,
+    debug: bool = False,
 ) -> None:
     """Expand the paged latent cache into per-head K and V, writing k_prefix and v_prefix.
 
@@ -30,16 +110,52 @@ def gather_kv_b_proj(
     ``variant`` names the design (``mla_kernels.variant_names()``); ``max_context_len``, a
     host int bounding every sequence's length, may shrink the grid; ``config`` overrides
     the design's launch parameters (its config dataclass, or a mapping of its fields).
-    Every argument is checked before anything is launched, so a ValueError leaves the
-    outputs untouched. The launch reads no tensor contents on the host.
+    ``validate`` reads the index tensors and scales first (it synchronises): on by default
+    under the Triton interpreter, off on a GPU, where contents are the caller's promise.
+    Every argument check is a ValueError before anything is launched, the outputs
+    untouched. Without validation the launch reads no tensor contents on the host.
+    ``debug`` compiles the kernels with device-side asserts: a block id out of range stops
+    the kernel (a device-side error) instead of reading out of bounds.
     """
     args = GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
                       kv_proj_weight, kv_proj_scale, k_prefix, v_prefix)
-    prob = check_arguments(*args)
-    if max_context_len is not None and (not isinstance(max_context_len, int)
-                                        or max_context_len < 0):
-        raise ValueError(f"max_context_len: expected a host int >= 0 or None, "
-                         f"got {max_context_len!r}")
-    device = INTERPRETER if interpreting() else device_spec(k_buffer.device)
-    design, cfg = resolve(variant, prob, device, config)
-    design.launch(prob, args, max_context_len, cfg, device)
+    if validate is None:
+        validate = interpreting()
+    try:
+        ptrs = (k_buffer.data_ptr(), _ptr(k_scale), kv_indptr.data_ptr(),
+                kv_indices.data_ptr(), kv_prefix_sum_context_lens.data_ptr(),
+                kv_proj_weight.data_ptr(), _ptr(kv_proj_scale), k_prefix.data_ptr(),
+                v_prefix.data_ptr())
+        # type(): a bool hint (True == 1) must not find the plan of an int one.
+        key = (variant, max_context_len, type(max_context_len), config, validate, debug,
+               not (ptrs[5] | ptrs[7] | ptrs[8]) & 15,
+               *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in args])
+        plan = _PLANS.get(key)
+    except (AttributeError, TypeError, RuntimeError):  # not tensors (or no storage), or an
+        key = plan = None  # unhashable variant / config: the checked path says which argument
+    if plan is None:
+        plan = _Plan(args, variant, max_context_len, config, bool(validate), bool(debug))
+        if key is not None and not (torch.cuda.is_available()
+                                    and torch.cuda.is_current_stream_capturing()):
+            with _LOCK:  # no cache fill while a graph is captured; warm up outside it
+                if len(_PLANS) >= _PLAN_LIMIT:
+                    _PLANS.clear()
+                _PLANS[key] = plan
+        ptrs = tuple(t.data_ptr() if isinstance(t, torch.Tensor) else 0 for t in args)
+    plan(args, ptrs)
+
+
+def resolved(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
+             kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, *, variant: str = "auto",
+             max_context_len: int | None = None, config=None):
+    """(design, config) a call with these arguments would run, without launching."""
+    plan = _Plan(GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices,
+                            kv_prefix_sum_context_lens, kv_proj_weight, kv_proj_scale,
+                            k_prefix, v_prefix), variant, max_context_len, config, False)
+    return plan.design, plan.config
+
+
+def clear_plans() -> None:
+    """Forget every cached plan (tests; after redefining a design)."""
+    with _LOCK:
+        _PLANS.clear()

@@ -283,3 +283,107 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
         del sets, base, ref
         torch.cuda.empty_cache()
     return rows
+
+
+# ------------------------------------------------------------------ host cost of a call
+def _empty_kernel_source():
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def empty_kernel(p0, p1, p2, p3, p4, p5, p6, p7, p8, i0, i1, i2, i3, i4, i5, i6, i7, i8, i9,
+                     i10, C0: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr,
+                     C3: tl.constexpr):
+        pass
+    return empty_kernel
+
+
+def _host_us(fn: Callable[[], object], reps: int, rounds: int) -> float:
+    """Median over ``rounds`` of the host time per call of ``reps`` back-to-back calls (the
+    GPU runs behind; one synchronise before each round)."""
+    import statistics
+    import time
+
+    for _ in range(20):
+        fn()
+    times = []
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        times.append((time.perf_counter() - t0) / reps * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def host_cost(variants: Sequence[str], contexts: Sequence[int] = (256, 4096),
+              shape: str = "kimi-k3-tp8", reps: int = 200, rounds: int = 5) -> list[dict]:
+    """Host time per call (``host_us``) of each variant at each context, beside two anchors
+    measured in the same process: ``empty_triton_launch`` (an empty @triton.jit kernel with
+    9 tensors, 11 ints and 4 constants, grid 132) and ``torch_add`` (``x.add_(1)``)."""
+    prov = provenance()
+    kernel = _empty_kernel_source()
+    t = [torch.empty(16, device="cuda") for _ in range(9)]
+    x = torch.zeros(16, device="cuda")
+    rows = [{**prov, "model": shape, "ctx": 0, "variant": "empty_triton_launch",
+             "host_us": _host_us(lambda: kernel[(132,)](*t, *range(1, 12), C0=1, C1=2, C2=3,
+                                                        C3=4), reps, rounds)},
+            {**prov, "model": shape, "ctx": 0, "variant": "torch_add",
+             "host_us": _host_us(lambda: x.add_(1), reps, rounds)}]
+    for ctx in contexts:
+        inp = build_inputs(shape, [ctx], device="cuda", spare_indices=0, spare_rows=0,
+                           spare_blocks=0)
+        args = inp.args()
+        for v in variants:
+            rows.append({**prov, "model": shape, "ctx": ctx, "variant": v,
+                         "host_us": _host_us(lambda v=v, a=args: gather_kv_b_proj(*a, variant=v),
+                                             reps, rounds)})
+    return rows
+
+
+def eager_layers(variants: Sequence[str], contexts: Sequence[int], shape: str = "kimi-k3-tp8",
+                 layers: int = 61) -> list[dict]:
+    """Wall time per call of ``layers`` back-to-back eager calls (each writing its own
+    outputs, no L2 flush, one synchronise at the end) and of the same calls replayed from
+    one CUDA graph: a prefill's pass over a model's layers, eager against captured."""
+    import time
+
+    prov = provenance()
+    rows = []
+    for ctx in contexts:
+        inp = build_inputs(shape, [ctx], device="cuda", spare_indices=0, spare_rows=0,
+                           spare_blocks=0)
+        outs = [(torch.empty_like(inp.k_prefix), torch.empty_like(inp.v_prefix))
+                for _ in range(layers)]
+        for v in variants:
+            calls = [inp.args()._replace(k_prefix=k, v_prefix=o) for k, o in outs]
+
+            def run(calls=calls, v=v) -> None:
+                for a in calls:
+                    gather_kv_b_proj(*a, variant=v)
+            run()  # warm up: compile, plan
+            torch.cuda.synchronize()
+            eager = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                run()
+                torch.cuda.synchronize()
+                eager.append((time.perf_counter() - t0) / layers * 1e6)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            graph.replay()
+            torch.cuda.synchronize()
+            replay = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                graph.replay()
+                torch.cuda.synchronize()
+                replay.append((time.perf_counter() - t0) / layers * 1e6)
+            del graph
+            rows.append({**prov, "model": shape, "ctx": ctx, "variant": v,
+                         "eager_us": sorted(eager)[2], "graph_us": sorted(replay)[2]})
+        del outs, inp
+        torch.cuda.empty_cache()
+    return rows

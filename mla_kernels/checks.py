@@ -15,33 +15,57 @@ TOLERANCES: dict[str, float] = {"bf16": 5e-3, "fp8_row": 1e-2, "fp8_block": 1e-2
 
 
 # A dot product's rounding error scales with sum |x_k w_k|, not with its (possibly
-# cancelled) value: each column's error is measured against at least this fraction of
-# || |latent| @ |W|^T || (about twice a typical ||ref|| for random data at K = 512).
+# cancelled) value: each column's (and row's) error is measured against at least this
+# fraction of the same norm of |latent| @ |W|^T (about twice a typical ||ref|| for random
+# data at K = 512).
 MAGNITUDE_FLOOR = 1 / 8
+# A column's gain (the least-squares factor from ref to out) is judged on columns of at
+# least this many rows: over fewer, one cancelled value makes it meaningless.
+GAIN_MIN_ROWS = 16
+
+
+def _rel(err: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor | None) -> torch.Tensor:
+    denom = ref if mag is None else torch.maximum(ref, mag * MAGNITUDE_FLOOR)
+    return err / denom.clamp_min(1e-30)
+
+
+def error_measures(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor | None = None
+                   ) -> dict[str, float]:
+    """Three relative errors of ``out`` against ``ref``, each NaN if anything is NaN:
+
+    - ``column``: max over output columns of ||out - ref|| / max(||ref||, ||mag|| / 8):
+      per column because weight scales span 1e-3..1e2, so a global norm would let the
+      large columns hide a wrong scale on a small one;
+    - ``row``: the same per output row (a token, every head): one token read from the wrong
+      block fails however many tokens the call holds;
+    - ``gain``: max over columns of at least 16 rows of |<out, ref> / <ref, ref> - 1|: a
+      systematic scale error, which the magnitude floor would dilute in ``column``.
+
+    The magnitude floor keeps a value that cancelled (fp8 tensor cores accumulate in
+    reduced precision) from reading as a large relative error.
+    """
+    if out.numel() == 0:
+        return {"column": 0.0, "row": 0.0, "gain": 0.0}
+    o = out.double().reshape(out.shape[0], -1)
+    r = ref.double().reshape(ref.shape[0], -1)
+    if torch.isnan(o).any():
+        return {"column": float("nan"), "row": float("nan"), "gain": float("nan")}
+    m = None if magnitude is None else magnitude.double().reshape(r.shape)
+    e = o - r
+    col = _rel(e.norm(dim=0), r.norm(dim=0), None if m is None else m.norm(dim=0))
+    row = _rel(e.norm(dim=1), r.norm(dim=1), None if m is None else m.norm(dim=1))
+    gain = 0.0
+    if o.shape[0] >= GAIN_MIN_ROWS:
+        rr = (r * r).sum(dim=0)
+        g = (o * r).sum(dim=0) / rr.clamp_min(1e-300)
+        gain = float((g - 1).abs()[rr > 0].max()) if bool((rr > 0).any()) else 0.0
+    return {"column": float(col.max()), "row": float(row.max()), "gain": gain}
 
 
 def max_rel_err(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor | None = None
                 ) -> float:
-    """max over output columns of ||out - ref|| / max(||ref||, ||magnitude|| / 8), NaN if
-    anything is NaN.
-
-    Per column because weight scales span 1e-3..1e2: a global norm would let the large
-    columns hide a wrong scale on a small one. The magnitude floor keeps a column of a
-    single token whose value cancelled (fp8 tensor cores accumulate in reduced precision)
-    from reading as a large relative error.
-    """
-    if out.numel() == 0:
-        return 0.0
-    o = out.double().reshape(out.shape[0], -1)
-    r = ref.double().reshape(ref.shape[0], -1)
-    if torch.isnan(o).any():
-        return float("nan")
-    denom = r.norm(dim=0)
-    if magnitude is not None:
-        denom = torch.maximum(denom, magnitude.double().reshape(r.shape).norm(dim=0)
-                              * MAGNITUDE_FLOOR)
-    err = (o - r).norm(dim=0) / denom.clamp_min(1e-30)
-    return float(err.max())
+    """The largest of ``error_measures`` (NaN if anything is NaN)."""
+    return max(error_measures(out, ref, magnitude).values(), key=lambda x: (x != x, x))
 
 
 class Expected(NamedTuple):

@@ -160,28 +160,53 @@ def quantize_weight(w: torch.Tensor, weight_format: str,
     raise ValueError(f"weight_format: expected one of {WEIGHT_FORMATS}, got {weight_format!r}")
 
 
+def expand_scale(scale: torch.Tensor, n: int, k: int) -> torch.Tensor:
+    """A float weight scale as a float32 [n, k] factor: per output row ([n] or [n, 1]) or
+    per 128x128 block ([ceil(n/128), ceil(k/128)]); bf16 scales are read as float32."""
+    scale = scale.float()
+    if scale.numel() == n and (scale.dim() == 1 or scale.shape[1] == 1):
+        return scale.reshape(n, 1).expand(n, k)
+    return _expand_blocks(scale, n, k)
+
+
 def dequantize_weight(weight: torch.Tensor, scale: torch.Tensor | None, weight_format: str
                       ) -> torch.Tensor:
-    """float32 [N, K] of a stored weight in the named format."""
-    if weight_format == "bf16":
-        return weight.float() if scale is None else weight.float() * scale.float().reshape(-1, 1)
-    if weight_format == "fp8_row":
-        return dequantize_fp8_per_row(weight, scale)
-    if weight_format == "fp8_block":
-        return dequantize_fp8_per_block(weight, scale)
+    """float32 [N, K] of a stored weight in the named format. A bf16 or fp8 weight's scale
+    may be per output row or per 128x128 block (``expand_scale``)."""
+    if weight_format in ("bf16", "fp8_row", "fp8_block"):
+        w = weight.float()
+        return w if scale is None else w * expand_scale(scale, *w.shape)
     if weight_format == "mxfp4":
         return dequantize_mxfp4(weight, scale)
     raise ValueError(f"weight_format: expected one of {WEIGHT_FORMATS}, got {weight_format!r}")
 
 
+def is_block_scale(weight: torch.Tensor, scale: torch.Tensor | None) -> bool:
+    """A 2-D scale that is not one value per output row: per 128x128 block (a
+    [ceil(N/128), 1] scale of a K <= 128 weight included)."""
+    return scale is not None and scale.dim() == 2 and (
+        scale.shape[1] != 1 or scale.shape[0] != weight.shape[0])
+
+
 def detect_weight_format(weight: torch.Tensor, scale: torch.Tensor | None) -> str:
-    """Name the format of a (weight, scale) pair by dtypes and the scale's shape."""
+    """Name the format of a (weight, scale) pair by dtypes and the scale's shape. A bf16
+    weight is "bf16" with or without a scale (``scale_kind`` says which)."""
     if weight.dtype in (torch.uint8, getattr(torch, "float4_e2m1fn_x2", torch.uint8)):
         return "mxfp4"
     if weight.dtype in FP8_DTYPES:
-        if scale is not None and scale.dim() == 2 and scale.shape[1] != 1:
-            return "fp8_block"
-        if scale is not None and scale.dim() == 2 and scale.shape[0] != weight.shape[0]:
-            return "fp8_block"  # a [ceil(N/128), 1] block scale of a K <= 128 weight
-        return "fp8_row"
+        return "fp8_block" if is_block_scale(weight, scale) else "fp8_row"
     return "bf16"
+
+
+def scale_kind(weight: torch.Tensor, scale: torch.Tensor | None) -> str:
+    """How a weight's scale applies: "none", "row" (per output row), "block" (per 128x128
+    block) or "e8m0" (MXFP4's power of two per 32 values along K)."""
+    if detect_weight_format(weight, scale) == "mxfp4":
+        return "e8m0"
+    if scale is None:
+        return "none"
+    return "block" if is_block_scale(weight, scale) else "row"
+
+
+# The scale kind a format has unless its scale says otherwise (only bf16's may vary).
+DEFAULT_SCALE = {"bf16": "none", "fp8_row": "row", "fp8_block": "block", "mxfp4": "e8m0"}

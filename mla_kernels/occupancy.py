@@ -17,7 +17,7 @@ import torch
 
 from .designs import DESIGNS, Design, DesignConfig, resolve
 from .devices import DeviceSpec, get_device, live_device
-from .formats import cache_torch_dtype
+from .formats import DEFAULT_SCALE, cache_torch_dtype
 from .measurements import contexts_str
 from .problem import Problem
 from .shapes import MLAShape, get_shape
@@ -60,7 +60,7 @@ def problem_for(shape: str | MLAShape, contexts: Sequence[int], cache_dtype: str
     return Problem(num_heads=s.num_heads, kv_c_dim=s.kv_c_dim, pe_dim=s.kv_pe_dim,
                    nope_dim=s.qk_nope_dim, v_dim=s.v_head_dim, block_size=block_size,
                    batch=len(contexts), out_rows=sum(contexts), weight_format=weight_format,
-                   cache_dtype=cdt, weight_dtype=wdt)
+                   cache_dtype=cdt, weight_dtype=wdt, weight_scale=DEFAULT_SCALE[weight_format])
 
 
 # ------------------------------------------------------------------ programs that do work

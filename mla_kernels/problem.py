@@ -1,7 +1,9 @@
-"""Argument checks of gather_kv_b_proj and the problem they describe.
+"""Argument checks of gather_kv_b_proj and the problem they describe (docs/contract.md).
 
-``check_arguments`` reads shapes, dtypes and devices only (no device-to-host copy), so it
-runs on every launch. ``validate_inputs`` reads tensor contents and is called on demand.
+``check_arguments`` reads shapes, dtypes, strides and devices only (no device-to-host
+copy); ``check_aliasing`` compares storage ranges; ``check_hint`` the host-side hint. They
+run before every launch. ``validate_inputs`` reads tensor contents (it synchronises): the
+launch runs it first when asked (``validate=True``, the default under the interpreter).
 """
 
 from __future__ import annotations
@@ -12,7 +14,16 @@ from typing import NamedTuple
 
 import torch
 
-from .formats import FP8_BLOCK, FP8_DTYPES, MX_BLOCK, as_uint8, detect_weight_format
+from .formats import (
+    DEFAULT_SCALE,
+    E8M0_NAN,
+    FP8_BLOCK,
+    FP8_DTYPES,
+    MX_BLOCK,
+    as_uint8,
+    detect_weight_format,
+    scale_kind,
+)
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
@@ -61,6 +72,14 @@ class Problem:
     cache_dtype: torch.dtype
     weight_dtype: torch.dtype
     out_dtype: torch.dtype = torch.bfloat16
+    weight_scale: str = ""  # "none", "row", "block", "e8m0"; "" for the format's default
+    scale_dtype: torch.dtype | None = None  # of a float scale; None: float32 (or no scale)
+    aligned16: bool = True  # weight and outputs 16-byte aligned (TMA designs need it)
+
+    @property
+    def scale(self) -> str:
+        """How the weight's scale applies (formats.scale_kind)."""
+        return self.weight_scale or DEFAULT_SCALE[self.weight_format]
 
     @property
     def cache_is_fp8(self) -> bool:
@@ -82,6 +101,10 @@ class Problem:
         return 32 if self.cache_is_fp8 else 16
 
 
+HINT_LIMIT = 2**31  # max_context_len below this: row indices are int32 in every kernel
+SCALE_DTYPES = (torch.float32, torch.bfloat16)  # float weight scales; bf16 read as float32
+
+
 def _fail(arg: str, expected: str, got) -> ValueError:
     return ValueError(f"{arg}: expected {expected}, got {got}")
 
@@ -92,7 +115,7 @@ def _require(cond: bool, arg: str, expected: str, got) -> None:
 
 
 def _check_tensor(t, arg: str, *, dims: int, dtypes: tuple, device: torch.device) -> None:
-    # Runs on every launch: the messages are only formatted once a check has failed.
+    # Runs on every plan: the messages are only formatted once a check has failed.
     if (isinstance(t, torch.Tensor) and t.dim() == dims and t.dtype in dtypes
             and t.device == device and t.is_contiguous()):
         return
@@ -101,6 +124,45 @@ def _check_tensor(t, arg: str, *, dims: int, dtypes: tuple, device: torch.device
     _require(t.dtype in dtypes, arg, f"dtype in {[str(d) for d in dtypes]}", t.dtype)
     _require(t.device == device, arg, f"device {device} (that of k_buffer)", t.device)
     _require(t.is_contiguous(), arg, "a contiguous tensor", f"strides {t.stride()}")
+
+
+def _weight_dtypes() -> tuple:
+    return (torch.bfloat16, torch.float8_e4m3fn, torch.uint8) + tuple(
+        d for d in (getattr(torch, "float4_e2m1fn_x2", None),) if d is not None) + (
+        (torch.float8_e4m3fnuz,) if fp8_fnuz_supported() else ())
+
+
+def _check_scale(w: torch.Tensor, ws, fmt: str, kv_c: int, dev: torch.device) -> str:
+    """The weight scale's checks by format; returns its kind (formats.scale_kind)."""
+    n = w.shape[0]
+    row, block = (n,), (-(-n // FP8_BLOCK), -(-kv_c // FP8_BLOCK))
+    shapes = f"[{n}] or [{n}, 1] (per output row) or {list(block)} (per 128x128 block)"
+    if fmt == "mxfp4":
+        # A uint8 weight is MXFP4 only beside an e8m0 scale: with a float scale it is most
+        # likely an fp8 weight passed as raw bytes, and the message says so.
+        _require(ws is not None, "kv_proj_scale",
+                 f"e8m0 [{n}, {kv_c // MX_BLOCK}] for an MXFP4 weight", None)
+        _require(not (isinstance(ws, torch.Tensor) and ws.dtype in SCALE_DTYPES),
+                 "kv_proj_weight", f"float8_e4m3fn for an fp8 weight with a {ws.dtype} scale "
+                 "(a uint8 weight is read as MXFP4: packed e2m1 beside a uint8 or "
+                 "float8_e8m0fnu scale)", f"{w.dtype} with a {getattr(ws, 'dtype', None)} scale")
+        _require(kv_c % MX_BLOCK == 0, "kv_proj_weight",
+                 f"kv_c_dim a multiple of {MX_BLOCK} for MXFP4", kv_c)
+        scale8 = as_uint8(ws) if isinstance(ws, torch.Tensor) else ws
+        _check_tensor(scale8, "kv_proj_scale", dims=2, dtypes=(torch.uint8,), device=dev)
+        _require(tuple(scale8.shape) == (n, kv_c // MX_BLOCK), "kv_proj_scale",
+                 f"[{n}, {kv_c // MX_BLOCK}] (one e8m0 per 32 values)", tuple(scale8.shape))
+        return "e8m0"
+    if ws is None:
+        _require(fmt == "bf16", "kv_proj_scale", f"a float32 or bf16 scale {shapes} for an "
+                 "fp8 weight", None)
+        return "none"
+    _require(isinstance(ws, torch.Tensor), "kv_proj_scale", "a torch.Tensor or None",
+             type(ws).__name__)
+    _check_tensor(ws, "kv_proj_scale", dims=ws.dim(), dtypes=SCALE_DTYPES, device=dev)
+    _require(tuple(ws.shape) in (row, (n, 1), block) and ws.dim() in (1, 2), "kv_proj_scale",
+             shapes, tuple(ws.shape))
+    return scale_kind(w, ws)
 
 
 def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
@@ -118,9 +180,8 @@ def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
         raise _fail("k_buffer", "bfloat16 or float8_e4m3fn (float8_e4m3fnuz needs an AMD "
                     "MI300-class backend)", k_buffer.dtype)
     _check_tensor(k_buffer, "k_buffer", dims=3, dtypes=cache_dtypes, device=dev)
-    cache_fp8 = k_buffer.dtype in FP8_DTYPES
-
-    if cache_fp8 or k_scale is not None:
+    if k_buffer.dtype in FP8_DTYPES:
+        # A bf16 cache has nothing to dequantise: its k_scale, if any, is ignored.
         _require(k_scale is not None, "k_scale", "a float32 [1] tensor for an fp8 cache", None)
         _check_tensor(k_scale, "k_scale", dims=1, dtypes=(torch.float32,), device=dev)
         _require(k_scale.numel() == 1, "k_scale", "shape [1]", tuple(k_scale.shape))
@@ -141,13 +202,11 @@ def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
     _require(heads >= 1, "k_prefix", "at least one head", tuple(k_prefix.shape))
     v_dim = v_prefix.shape[2]
 
-    weight_dtypes = (torch.bfloat16, torch.float8_e4m3fn, torch.uint8) + tuple(
-        d for d in (getattr(torch, "float4_e2m1fn_x2", None),) if d is not None) + (
-        (torch.float8_e4m3fnuz,) if fp8_fnuz_supported() else ())
-    _check_tensor(kv_proj_weight, "kv_proj_weight", dims=2, dtypes=weight_dtypes, device=dev)
+    _check_tensor(kv_proj_weight, "kv_proj_weight", dims=2, dtypes=_weight_dtypes(), device=dev)
     fmt = detect_weight_format(kv_proj_weight, kv_proj_scale)
     n = kv_proj_weight.shape[0]
     kv_c = kv_proj_weight.shape[1] * (2 if fmt == "mxfp4" else 1)
+    kind = _check_scale(kv_proj_weight, kv_proj_scale, fmt, kv_c, dev)
     _require(n % heads == 0 and n // heads > v_dim, "kv_proj_weight",
              f"rows = {heads} heads (k_prefix.shape[1]) x (nope + {v_dim}) with nope > 0",
              f"{n} rows")
@@ -159,40 +218,60 @@ def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
              tuple(k_buffer.shape))
     _require(kv_c >= 16, "kv_proj_weight", "kv_c_dim >= 16", kv_c)
 
-    if fmt == "bf16":
-        _require(kv_proj_scale is None, "kv_proj_scale", "None for a bf16 weight",
-                 None if kv_proj_scale is None else tuple(kv_proj_scale.shape))
-    elif fmt == "fp8_row":
-        _require(kv_proj_scale is not None, "kv_proj_scale",
-                 f"float32 [{n}] or [{n}, 1] for an fp8 weight", None)
-        _check_tensor(kv_proj_scale, "kv_proj_scale", dims=kv_proj_scale.dim(),
-                      dtypes=(torch.float32,), device=dev)
-        _require(tuple(kv_proj_scale.shape) in ((n,), (n, 1)), "kv_proj_scale",
-                 f"[{n}] or [{n}, 1] (per output row) or [{-(-n // FP8_BLOCK)}, "
-                 f"{-(-kv_c // FP8_BLOCK)}] (per 128x128 block)", tuple(kv_proj_scale.shape))
-    elif fmt == "fp8_block":
-        _check_tensor(kv_proj_scale, "kv_proj_scale", dims=2, dtypes=(torch.float32,),
-                      device=dev)
-        want = (-(-n // FP8_BLOCK), -(-kv_c // FP8_BLOCK))
-        _require(tuple(kv_proj_scale.shape) == want, "kv_proj_scale",
-                 f"{list(want)} (per 128x128 block) or [{n}] (per row)",
-                 tuple(kv_proj_scale.shape))
-    else:  # mxfp4
-        _require(kv_c % MX_BLOCK == 0, "kv_proj_weight",
-                 f"kv_c_dim a multiple of {MX_BLOCK} for MXFP4", kv_c)
-        _require(kv_proj_scale is not None, "kv_proj_scale",
-                 f"e8m0 [{n}, {kv_c // MX_BLOCK}] for an MXFP4 weight", None)
-        scale8 = as_uint8(kv_proj_scale)
-        _check_tensor(scale8, "kv_proj_scale", dims=2, dtypes=(torch.uint8,), device=dev)
-        _require(tuple(scale8.shape) == (n, kv_c // MX_BLOCK), "kv_proj_scale",
-                 f"[{n}, {kv_c // MX_BLOCK}] (one e8m0 per 32 values)", tuple(scale8.shape))
-
     return Problem(
         num_heads=heads, kv_c_dim=kv_c, pe_dim=pe, nope_dim=nope, v_dim=v_dim,
         block_size=k_buffer.shape[1], batch=kv_indptr.numel() - 1, out_rows=rows,
         weight_format=fmt, cache_dtype=k_buffer.dtype, weight_dtype=kv_proj_weight.dtype,
-        out_dtype=k_prefix.dtype,
+        out_dtype=k_prefix.dtype, weight_scale=kind,
+        scale_dtype=kv_proj_scale.dtype if kind in ("row", "block")
+        and kv_proj_scale.dtype != torch.float32 else None,
+        aligned16=aligned16(kv_proj_weight.data_ptr(), k_prefix.data_ptr(), v_prefix.data_ptr()),
     )
+
+
+def aligned16(*ptrs: int) -> bool:
+    """Whether every address is a multiple of 16 bytes."""
+    return not any(p & 15 for p in ptrs)
+
+
+_ARG_NAMES = GatherArgs._fields
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """Byte range [start, end) of a contiguous tensor."""
+    start = t.data_ptr()
+    return start, start + t.numel() * t.element_size()
+
+
+def check_aliasing(args: GatherArgs) -> None:
+    """Outputs may not overlap each other or any input: their byte ranges are compared (no
+    contents read). Inputs may share storage with each other; a bf16 cache's ignored
+    k_scale is not compared."""
+    k_out, v_out = args.k_prefix, args.v_prefix
+    outs = (("k_prefix", _span(k_out)), ("v_prefix", _span(v_out)))
+    cache_fp8 = args.k_buffer.dtype in FP8_DTYPES
+    for name, t in zip(_ARG_NAMES, args, strict=True):
+        if t is None or (name == "k_scale" and not cache_fp8) or t.numel() == 0:
+            continue
+        lo, hi = _span(t)
+        for out_name, (olo, ohi) in outs:
+            if out_name == name or olo >= ohi:
+                continue
+            if lo < ohi and olo < hi:
+                if name == "k_prefix" and out_name == "v_prefix":
+                    continue  # reported once, as v_prefix against k_prefix
+                raise _fail(out_name, f"memory that overlaps no other argument ({name} "
+                            f"holds bytes [{lo:#x}, {hi:#x}))",
+                            f"bytes [{olo:#x}, {ohi:#x})")
+
+
+def check_hint(max_context_len) -> None:
+    """max_context_len: None, or a host int (not a bool) in [0, 2^31)."""
+    if max_context_len is None:
+        return
+    _require(type(max_context_len) is int and 0 <= max_context_len < HINT_LIMIT,
+             "max_context_len", f"None or a host int in [0, {HINT_LIMIT})",
+             repr(max_context_len))
 
 
 def validate_inputs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
@@ -200,37 +279,80 @@ def validate_inputs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
                     max_context_len: int | None = None) -> None:
     """Check what the launch cannot check without reading the tensors (it synchronises).
 
-    Raises ValueError naming the first bad sequence: indptr and prefix sums start at 0 and
-    never decrease, each sequence holds ceil(ctx / block_size) blocks, every block id is in
-    range, the outputs have a row for every token, no context exceeds ``max_context_len``.
+    Raises ValueError naming the first bad sequence or value: indptr and prefix sums start
+    at 0 and never decrease, each sequence holds ceil(ctx / block_size) blocks, every
+    block id is in range, the outputs have a row for every token, no context exceeds
+    ``max_context_len``; scales are finite and > 0 (no e8m0 NaN code 255); the weight and
+    every cache row a token reads hold no NaN or infinity.
     """
-    prob = check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
-                           kv_proj_weight, kv_proj_scale, k_prefix, v_prefix)
+    args = GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
+                      kv_proj_weight, kv_proj_scale, k_prefix, v_prefix)
+    prob = check_arguments(*args)
+    check_aliasing(args)
+    check_hint(max_context_len)
     indptr = kv_indptr.cpu().long()
     cs = kv_prefix_sum_context_lens.cpu().long()
     indices = kv_indices.cpu().long()
     _require(int(indptr[0]) == 0, "kv_indptr", "kv_indptr[0] == 0", int(indptr[0]))
     _require(int(cs[0]) == 0, "kv_prefix_sum_context_lens", "first entry 0", int(cs[0]))
-    num_blocks, bs = k_buffer.shape[0], prob.block_size
-    for b in range(prob.batch):
-        nblk = int(indptr[b + 1] - indptr[b])
-        ctx = int(cs[b + 1] - cs[b])
-        _require(nblk >= 0, "kv_indptr", f"non-decreasing entries (sequence {b})",
+    nblk, ctx = indptr.diff(), cs.diff()
+    bs, num_blocks = prob.block_size, k_buffer.shape[0]
+
+    def first(bad: torch.Tensor) -> int | None:
+        hit = bad.nonzero()
+        return int(hit[0, 0]) if hit.numel() else None
+
+    want = -(-ctx // bs)
+    # The first sequence with any fault, then its first fault in this order.
+    if (b := first((nblk < 0) | (ctx < 0) | (nblk != want))) is not None:
+        _require(int(nblk[b]) >= 0, "kv_indptr", f"non-decreasing entries (sequence {b})",
                  f"{int(indptr[b])} then {int(indptr[b + 1])}")
-        _require(ctx >= 0, "kv_prefix_sum_context_lens",
+        _require(int(ctx[b]) >= 0, "kv_prefix_sum_context_lens",
                  f"non-decreasing entries (sequence {b})", f"{int(cs[b])} then {int(cs[b + 1])}")
-        _require(nblk == -(-ctx // bs), "kv_indptr",
-                 f"ceil({ctx} / {bs}) = {-(-ctx // bs)} blocks for sequence {b}", f"{nblk} blocks")
-        _require(int(indptr[b + 1]) <= indices.numel(), "kv_indices",
-                 f"at least {int(indptr[b + 1])} entries (sequence {b})", indices.numel())
-        ids = indices[indptr[b]:indptr[b + 1]]
-        bad = ((ids < 0) | (ids >= num_blocks)).nonzero()
-        _require(bad.numel() == 0, "kv_indices",
-                 f"block ids in [0, {num_blocks}) (sequence {b})",
-                 f"{int(ids[bad[0, 0]]) if bad.numel() else ''} at its entry "
-                 f"{int(bad[0, 0]) if bad.numel() else ''}")
-        if max_context_len is not None:
-            _require(ctx <= max_context_len, "max_context_len",
-                     f">= every context length (sequence {b} has {ctx})", max_context_len)
+        raise _fail("kv_indptr", f"ceil({int(ctx[b])} / {bs}) = {int(want[b])} blocks for "
+                    f"sequence {b}", f"{int(nblk[b])} blocks")
+    used = int(indptr[-1])
+    _require(used <= indices.numel(), "kv_indices",
+             f"at least {used} entries (kv_indptr[-1])", indices.numel())
+    ids = indices[:used]
+    if (i := first((ids < 0) | (ids >= num_blocks))) is not None:
+        b = int(torch.searchsorted(indptr, i, right=True)) - 1
+        raise _fail("kv_indices", f"block ids in [0, {num_blocks}) (sequence {b})",
+                    f"{int(ids[i])} at its entry {i - int(indptr[b])}")
+    if max_context_len is not None and (b := first(ctx > max_context_len)) is not None:
+        raise _fail("max_context_len", f">= every context length (sequence {b} has "
+                    f"{int(ctx[b])})", max_context_len)
     _require(int(cs[-1]) <= prob.out_rows, "k_prefix",
              f"at least {int(cs[-1])} rows (kv_prefix_sum_context_lens[-1])", prob.out_rows)
+
+    if prob.cache_is_fp8:
+        ks = float(k_scale.float().cpu()[0])
+        _require(ks == ks and 0 < ks < float("inf"), "k_scale", "a finite value > 0", ks)
+    if prob.scale == "e8m0":
+        bad = as_uint8(kv_proj_scale) == E8M0_NAN
+        if bool(bad.any()):
+            raise _fail("kv_proj_scale", f"e8m0 codes below {E8M0_NAN} (255 is NaN)",
+                        f"code 255 at {tuple(int(x) for x in bad.nonzero()[0])}")
+    elif kv_proj_scale is not None:
+        sf = kv_proj_scale.float()
+        bad = ~(torch.isfinite(sf) & (sf > 0))
+        if bool(bad.any()):
+            raise _fail("kv_proj_scale", "finite values > 0",
+                        f"{float(sf[bad][0])} at {tuple(int(x) for x in bad.nonzero()[0])}")
+    if prob.weight_format != "mxfp4":
+        wf = kv_proj_weight.float()
+        _require(bool(torch.isfinite(wf).all()), "kv_proj_weight", "finite values (no NaN code)",
+                 "a NaN or infinite value")
+    if used:
+        # Only the rows tokens read: a partly used last block may hold anything past them.
+        from .reference import token_rows
+
+        blocks, slots = token_rows(kv_indptr, kv_indices, kv_prefix_sum_context_lens, bs)
+        rows = k_buffer[blocks, slots].float()
+        bad = ~torch.isfinite(rows).all(dim=1)
+        if bool(bad.any()):
+            t = int(bad.nonzero()[0, 0])
+            b = int(torch.searchsorted(cs, t, right=True)) - 1
+            raise _fail("k_buffer", "finite values in every row a token reads (no NaN code)",
+                        f"a NaN or infinity in block {int(blocks[t])}, slot {int(slots[t])} "
+                        f"(token {t - int(cs[b])} of sequence {b})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from .formats import dequantize_weight, detect_weight_format
+from .formats import FP8_DTYPES, dequantize_weight, detect_weight_format
 
 
 def token_rows(kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
@@ -49,7 +49,8 @@ def gather_kv_b_proj_reference(
     blocks, slots = token_rows(kv_indptr, kv_indices, kv_prefix_sum_context_lens,
                                k_buffer.shape[1])
     latent = k_buffer[blocks, slots].to(compute_dtype)
-    if k_scale is not None:
+    if k_scale is not None and k_buffer.dtype in FP8_DTYPES:
+        # The cache's dequant scale; a bf16 cache has nothing to dequantise (docs/contract.md).
         latent = latent * k_scale.to(compute_dtype)
     if absolute:
         latent, w = latent.abs(), w.abs()

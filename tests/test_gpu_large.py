@@ -1,15 +1,22 @@
-"""GPU only: a cache of more than 2^31 elements, with block ids whose offsets overflow 32 bits."""
+"""GPU only: a cache of more than 2^31 elements, with block ids whose offsets overflow 32 bits,
+for every design the GPU runs; and debug mode stopping an out-of-range block id."""
+
+import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
 
 import mla_kernels as mk
 from mla_kernels.checks import check_outputs
+from mla_kernels.designs import DESIGNS
+from mla_kernels.devices import device_spec
+from mla_kernels.problem import check_arguments
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("variant", ["serial", "chunked"])
-def test_offsets_past_2_31(variant, seed):
+def _big_cache_inputs(seed):
     inp = mk.build_inputs("kimi-k3-tp8", [300, 77], block_size=16, cache_dtype="fp8",
                           weight_format="fp8_row", device="cuda", seed=seed)
     width = inp.k_buffer.shape[2]
@@ -23,7 +30,47 @@ def test_offsets_past_2_31(variant, seed):
     inp.kv_indices[: used.numel()] = new_ids.to(torch.int32)
     inp.k_buffer = big
     assert big.numel() > 2**31
+    return inp
+
+
+@pytest.fixture(scope="module")
+def big_inputs():
+    return _big_cache_inputs(12345)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", list(DESIGNS))
+def test_offsets_past_2_31(variant, big_inputs):
+    inp = big_inputs
+    if not DESIGNS[variant].runs(check_arguments(*inp.args()), device_spec(inp.k_buffer.device)):
+        pytest.skip(f"{variant} does not run here")
     inp.poison_outputs()
     mk.gather_kv_b_proj(*inp.args(), variant=variant)
     res = check_outputs(inp)
     assert res["correct"], res
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["chunked", "tiled", "hopper_ws"])
+def test_debug_mode_stops_an_out_of_range_block_id(variant):
+    # A device-side assert ends the CUDA context: run it in a child process.
+    code = textwrap.dedent(f"""
+        import torch, mla_kernels as mk
+        from mla_kernels.designs import DESIGNS
+        from mla_kernels.devices import device_spec
+        from mla_kernels.problem import check_arguments
+        inp = mk.build_inputs("kimi-k3-tp8", [300, 77], block_size=16, device="cuda")
+        if not DESIGNS["{variant}"].runs(check_arguments(*inp.args()), device_spec(inp.k_buffer.device)):
+            print("SKIP"); raise SystemExit(0)
+        inp.kv_indices[3] = 10**7
+        mk.gather_kv_b_proj(*inp.args(), variant="{variant}", debug=True)
+        torch.cuda.synchronize()
+        print("NO ASSERT")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, TRITON_INTERPRET="0"))
+    if "SKIP" in out.stdout:
+        pytest.skip(f"{variant} does not run here")
+    assert out.returncode != 0 and "NO ASSERT" not in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "block id out of range" in out.stderr or "device-side assert" in out.stderr, (
+        out.stderr[-2000:])

@@ -90,7 +90,7 @@ def test_other_output_dtypes(out_dtype, device, seed):
     run_and_check(inp, "chunked")
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     heads=st.integers(1, 3),
     contexts=st.lists(st.integers(0, 64), min_size=1, max_size=3),

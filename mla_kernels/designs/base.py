@@ -9,17 +9,20 @@ registry in ``designs/__init__.py`` lists the homes.
 from __future__ import annotations
 
 import ast
+import contextvars
 import dataclasses
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
 import triton
 
 from ..devices import DeviceSpec
 from ..formats import as_uint8
-from ..problem import GatherArgs, Problem
-from .jit import FORMAT_CODES
+from ..problem import GatherArgs, Problem, interpreting
+from .jit import SCALE_CODES
 
 # Families a design can run on: the two GPU vendors and the Triton interpreter ("cpu").
 PORTABLE = ("amd", "nvidia", "cpu")
@@ -121,7 +124,11 @@ def coerce_config(config_type: type[DesignConfig], given) -> DesignConfig:
 
 # ------------------------------------------------------------------ the design record
 GridFn = Callable[[Problem, "int | None", Any, DeviceSpec], tuple[int, ...]]
-LaunchFn = Callable[[Problem, GatherArgs, "int | None", Any, DeviceSpec], Any]
+# prepare(prob, args, max_context_len, config, device) -> launch(args): everything derived
+# from the problem and the arguments' shapes and strides is done once; the launch only
+# gathers one call's pointers and launches.
+PrepareFn = Callable[[Problem, GatherArgs, "int | None", Any, DeviceSpec],
+                     Callable[[GatherArgs], Any]]
 WorkFn = Callable[[Problem, Sequence[int], "int | None", Any, DeviceSpec], int]
 
 
@@ -134,10 +141,11 @@ class Design:
     """One design: what the registry, the public call, the occupancy model, the compile
     checks and the harness know of it.
 
-    ``grid`` is the launch grid the launcher uses; ``launch`` checks the grid and launches
-    (returning Triton's compiled kernel, None under the interpreter or when nothing runs);
-    ``work`` counts the programs that touch at least one token of ``contexts``;
-    ``serves`` is the design's own rule beyond the weight formats and GPU families it lists.
+    ``grid`` is the launch grid; ``prepare`` checks the grid and fixes what the problem
+    determines, returning the launch of one call (which returns Triton's compiled kernel,
+    or None under the interpreter or when nothing runs); ``work`` counts the programs that
+    touch at least one token of ``contexts``; ``serves`` is the design's own rule beyond
+    the weight formats and GPU families it lists.
     """
 
     name: str
@@ -145,7 +153,7 @@ class Design:
     formats: tuple[str, ...]
     config_type: type[DesignConfig]
     grid: GridFn
-    launch: LaunchFn
+    prepare: PrepareFn
     work: WorkFn
     kernels: tuple = ()
     vendors: tuple[str, ...] = PORTABLE
@@ -157,6 +165,12 @@ class Design:
         if given is None:
             return self.default_config or self.config_type()
         return coerce_config(self.config_type, given)
+
+    def launch(self, prob: Problem, args: GatherArgs, max_context_len: int | None,
+               config: DesignConfig, device: DeviceSpec):
+        """Prepare and launch one call (what the public call's cached plan does in two
+        steps)."""
+        return self.prepare(prob, args, max_context_len, config, device)(args)
 
     def runs(self, prob: Problem, device: DeviceSpec) -> bool:
         """Whether this design serves the problem's weight format, the device's family and
@@ -178,8 +192,9 @@ def pow2(n: int, floor: int = 16) -> int:
 
 
 def context_bound(prob: Problem, max_context_len: int | None) -> int:
-    """What bounds every sequence's length: the hint, or else the output row count."""
-    return prob.out_rows if max_context_len is None else max_context_len
+    """What bounds every sequence's length: the output row count, or the hint where it is
+    smaller (no sequence can be longer than the rows it writes)."""
+    return prob.out_rows if max_context_len is None else min(max_context_len, prob.out_rows)
 
 
 def check_grid(grid: tuple[int, ...]) -> None:
@@ -196,25 +211,121 @@ def default_block_k(prob: Problem) -> int:
     return 128 if prob.dot_in_fp8 else 64
 
 
-def portable_args(prob: Problem, t: GatherArgs, block_k: int) -> tuple[list, dict]:
-    """Arguments every portable Triton design takes, in kernel order, and their constants
-    (``jit.py``'s bodies read them by these names)."""
+def no_launch(args: GatherArgs) -> None:
+    """The launch of a problem with nothing to run (an empty grid)."""
+    return None
+
+
+def portable_plan(prob: Problem, t: GatherArgs, block_k: int
+                  ) -> tuple[Callable[[GatherArgs], list], dict]:
+    """The argument list every portable Triton design takes, as a function of one call's
+    tensors (the shape-derived ints fixed now), and the constants ``jit.py``'s bodies read.
+    ``t`` is the call the plan is made for: only its shapes and strides are read."""
     w = as_uint8(t.kv_proj_weight)
-    ws = as_uint8(t.kv_proj_scale) if t.kv_proj_scale is not None else w  # unused pointer
+    ws = as_uint8(t.kv_proj_scale) if t.kv_proj_scale is not None else w
     k_buffer, k_out, v_out = t.k_buffer, t.k_prefix, t.v_prefix
-    args = [k_buffer, t.k_scale if t.k_scale is not None else k_buffer, t.kv_indptr,
-            t.kv_indices, t.kv_prefix_sum_context_lens, w, ws, k_out, v_out,
-            k_buffer.stride(0), k_buffer.stride(1), k_out.stride(0), k_out.stride(1),
-            v_out.stride(0), v_out.stride(1), w.shape[1], ws.shape[1] if ws.dim() == 2 else 1]
+    ints = (k_buffer.stride(0), k_buffer.stride(1), k_buffer.shape[0], k_out.stride(0),
+            k_out.stride(1),
+            v_out.stride(0), v_out.stride(1), w.shape[1], ws.shape[1] if ws.dim() == 2 else 1)
+    fp8 = prob.cache_is_fp8
+    has_scale = t.kv_proj_scale is not None
+
+    def make_args(c: GatherArgs) -> list:
+        w = as_uint8(c.kv_proj_weight)
+        return [c.k_buffer, c.k_scale if fp8 else c.k_buffer, c.kv_indptr, c.kv_indices,
+                c.kv_prefix_sum_context_lens, w, as_uint8(c.kv_proj_scale) if has_scale else w,
+                c.k_prefix, c.v_prefix, *ints]
+
     consts = dict(
         KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
         BPE=pow2(prob.pe_dim, 1), BNOPE=pow2(prob.nope_dim), BV=pow2(prob.v_dim),
-        BLOCK_SIZE=prob.block_size, BK=block_k, FMT=FORMAT_CODES[prob.weight_format],
-        DOT_BF16=not prob.dot_in_fp8, HAS_K_SCALE=t.k_scale is not None)
-    return args, consts
+        BLOCK_SIZE=prob.block_size, BK=block_k, FMT=SCALE_CODES[prob.scale],
+        DOT_BF16=not prob.dot_in_fp8, HAS_K_SCALE=fp8)
+    return make_args, consts
+
+
+# ------------------------------------------------------------------ launching a kernel
+def _fast_launch_supported() -> bool:
+    """The compiled kernel is called as Triton's own JITFunction.run calls it after
+    binding; that protocol (``run(grid, stream, function, packed metadata, launch metadata,
+    hooks, *bound args)``) is the one of triton 3.5 to 3.9."""
+    try:
+        major, minor = (int(x) for x in triton.__version__.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= (3, 5) and (major, minor) <= (3, 9)
+
+
+FAST_LAUNCH = _fast_launch_supported()
+_INTERPRETER_LOCK = threading.Lock()
+# Set while a plan is prepared in debug mode: its kernels compile with debug=True, so their
+# device-side asserts (a block id out of range) stop the kernel.
+DEBUG: contextvars.ContextVar[bool] = contextvars.ContextVar("mla_kernels_debug", default=False)
+
+
+class JitLauncher:
+    """Launches one kernel on one grid with its constants fixed (a plan's launch).
+
+    The first call for each (device, pattern of 16-byte pointer alignment) goes through
+    Triton, which binds the arguments, specialises, compiles and returns the compiled
+    kernel. Later calls hand the arguments straight to that kernel in the order Triton's
+    binder produces: with dtypes, shapes, strides and constants fixed by the plan, pointer
+    alignment is all that could change Triton's specialisation, and it is the key. Under
+    the interpreter, while a launch hook is set (a profiler), or while a CUDA graph is
+    being captured and the kernel is not yet cached, every call takes Triton's path.
+    """
+
+    def __init__(self, kernel, grid: tuple[int, ...], n_args: int, consts: Mapping[str, Any]):
+        if DEBUG.get():
+            consts = dict(consts, debug=True)
+        self.kernel, self.grid, self.consts = kernel, tuple(grid) + (1,) * (3 - len(grid)), consts
+        self.n_args = n_args
+        params = getattr(kernel, "params", None)
+        self.tail = None
+        if params is not None:  # the values Triton binds after the positional ones
+            self.tail = tuple(consts[p.name] if p.name in consts else p.default
+                              for p in params[n_args:])
+        self.tensor_pos: tuple[int, ...] = ()
+        self.desc_pos: tuple[int, ...] | None = None
+        self.compiled: dict[tuple, Any] = {}
+
+    def _slow(self, args: Sequence):
+        return self.kernel[self.grid](*args, **self.consts)
+
+    def __call__(self, args: Sequence):
+        if interpreting():
+            with _INTERPRETER_LOCK:  # Triton's interpreter keeps global state per launch
+                return self._slow(args)
+        if not FAST_LAUNCH or self.tail is None or _hooks_set():
+            return self._slow(args)
+        if self.desc_pos is None:  # which arguments are tensors and tensor descriptors
+            self.tensor_pos = tuple(i for i, a in enumerate(args) if hasattr(a, "data_ptr"))
+            self.desc_pos = tuple(i for i, a in enumerate(args)
+                                  if hasattr(getattr(a, "base", None), "data_ptr"))
+        device = torch._C._cuda_getDevice()
+        key = (device, *[args[i].data_ptr() & 15 for i in self.tensor_pos],
+               *[args[i].base.data_ptr() & 15 for i in self.desc_pos])
+        compiled = self.compiled.get(key)
+        if compiled is None:
+            compiled = self._slow(args)
+            if (compiled is not None and hasattr(compiled, "packed_metadata")
+                    and not torch.cuda.is_current_stream_capturing()):
+                self.compiled[key] = compiled
+            return compiled
+        g0, g1, g2 = self.grid
+        compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
+                     compiled.packed_metadata, None, None, None, *args, *self.tail)
+        return compiled
+
+
+def _hooks_set() -> bool:
+    from triton import knobs
+
+    return (knobs.runtime.launch_enter_hook is not None
+            or knobs.runtime.launch_exit_hook is not None)
 
 
 def run_kernel(kernel, grid: tuple[int, ...], args: Sequence, consts: Mapping[str, Any]):
-    """Launch a Triton (or Gluon) kernel; returns what Triton returns (the compiled kernel
-    on a GPU)."""
+    """Launch a Triton (or Gluon) kernel once, through Triton; returns what Triton returns
+    (the compiled kernel on a GPU)."""
     return kernel[grid](*args, **consts)

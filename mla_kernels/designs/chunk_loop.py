@@ -18,13 +18,14 @@ from ..problem import GatherArgs, Problem
 from .base import (
     Design,
     DesignConfig,
+    JitLauncher,
     check_grid,
     context_bound,
     default_block_k,
+    no_launch,
     one_of,
     optional,
-    portable_args,
-    run_kernel,
+    portable_plan,
 )
 from .jit import INTERPRET, load_k_scale, project_chunk, sequence_bounds
 
@@ -69,8 +70,8 @@ def serial_weight_resident(prob: Problem) -> bool:
 def serial_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
     k_out_ptr, v_out_ptr,
-    stride_block, stride_slot, stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
-    ld_w, ld_ws, max_chunks, no_hoist,
+    stride_block, stride_slot, num_blocks, stride_ko_row, stride_ko_head, stride_vo_row,
+    stride_vo_head, ld_w, ld_ws, max_chunks, no_hoist,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, CK: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
@@ -93,7 +94,9 @@ def serial_kernel(
         # walk the shape-derived bound instead; chunks past the end mask every row off.
         n_chunks = max_chunks
     else:
-        n_chunks = tl.cdiv(ctx, CK)
+        # The bound the grid of chunked has too: a hint below a sequence's length leaves
+        # its later tokens unwritten by both designs, compiled or interpreted alike.
+        n_chunks = tl.minimum(tl.cdiv(ctx, CK), max_chunks)
     for c in range(0, n_chunks):
         if RESIDENT:
             w_chunk_ptr = w_ptr
@@ -101,7 +104,7 @@ def serial_kernel(
             w_chunk_ptr = w_ptr + (c & no_hoist)
         project_chunk(k_buffer_ptr, kv_indices_ptr + first_block, c * CK, ctx, row0,
                       k_scale, w_chunk_ptr, ws_ptr, head, ld_w, ld_ws,
-                      k_out_ptr, v_out_ptr, stride_block, stride_slot, stride_ko_row,
+                      k_out_ptr, v_out_ptr, stride_block, stride_slot, num_blocks, stride_ko_row,
                       stride_ko_head, stride_vo_row, stride_vo_head, KV_C, PE, NOPE, V,
                       BPE, BNOPE, BV, BLOCK_SIZE, CK, BK, FMT, DOT_BF16)
 
@@ -110,8 +113,8 @@ def serial_kernel(
 def chunked_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
     k_out_ptr, v_out_ptr,
-    stride_block, stride_slot, stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
-    ld_w, ld_ws, max_chunks,
+    stride_block, stride_slot, num_blocks, stride_ko_row, stride_ko_head, stride_vo_row,
+    stride_vo_head, ld_w, ld_ws, max_chunks,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, CK: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
@@ -127,7 +130,7 @@ def chunked_kernel(
     k_scale = load_k_scale(k_scale_ptr, HAS_K_SCALE)
     project_chunk(k_buffer_ptr, kv_indices_ptr + first_block, chunk * CK, ctx, row0,
                   k_scale, w_ptr, ws_ptr, head, ld_w, ld_ws,
-                  k_out_ptr, v_out_ptr, stride_block, stride_slot, stride_ko_row,
+                  k_out_ptr, v_out_ptr, stride_block, stride_slot, num_blocks, stride_ko_row,
                   stride_ko_head, stride_vo_row, stride_vo_head, KV_C, PE, NOPE, V,
                   BPE, BNOPE, BV, BLOCK_SIZE, CK, BK, FMT, DOT_BF16)
 
@@ -148,27 +151,30 @@ def _max_chunks(prob: Problem, max_context_len: int | None, config: ChunkConfig)
     return triton.cdiv(context_bound(prob, max_context_len), config.chunk_for(prob))
 
 
-def launch_serial(prob: Problem, t: GatherArgs, max_context_len: int | None,
-                  config: ChunkConfig, device: DeviceSpec):
-    grid = serial_grid(prob, max_context_len, config, device)
+def _prepare(kernel, grid: tuple[int, ...], prob: Problem, t: GatherArgs,
+             max_context_len: int | None, config: ChunkConfig, **extra):
     check_grid(grid)
     if 0 in grid:
-        return None
-    args, consts = portable_args(prob, t, config.block_k_for(prob))
-    return run_kernel(serial_kernel, grid, [*args, _max_chunks(prob, max_context_len, config), 0],
-                      dict(consts, CK=config.chunk_for(prob),
-                           RESIDENT=serial_weight_resident(prob), **config.triton_options()))
+        return no_launch
+    make_args, consts = portable_plan(prob, t, config.block_k_for(prob))
+    tail = [_max_chunks(prob, max_context_len, config), *extra.pop("ints", ())]
+    launcher = JitLauncher(kernel, grid, len(make_args(t)) + len(tail),
+                           dict(consts, CK=config.chunk_for(prob), **extra,
+                                **config.triton_options()))
+    return lambda c: launcher([*make_args(c), *tail])
 
 
-def launch_chunked(prob: Problem, t: GatherArgs, max_context_len: int | None,
+def prepare_serial(prob: Problem, t: GatherArgs, max_context_len: int | None,
                    config: ChunkConfig, device: DeviceSpec):
-    grid = chunked_grid(prob, max_context_len, config, device)
-    check_grid(grid)
-    if 0 in grid:
-        return None
-    args, consts = portable_args(prob, t, config.block_k_for(prob))
-    return run_kernel(chunked_kernel, grid, [*args, _max_chunks(prob, max_context_len, config)],
-                      dict(consts, CK=config.chunk_for(prob), **config.triton_options()))
+    # no_hoist: 0 at run time, unknown to the compiler (see serial_kernel)
+    return _prepare(serial_kernel, serial_grid(prob, max_context_len, config, device), prob, t,
+                    max_context_len, config, ints=(0,), RESIDENT=serial_weight_resident(prob))
+
+
+def prepare_chunked(prob: Problem, t: GatherArgs, max_context_len: int | None,
+                    config: ChunkConfig, device: DeviceSpec):
+    return _prepare(chunked_kernel, chunked_grid(prob, max_context_len, config, device), prob,
+                    t, max_context_len, config)
 
 
 # ------------------------------------------------------------------ work models
@@ -188,9 +194,9 @@ def chunked_work(prob: Problem, contexts: Sequence[int], max_context_len: int | 
 
 
 SERIAL = Design("serial", "one program per (sequence, head), a loop over chunks (the 'before')",
-                WEIGHT_FORMATS, ChunkConfig, serial_grid, launch_serial, serial_work,
+                WEIGHT_FORMATS, ChunkConfig, serial_grid, prepare_serial, serial_work,
                 kernels=(serial_kernel,))
 CHUNKED = Design("chunked", "one program per (sequence, head, chunk) (the 'after')",
-                 WEIGHT_FORMATS, ChunkConfig, chunked_grid, launch_chunked, chunked_work,
+                 WEIGHT_FORMATS, ChunkConfig, chunked_grid, prepare_chunked, chunked_work,
                  kernels=(chunked_kernel,))
 DESIGNS = (SERIAL, CHUNKED)

@@ -25,6 +25,7 @@ of 128, bf16 or fp16 outputs (``supports``).
 from __future__ import annotations
 
 import types
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -44,7 +45,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ..devices import DeviceSpec
 from ..problem import GatherArgs, Problem
-from .base import Design, DesignConfig, optional, positive_int, run_kernel
+from .base import Design, DesignConfig, JitLauncher, no_launch, optional, positive_int
 from .jit import find_sequence
 
 # Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
@@ -115,16 +116,18 @@ def _tile_row0(tile, total):
 
 @gluon.jit
 def _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
-               stride_block, stride_slot, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
-               layout: gl.constexpr):
+               stride_block, stride_slot, num_blocks, BLOCK_SIZE: gl.constexpr,
+               SEARCH_STEPS: gl.constexpr, layout: gl.constexpr):
     """Element offsets of the latent rows of token tile ``tile`` (64-bit: block id x stride
-    overflows 32 bits on large caches), and which rows hold a token."""
+    overflows 32 bits on large caches), and which rows hold a token. Compiled with
+    debug=True, a block id outside [0, num_blocks) stops the kernel."""
     r = _tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     tmask = r < total
     lo = find_sequence(cs_ptr, r, batch, SEARCH_STEPS)
     t = r - gl.load(cs_ptr + lo)
     first_block = gl.load(kv_indptr_ptr + lo)
     blk = gl.load(kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask, other=0)
+    gl.device_assert((blk >= 0) & (blk < num_blocks), "kv_indices: block id out of range")
     rows = blk.to(gl.int64) * stride_block + (t % BLOCK_SIZE).to(gl.int64) * stride_slot
     return rows, tmask
 
@@ -150,7 +153,7 @@ def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
 
 @gluon.jit
 def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                     stride_block, stride_slot, lat, pe_raw, lat_ready, lat_empty,
+                     stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready, lat_empty,
                      KV_C: gl.constexpr, PE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
                      ITEMS_PER_TILE: gl.constexpr, SEARCH_STEPS: gl.constexpr):
     # 16 contiguous bytes per thread: one cp.async each.
@@ -166,8 +169,8 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
     if end == start:
         last_tile = first_tile  # no items: gather nothing
     rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-                             first_tile, stride_block, stride_slot, BLOCK_SIZE, SEARCH_STEPS,
-                             lat_layout)
+                             first_tile, stride_block, stride_slot, num_blocks, BLOCK_SIZE,
+                             SEARCH_STEPS, lat_layout)
     for tile in range(first_tile, last_tile):
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
         phase = ((tile - first_tile) & 1) ^ 1
@@ -189,8 +192,8 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
         # The next tile's row offsets (dependent index loads) are fetched while this
         # tile's matrix work runs, off the MMA warps' critical path.
         rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                                 total, tile + 1, stride_block, stride_slot, BLOCK_SIZE,
-                                 SEARCH_STEPS, lat_layout)
+                                 total, tile + 1, stride_block, stride_slot, num_blocks,
+                                 BLOCK_SIZE, SEARCH_STEPS, lat_layout)
 
 
 @gluon.jit
@@ -311,7 +314,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
 def hopper_ws_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, ws_ptr,
     k_out_ptr, v_out_ptr, w_desc, k_desc, pe_desc, v_desc,
-    stride_block, stride_slot, batch,
+    stride_block, stride_slot, num_blocks, batch,
     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
     HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
@@ -350,7 +353,8 @@ def hopper_ws_kernel(
         (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES)),
         (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                            stride_block, stride_slot, lat, pe_raw, lat_ready, lat_empty,
+                            stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
+                            lat_empty,
                             KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
     ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
 
@@ -383,44 +387,82 @@ def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
 
 
-def _descriptor(x: torch.Tensor, rows: int, cols: int):
-    """A TMA descriptor of [rows, cols] blocks over a 2-D tensor. Its shared layout is cached:
-    building one costs a good part of a short launch's host time."""
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+class _Pointer:
+    """What Triton's launcher reads of a descriptor's base (its address and dtype), without
+    a reference to the tensor: a cached descriptor keeps no tensor alive."""
 
-    return TensorDescriptor(x, list(x.shape), list(x.stride()), [rows, cols],
-                            _smem_layout(rows, cols, x.dtype))
+    __slots__ = ("_ptr", "dtype")
+
+    def __init__(self, ptr: int, dtype: torch.dtype):
+        self._ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self) -> int:
+        return self._ptr
 
 
-def launch_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
-                     config: HopperWSConfig, device: DeviceSpec):
+class _Descriptors:
+    """TMA descriptors of [rows, cols] blocks over 2-D views of one plan's tensors (shapes,
+    strides and dtype fixed by the plan), cached by address, least recently used first out:
+    a repeated call (the same weight, the same outputs) builds none."""
+
+    def __init__(self, shape: list[int], strides: list[int], dtype: torch.dtype, rows: int,
+                 cols: int, size: int = 16):
+        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+        self.make = lambda ptr: TensorDescriptor(_Pointer(ptr, dtype), shape, strides,
+                                                 [rows, cols], _smem_layout(rows, cols, dtype))
+        self.cache: OrderedDict[int, object] = OrderedDict()
+        self.size = size
+
+    def __call__(self, x: torch.Tensor):
+        ptr = x.data_ptr()
+        desc = self.cache.get(ptr)
+        if desc is None:
+            desc = self.cache[ptr] = self.make(ptr)
+            if len(self.cache) > self.size:
+                self.cache.popitem(last=False)
+        return desc
+
+
+def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
+                      config: HopperWSConfig, device: DeviceSpec):
     grid = hopper_ws_grid(prob, max_context_len, config, device)
     if 0 in grid or prob.batch == 0:
-        return None
-    k2 = t.k_prefix.view(t.k_prefix.shape[0], -1)
-    v2 = t.v_prefix.view(t.v_prefix.shape[0], -1)
-    args = [t.k_buffer, t.k_scale, t.kv_indptr, t.kv_indices, t.kv_prefix_sum_context_lens,
-            t.kv_proj_scale, t.k_prefix, t.v_prefix,
-            _descriptor(t.kv_proj_weight, TILE, TILE), _descriptor(k2, TILE, TILE),
-            _descriptor(k2, TILE, prob.pe_dim), _descriptor(v2, TILE, TILE),
-            t.k_buffer.stride(0), t.k_buffer.stride(1), prob.batch]
+        return no_launch
+    rows = t.k_prefix.shape[0]
+    k_cols, v_cols = prob.num_heads * (prob.nope_dim + prob.pe_dim), prob.num_heads * prob.v_dim
+    w_desc = _Descriptors(list(t.kv_proj_weight.shape), list(t.kv_proj_weight.stride()),
+                          t.kv_proj_weight.dtype, TILE, TILE)
+    k_desc = _Descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, TILE)
+    pe_desc = _Descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, prob.pe_dim)
+    v_desc = _Descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, TILE, TILE)
+    ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.ring_depth,
                   LOADER_REGS=24, GATHER_REGS=96, num_warps=4,
                   # 4 + 1 + 4 warps launch as three warpgroups: 12 x 32 x 168 <= 64K registers.
                   maxnreg=168)
-    return run_kernel(hopper_ws_kernel, grid, args, consts)
+    launcher = JitLauncher(hopper_ws_kernel, grid, 16, consts)
+
+    def launch(c: GatherArgs):
+        return launcher([c.k_buffer, c.k_scale, c.kv_indptr, c.kv_indices,
+                         c.kv_prefix_sum_context_lens, c.kv_proj_scale, c.k_prefix, c.v_prefix,
+                         w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
+                         v_desc(c.v_prefix), *ints])
+    return launch
 
 
 def supports(prob: Problem) -> bool:
     """The shapes and formats the kernel was written for: an fp8 e4m3fn cache, an fp8
-    per-row weight, nope = v = 128, pe = 64, kv_c a multiple of 128, bf16 or fp16 outputs."""
+    per-row weight with a float32 scale, nope = v = 128, pe = 64, kv_c a multiple of 128,
+    bf16 or fp16 outputs, and a 16-byte aligned weight and outputs (TMA's rule)."""
     return (prob.nope_dim == prob.v_dim == TILE and prob.pe_dim == 64
             and prob.kv_c_dim % TILE == 0
             and prob.cache_dtype == torch.float8_e4m3fn
             and prob.weight_dtype == torch.float8_e4m3fn and prob.weight_format == "fp8_row"
-            and prob.out_dtype in (torch.bfloat16, torch.float16))
+            and prob.scale_dtype is None and prob.out_dtype in (torch.bfloat16, torch.float16)
+            and prob.aligned16)
 
 
 def serves(prob: Problem, device: DeviceSpec) -> bool:
@@ -430,7 +472,7 @@ def serves(prob: Problem, device: DeviceSpec) -> bool:
 
 HOPPER_WS = Design("hopper_ws", "persistent, warp-specialised Gluon kernel: TMA weight ring, "
                    "cp.async latent gather, async wgmma, overlapped TMA stores (sm_90 only)",
-                   ("fp8_row",), HopperWSConfig, hopper_ws_grid, launch_hopper_ws,
+                   ("fp8_row",), HopperWSConfig, hopper_ws_grid, prepare_hopper_ws,
                    hopper_ws_work, kernels=(hopper_ws_kernel,), vendors=("nvidia",),
                    serves=serves)
 DESIGNS = (HOPPER_WS,)

@@ -16,14 +16,16 @@ import triton.language as tl
 # bf16 dot operands, so under it (and only there) bf16 operands are widened to fp32 first.
 INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
-# Weight formats as kernel constants (names in mla_kernels.formats.WEIGHT_FORMATS).
-FMT_BF16 = tl.constexpr(0)
-FMT_FP8_ROW = tl.constexpr(1)
-FMT_FP8_BLOCK = tl.constexpr(2)
-FMT_MXFP4 = tl.constexpr(3)
-FORMAT_CODES = {"bf16": 0, "fp8_row": 1, "fp8_block": 2, "mxfp4": 3}
+# How the weight's scale applies, as the kernels' FMT constant (Problem.scale): none (a bf16
+# weight), per output row in the epilogue, per 128x128 block at each K step, e8m0 per 32
+# values of an e2m1 weight in a scaled dot.
+SCALE_NONE = tl.constexpr(0)
+SCALE_ROW = tl.constexpr(1)
+SCALE_BLOCK = tl.constexpr(2)
+SCALE_E8M0 = tl.constexpr(3)
+SCALE_CODES = {"none": 0, "row": 1, "block": 2, "e8m0": 3}
 
-SCALE_BLOCK = tl.constexpr(128)  # fp8 per-block scale granularity
+BLOCK_SCALE_SIZE = tl.constexpr(128)  # per-block scale granularity (rows and K)
 MX_GROUP = tl.constexpr(32)  # e2m1 values per e8m0 scale
 
 
@@ -53,12 +55,14 @@ def cast_out(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def gather_row_offsets(block_ids_ptr, t, tmask, stride_block, stride_slot,
+def gather_row_offsets(block_ids_ptr, t, tmask, stride_block, stride_slot, num_blocks,
                        BLOCK_SIZE: tl.constexpr):
     """Element offset of each token's latent row: its block id widened to 64 bits first,
-    since block id x stride overflows 32 bits on large caches."""
-    blk = tl.load(block_ids_ptr + t // BLOCK_SIZE, mask=tmask, other=0).to(tl.int64)
-    return blk * stride_block + (t % BLOCK_SIZE).to(tl.int64) * stride_slot
+    since block id x stride overflows 32 bits on large caches. In debug mode (kernels
+    compiled with debug=True) an id outside [0, num_blocks) stops the kernel."""
+    blk = tl.load(block_ids_ptr + t // BLOCK_SIZE, mask=tmask, other=0)
+    tl.device_assert((blk >= 0) & (blk < num_blocks), "kv_indices: block id out of range")
+    return blk.to(tl.int64) * stride_block + (t % BLOCK_SIZE).to(tl.int64) * stride_slot
 
 
 @triton.jit
@@ -82,7 +86,7 @@ def mma_step(x, acc, w_ptr, ws_ptr, r0, n_valid, ld_w, ld_ws, k0,
     operand does not fit in shared memory on a Hopper part, in bf16 or staged as f16.
     """
     n = tl.arange(0, BN)
-    if FMT == FMT_MXFP4:
+    if FMT == SCALE_E8M0:
         # bf16 x e2m1 scaled dot; an fp8 latent widens to bf16 exactly.
         w = load_weight_tile(w_ptr, r0, n_valid, ld_w, k0 // 2, KV_C // 2, BK // 2, BN)
         g = k0 // MX_GROUP + tl.arange(0, BK // MX_GROUP)
@@ -94,10 +98,10 @@ def mma_step(x, acc, w_ptr, ws_ptr, r0, n_valid, ld_w, ld_ws, k0,
         if DOT_BF16:
             x = x.to(tl.bfloat16)
             w = w.to(tl.bfloat16)
-        if FMT == FMT_FP8_BLOCK:
+        if FMT == SCALE_BLOCK:
             # The scale changes along K: each block's product is scaled before it is summed.
-            s = tl.load(ws_ptr + ((r0 + n) // SCALE_BLOCK).to(tl.int64) * ld_ws
-                        + k0 // SCALE_BLOCK, mask=n < n_valid, other=0.0)
+            s = tl.load(ws_ptr + ((r0 + n) // BLOCK_SCALE_SIZE).to(tl.int64) * ld_ws
+                        + k0 // BLOCK_SCALE_SIZE, mask=n < n_valid, other=0.0)
             acc += dot_acc(x, w, tl.zeros(acc.shape, dtype=tl.float32)) * s[None, :]
         else:
             acc = dot_acc(x, w, acc)
@@ -107,7 +111,7 @@ def mma_step(x, acc, w_ptr, ws_ptr, r0, n_valid, ld_w, ld_ws, k0,
 @triton.jit
 def finish_part(acc, ws_ptr, r0, n_valid, k_scale, BN: tl.constexpr, FMT: tl.constexpr):
     """Apply what is left of the dequantisation: k_scale, and the per-row weight scale."""
-    if FMT == FMT_FP8_ROW:
+    if FMT == SCALE_ROW:
         n = tl.arange(0, BN)
         s = tl.load(ws_ptr + r0 + n, mask=n < n_valid, other=0.0)
         acc = acc * (s * k_scale)[None, :]
@@ -182,7 +186,8 @@ def project_rows(
 def project_chunk(
     k_buffer_ptr, block_ids_ptr, t0, ctx, out_row0, k_scale,
     w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
-    stride_block, stride_slot, stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
+    stride_block, stride_slot, num_blocks, stride_ko_row, stride_ko_head, stride_vo_row,
+    stride_vo_head,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, CK: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
@@ -192,7 +197,8 @@ def project_chunk(
     and the whole of a chunked program."""
     t = t0 + tl.arange(0, CK)
     tmask = t < ctx
-    rows = gather_row_offsets(block_ids_ptr, t, tmask, stride_block, stride_slot, BLOCK_SIZE)
+    rows = gather_row_offsets(block_ids_ptr, t, tmask, stride_block, stride_slot, num_blocks,
+                              BLOCK_SIZE)
     project_rows(k_buffer_ptr, rows, tmask, (out_row0 + t).to(tl.int64), k_scale,
                  w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
                  stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,

@@ -22,11 +22,12 @@ from .base import (
     FLAG,
     Design,
     DesignConfig,
+    JitLauncher,
     default_block_k,
+    no_launch,
     one_of,
     optional,
-    portable_args,
-    run_kernel,
+    portable_plan,
 )
 from .jit import (
     cast_out,
@@ -63,19 +64,20 @@ class TiledConfig(DesignConfig):
 def tiled_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
     k_out_ptr, v_out_ptr,
-    stride_block, stride_slot, stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
-    ld_w, ld_ws, batch,
+    stride_block, stride_slot, num_blocks, stride_ko_row, stride_ko_head, stride_vo_row,
+    stride_vo_head, ld_w, ld_ws, batch, k_desc, rope_desc, v_desc,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
     DOT_BF16: tl.constexpr, HAS_K_SCALE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    SPLIT: tl.constexpr, k_desc=None, rope_desc=None, v_desc=None, TMA: tl.constexpr = False,
+    SPLIT: tl.constexpr, TMA: tl.constexpr = False,
 ):
     """SPLIT: the head's K-nope (+ rope) and V halves go to two programs (grid axis 1 is
     2 x heads), halving the accumulators each holds.
 
     TMA (Hopper, with SPLIT): full tiles leave through tensor-memory-accelerator stores
-    (k_desc / rope_desc / v_desc over the outputs viewed as [rows, heads x dim]): bulk
+    (k_desc / rope_desc / v_desc over the outputs viewed as [rows, heads x dim]; None
+    without TMA): bulk
     asynchronous writes from shared memory instead of per-thread stores. The last, partial
     tile is stored row-masked so rows past cs[-1] are never written."""
     tile = tl.program_id(0)
@@ -94,7 +96,7 @@ def tiled_kernel(
     t = r - tl.load(cs_ptr + seq)
     first_block = tl.load(kv_indptr_ptr + seq)
     rows = gather_row_offsets(kv_indices_ptr + first_block, t, tmask, stride_block, stride_slot,
-                              BLOCK_SIZE)
+                              num_blocks, BLOCK_SIZE)
     k_scale = load_k_scale(k_scale_ptr, HAS_K_SCALE)
     if TMA:
         row0 = tile * BM
@@ -156,35 +158,42 @@ def tiled_work(prob: Problem, contexts: Sequence[int], max_context_len: int | No
     return min(tiles, -(-sum(contexts) // config.block_m)) * per_tile
 
 
-def _launch(prob: Problem, t: GatherArgs, config: TiledConfig, device: DeviceSpec,
-            tma: bool):
+def _prepare(prob: Problem, t: GatherArgs, config: TiledConfig, device: DeviceSpec, tma: bool):
     grid = tiled_grid(prob, None, config, device)
     if 0 in grid or prob.batch == 0:
-        return None
-    args, consts = portable_args(prob, t, config.block_k or default_block_k(prob))
+        return no_launch
+    make_args, consts = portable_plan(prob, t, config.block_k or default_block_k(prob))
     bm = config.block_m
-    if tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
+    consts = dict(consts, BM=bm, SEARCH_STEPS=max(1, prob.batch.bit_length()),
+                  SPLIT=config.split, **config.triton_options())
+    n_args = len(make_args(t)) + 4
+    if not tma:
+        launcher = JitLauncher(tiled_kernel, grid, n_args, consts)
+        return lambda c: launcher([*make_args(c), prob.batch, None, None, None])
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
-        k2 = t.k_prefix.view(t.k_prefix.shape[0], -1)
-        v2 = t.v_prefix.view(t.v_prefix.shape[0], -1)
-        consts.update(k_desc=TensorDescriptor.from_tensor(k2, [bm, prob.nope_dim]),
-                      rope_desc=TensorDescriptor.from_tensor(k2, [bm, prob.pe_dim]),
-                      v_desc=TensorDescriptor.from_tensor(v2, [bm, prob.v_dim]), TMA=True)
-    return run_kernel(tiled_kernel, grid, [*args, prob.batch],
-                      dict(consts, BM=bm, SEARCH_STEPS=max(1, prob.batch.bit_length()),
-                           SPLIT=config.split, **config.triton_options()))
+    # The descriptors are built per call: they hold the outputs' pointers.
+    launcher = JitLauncher(tiled_kernel, grid, n_args, dict(consts, TMA=True))
+
+    def launch(c: GatherArgs):
+        k2 = c.k_prefix.view(c.k_prefix.shape[0], -1)
+        v2 = c.v_prefix.view(c.v_prefix.shape[0], -1)
+        return launcher([*make_args(c), prob.batch,
+                         TensorDescriptor.from_tensor(k2, [bm, prob.nope_dim]),
+                         TensorDescriptor.from_tensor(k2, [bm, prob.pe_dim]),
+                         TensorDescriptor.from_tensor(v2, [bm, prob.v_dim])])
+    return launch
 
 
-def launch_tiled(prob: Problem, t: GatherArgs, max_context_len: int | None,
-                 config: TiledConfig, device: DeviceSpec):
-    return _launch(prob, t, config, device, tma=False)
+def prepare_tiled(prob: Problem, t: GatherArgs, max_context_len: int | None,
+                  config: TiledConfig, device: DeviceSpec):
+    return _prepare(prob, t, config, device, tma=False)
 
 
-def launch_tiled_tma(prob: Problem, t: GatherArgs, max_context_len: int | None,
-                     config: TiledConfig, device: DeviceSpec):
+def prepare_tiled_tma(prob: Problem, t: GatherArgs, max_context_len: int | None,
+                      config: TiledConfig, device: DeviceSpec):
     # TMA stores serve the split programs only; the grid is sized for them too.
-    return _launch(prob, t, replace(config, split=True), device, tma=True)
+    return _prepare(prob, t, replace(config, split=True), device, tma=True)
 
 
 def tma_grid(prob: Problem, max_context_len: int | None, config: TiledConfig,
@@ -198,18 +207,18 @@ def tma_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None
 
 
 def tma_serves(prob: Problem, device: DeviceSpec) -> bool:
-    """TMA stores need a Hopper-class NVIDIA GPU (or the interpreter, which emulates them)
-    and power-of-two nope / pe / v widths (the tiles are stored whole)."""
+    """TMA stores need a Hopper-class NVIDIA GPU (or the interpreter, which emulates them),
+    16-byte aligned outputs and power-of-two nope / pe / v widths (tiles are stored whole)."""
     dims_ok = all(d == triton.next_power_of_2(d) and d >= 16
                   for d in (prob.nope_dim, prob.pe_dim, prob.v_dim))
-    return dims_ok and (device.vendor == "cpu" or device.sm >= 90)
+    return dims_ok and prob.aligned16 and (device.vendor == "cpu" or device.sm >= 90)
 
 
 TILED = Design("tiled", "one program per (tile of 64 rows of the flat token axis, head)",
-               WEIGHT_FORMATS, TiledConfig, tiled_grid, launch_tiled, tiled_work,
+               WEIGHT_FORMATS, TiledConfig, tiled_grid, prepare_tiled, tiled_work,
                kernels=(tiled_kernel,))
 TILED_TMA = Design("tiled_tma", "tiled, halves split, full tiles stored by TMA (Hopper and "
-                   "newer)", WEIGHT_FORMATS, TiledConfig, tma_grid, launch_tiled_tma, tma_work,
+                   "newer)", WEIGHT_FORMATS, TiledConfig, tma_grid, prepare_tiled_tma, tma_work,
                    kernels=(tiled_kernel,), vendors=("nvidia", "cpu"), serves=tma_serves,
                    default_config=TiledConfig(block_m=128, split=True))
 DESIGNS = (TILED, TILED_TMA)

@@ -1,0 +1,58 @@
+"""Two trees of this package timed side by side in one device session: each design's time
+replayed from a CUDA graph (L2 flushed), the trees interleaved round by round so drift hits
+both. Each round runs each tree in its own process (PYTHONPATH = the tree).
+
+Usage: python scripts/ab_timing.py OUT.csv --tree 6a3775e=.ab/6a3775e --tree <sha>=. [--rounds 2]
+A tree's label is recorded as its commit; it must hold mla_kernels/ (of any version whose
+bench.Point and bench.run_points(design_graphs=...) exist: 3daddda and later)."""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import pandas as pd
+
+CHILD = r"""
+import sys, pandas as pd, dataclasses
+from mla_kernels import bench
+K = "kimi-k3-tp8"
+fp8 = ("chunked", "tiled", "tiled_tma", "hopper_ws")
+pts = [bench.Point(K, (4096,), "fp8_row", "fp8", 1, ("serial",) + fp8)]
+pts += [bench.Point(K, (c,), "fp8_row", "fp8", 1, fp8) for c in (32000, 109440)]
+pts += [bench.Point(K, (32000,), f, "fp8", 1, ("chunked", "tiled", "tiled_tma"))
+        for f in ("fp8_block", "bf16", "mxfp4")]
+rows = bench.run_points(pts, torch_paths=False, design_graphs=True, progress=False)
+rows = [r if isinstance(r, dict) else dataclasses.asdict(r) for r in rows]
+pd.DataFrame(rows).to_csv(sys.argv[1], index=False)
+"""
+
+ap = argparse.ArgumentParser()
+ap.add_argument("out")
+ap.add_argument("--tree", action="append", required=True, help="LABEL=PATH")
+ap.add_argument("--rounds", type=int, default=2)
+a = ap.parse_args()
+trees = [t.split("=", 1) for t in a.tree]
+frames = []
+with tempfile.TemporaryDirectory() as tmp:
+    for rnd in range(a.rounds):
+        for label, path in trees:
+            out = os.path.join(tmp, f"{label}-{rnd}.csv")
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(path) + os.pathsep
+                       + os.environ.get("PYTHONPATH", ""), MLA_COMMIT=label)
+            r = subprocess.run([sys.executable, "-c", CHILD, out], env=env, text=True,
+                               capture_output=True)
+            if r.returncode:
+                print(r.stdout[-2000:], r.stderr[-4000:], file=sys.stderr)
+                raise SystemExit(f"tree {label} failed in round {rnd}")
+            frames.append(pd.read_csv(out).assign(tree=label, round=rnd))
+            print(f"round {rnd}: {label} done", flush=True)
+df = pd.concat(frames, ignore_index=True)
+df.to_csv(a.out, index=False)
+g = df[df.timing == "graph"].groupby(["tree", "weight_format", "ctx", "variant"])["median_us"]
+t = g.median().unstack("tree")
+labels = [lab for lab, _ in trees]
+t["new_over_old"] = t[labels[1]] / t[labels[0]]
+pd.set_option("display.width", 200)
+print(t.round(3).to_string())
+print("all correct:", bool(df.correct.all()))
