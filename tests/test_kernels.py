@@ -4,6 +4,8 @@ Runs under the Triton interpreter on the CPU (CI) and compiled on a GPU
 (TRITON_INTERPRET=0). Inputs are fresh random draws; outputs are poisoned with NaN.
 """
 
+import os
+
 import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -90,7 +92,10 @@ def test_other_output_dtypes(out_dtype, device, seed):
     run_and_check(inp, "chunked")
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# 60 examples under the interpreter (about a minute); on a GPU each new shape compiles, so a
+# device run may ask for fewer (MLA_PROPERTY_EXAMPLES).
+@settings(max_examples=int(os.environ.get("MLA_PROPERTY_EXAMPLES", 60)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(
     heads=st.integers(1, 3),
     contexts=st.lists(st.integers(0, 64), min_size=1, max_size=3),
