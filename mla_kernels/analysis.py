@@ -25,7 +25,8 @@ MEASUREMENT_COLUMNS = ("device", "model", "cache_dtype", "weight_format", "block
 
 # The torch code a user would write, as the harness names it (``_graph``: replayed from a
 # CUDA graph, see ``select``).
-TORCH_VARIANTS = ("torch_bf16", "torch_fp8", "torch_bf16_graph", "torch_fp8_graph")
+TORCH_BASE = ("torch_bf16", "torch_fp8")
+TORCH_VARIANTS = (*TORCH_BASE, "torch_bf16_graph", "torch_fp8_graph")
 
 # The public change's headline contexts; the sweep adds a log grid around them.
 HEADLINE_CONTEXTS = (4096, 32000, 65536, 109440)
@@ -66,14 +67,24 @@ def batches_for(batch: str, contexts: Sequence[int], ragged_contexts: Sequence[i
 
 
 # ------------------------------------------------------------------ reading measurements
-def load_measurements(data_dir: str | os.PathLike) -> pd.DataFrame | None:
-    """Every measurement CSV under ``data_dir`` (recursively) as one frame; None when there
-    are none. A run may be split over several files: identical rows are dropped."""
+def load_measurements(data_dir: str | os.PathLike, names: Sequence[str] | None = None
+                      ) -> pd.DataFrame | None:
+    """The measurement CSVs under ``data_dir`` (recursively) of its latest run, as one frame;
+    None when there are none. A run is the commit measured last; it may be split over
+    several files (identical rows are dropped).
+
+    ``names``: read only files whose name starts with one of these (a notebook's own CSV,
+    e.g. ``context_sweep``), so a replot draws exactly the rows its figure was drawn from
+    in the run. Without it every measurement CSV is read, and a configuration timed twice
+    in the run (by the sweep and the matrix) shows its later measurement.
+    """
     root = Path(data_dir)
     if not root.is_dir():
         return None
     frames = []
     for p in sorted(root.rglob("*.csv")):
+        if names is not None and not p.name.startswith(tuple(names)):
+            continue
         df = pd.read_csv(p)
         if all(c in df.columns for c in MEASUREMENT_COLUMNS):
             frames.append(df.assign(source=str(p.relative_to(root))))
@@ -81,12 +92,56 @@ def load_measurements(data_dir: str | os.PathLike) -> pd.DataFrame | None:
         return None
     df = pd.concat(frames, ignore_index=True)
     df = df.drop_duplicates(subset=[c for c in df.columns if c != "source"])
-    # One run only: the commit measured last. Within it, a configuration timed twice (the
-    # sweep and the performance matrix both time some points) shows its later measurement.
     latest = df.groupby("commit")["date"].max().idxmax()
     df = df[df["commit"] == latest]
+    if names is not None:
+        return df
     key = [c for c in RUN_KEY if c in df.columns]
     return df.sort_values("date", kind="stable").drop_duplicates(subset=key, keep="last")
+
+
+def load_table(data_dir: str | os.PathLike, name: str) -> pd.DataFrame | None:
+    """A notebook table (``resources.csv``, ``identity.csv``) of the latest run folder under
+    ``data_dir`` that has one: the folder of its newest ``date`` column, else the last
+    folder by name (run folders are named <date>-<commit>)."""
+    root = Path(data_dir)
+    found = sorted(root.rglob(name)) if root.is_dir() else []
+    if not found:
+        return None
+
+    def when(p: Path) -> str:
+        df = pd.read_csv(p, nrows=1000)
+        return str(df["date"].max()) if "date" in df.columns and not df.empty else p.parent.name
+
+    return pd.read_csv(max(found, key=lambda p: (when(p), str(p))))
+
+
+def save_csv(df: pd.DataFrame, path: str | os.PathLike) -> Path:
+    """Write a notebook's table atomically, with the provenance columns (device, torch,
+    triton, commit, date) added where it lacks them: every CSV of a run names where it came
+    from. A table whose ``device`` column is the modelled device keeps it."""
+    from .provenance import provenance
+
+    prov = provenance()
+    missing = {k: v for k, v in prov.items() if k not in df.columns}
+    return write_csv_atomic(df.assign(**missing) if missing else df, path)
+
+
+def measure_or_replot(mode: str, measure, *, data_dir: str | os.PathLike,
+                      out_csv: str | os.PathLike, names: Sequence[str]
+                      ) -> pd.DataFrame | None:
+    """The notebooks' shared step. ``measure``: call ``measure()`` (a GPU run), save its
+    rows to ``out_csv`` and return them. ``replot``: the rows of ``data_dir``'s latest run
+    from the files named ``names`` (the CSVs the measure step of that run wrote)."""
+    if mode == "measure":
+        rows = measure()
+        df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(
+            [r if isinstance(r, dict) else r.as_dict() for r in rows])
+        save_csv(df, out_csv)
+        return df
+    if mode == "replot":
+        return load_measurements(data_dir, names)
+    raise ValueError(f"mode: expected 'measure' or 'replot', got {mode!r}")
 
 
 # What identifies one timed configuration within a run.
@@ -144,9 +199,10 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
 
 
 def load_reference(path: str | os.PathLike) -> pd.DataFrame | None:
-    """The public change's MI355X table (ctx, before_ms, after_ms, speedup); None if absent."""
+    """A public change table (its first: ctx, before_ms, after_ms, speedup; the merged
+    version's: ctx_tokens, before_us, after_us; `#` lines are comments); None if absent."""
     p = Path(path)
-    return pd.read_csv(p) if p.is_file() else None
+    return pd.read_csv(p, comment="#") if p.is_file() else None
 
 
 # ------------------------------------------------------------------ correctness checks
@@ -178,6 +234,9 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     for v in variants:
         if v in DESIGNS and not DESIGNS[v].runs(prob, dev):
             continue
+        from .designs import resolve
+
+        design = resolve(v, prob, dev)[0].name
         inp.poison_outputs()
         gather_kv_b_proj(*inp.args(), variant=v)
         res = check_outputs(inp, ref)
@@ -190,7 +249,8 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
             diff = float("nan") if torch.isnan(d).any() else float(d.max()) if d.numel() else 0.0
         rows.append({"model": shape, "cache_dtype": cache_dtype, "weight_format": weight_format,
                      "block_size": block_size, "contexts": contexts_str(contexts),
-                     "batch": len(contexts), "ctx": t, "variant": v, "device": device,
+                     "batch": len(contexts), "ctx": t, "variant": v, "design": design,
+                     "device": device,
                      "max_rel_err": res["max_rel_err"], "correct": res["correct"],
                      "compared_with": first[0], "max_abs_diff": diff,
                      "bit_identical": diff == 0.0})
@@ -213,6 +273,22 @@ def speedup_table(df: pd.DataFrame, before: str = "serial", after: str = "chunke
         d = identity[identity["variant"] == after].groupby("ctx")["max_abs_diff"].max()
         out["max_abs_diff"] = out["ctx"].map(d)
     return out.reset_index(drop=True)
+
+
+TIMING_PREFERENCE = ("graph", "graph8", "flushed")  # device time first, the host's last
+
+
+def device_time(df: pd.DataFrame) -> pd.DataFrame:
+    """Each variant's rows in its best timing for the device's own time: one launch replayed
+    from a CUDA graph where measured, else 8 in a graph, else plain calls."""
+    if df is None or df.empty or "timing" not in df.columns:
+        return df
+    keep = []
+    for _, g in df.groupby("variant", sort=False):
+        have = set(g["timing"].astype(str))
+        best = next((t for t in TIMING_PREFERENCE if t in have), None)
+        keep.append(g[g["timing"] == best] if best else g)
+    return pd.concat(keep)
 
 
 def roof_table(df: pd.DataFrame) -> pd.DataFrame:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from .bench import Point
 from .designs import DESIGNS
-from .devices import DEVICES, DeviceSpec
+from .devices import DEVICES, DeviceSpec, live_device
 from .formats import WEIGHT_FORMATS
 from .occupancy import problem_for
 
@@ -24,12 +24,22 @@ RAGGED8 = (512, 1024, 2048, 4096, 8192, 16384, 3000, 700)
 TIMED = ("chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
 
 
+def point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
+          variants: Iterable[str], device: DeviceSpec | None = None) -> Point:
+    """A Point timing those of ``variants`` that run this problem on ``device`` (default:
+    the live GPU, else the registry's H200); "auto" always."""
+    if device is None:
+        device = live_device() or DEVICES["H200"]
+    prob = problem_for(shape, contexts, cache, fmt, page)
+    runs = tuple(v for v in variants
+                 if v == "auto" or (v in DESIGNS and DESIGNS[v].runs(prob, device)))
+    return Point(shape, tuple(contexts), fmt, cache, page, runs)
+
+
 def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
            device: DeviceSpec, serial: bool = False) -> Point:
-    prob = problem_for(shape, contexts, cache, fmt, page)
-    names = (("serial",) if serial else ()) + TIMED
-    runs = tuple(v for v in names if v == "auto" or (v in DESIGNS and DESIGNS[v].runs(prob, device)))
-    return Point(shape, contexts, fmt, cache, page, runs)
+    return point(shape, contexts, fmt, cache, page, (("serial",) if serial else ()) + TIMED,
+                 device)
 
 
 def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -49,6 +48,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from . import roofline
 from .devices import lookup_device
+from .files import atomic_path
 
 # ------------------------------------------------------------------ colours and styles
 # The designs of this repository, in the order figures list them.
@@ -212,12 +212,13 @@ def _speed(d: pd.DataFrame, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str,
 
 
 def default_series(df: pd.DataFrame, *, before: str | None = None, limit: int = DEFAULT_LIMIT,
-                   reserved: int = 0, torch: str = "fastest") -> list[tuple[str, str]]:
+                   reserved: int = 0, torch: str = "fastest",
+                   keep: Sequence[str] = ()) -> list[tuple[str, str]]:
     """The series a figure shows unless told otherwise: each design in its device timing and
     the fastest torch path (``torch="all"``: every torch path), at most ``limit - reserved``
     of them (``reserved``: reference lines sharing the panel). Over the limit, ``auto`` is
-    left out first (it runs one of the other designs), then the slowest designs; ``before``
-    and the torch paths stay."""
+    left out first (it runs one of the other designs), then the slowest designs; ``before``,
+    the designs in ``keep`` and the torch paths stay."""
     if df.empty:
         return []
     d = tidy(df)
@@ -232,7 +233,7 @@ def default_series(df: pd.DataFrame, *, before: str | None = None, limit: int = 
     if len(designs) > room:
         speed = _speed(d, designs)
         # Dropped first to last: auto, then the slowest; ``before`` never.
-        drop = sorted((p for p in designs if p[0] != before),
+        drop = sorted((p for p in designs if p[0] != before and p[0] not in keep),
                       key=lambda p: (p[0] != "auto", -speed[p]))
         gone = set(drop[: len(designs) - room])
         designs = [p for p in designs if p not in gone]
@@ -241,7 +242,7 @@ def default_series(df: pd.DataFrame, *, before: str | None = None, limit: int = 
 
 def choose_series(df: pd.DataFrame, series=None, *, before: str | None = None,
                   limit: int = DEFAULT_LIMIT, reserved: int = 0,
-                  torch: str = "fastest") -> list[tuple[str, str]]:
+                  torch: str = "fastest", keep: Sequence[str] = ()) -> list[tuple[str, str]]:
     """The (variant, timing) pairs to draw.
 
     ``series`` is None (``default_series``), ``"all"`` (every pair of the rows), or a list
@@ -254,7 +255,8 @@ def choose_series(df: pd.DataFrame, series=None, *, before: str | None = None,
     d = tidy(df)
     have = present_series(d)
     if series is None:
-        return default_series(d, before=before, limit=limit, reserved=reserved, torch=torch)
+        return default_series(d, before=before, limit=limit, reserved=reserved, torch=torch,
+                              keep=keep)
     if isinstance(series, str):
         series = [series]
     out: list[tuple[str, str]] = []
@@ -264,7 +266,8 @@ def choose_series(df: pd.DataFrame, series=None, *, before: str | None = None,
         elif item == "all":
             out += have
         elif item == "default":
-            out += default_series(d, before=before, limit=limit, reserved=reserved, torch=torch)
+            out += default_series(d, before=before, limit=limit, reserved=reserved, torch=torch,
+                                  keep=keep)
         elif item in TIMINGS:
             out += [p for p in have if p[1] == item]
         elif "/" in item:
@@ -479,28 +482,20 @@ def _ref_device(raw: pd.DataFrame, default: str) -> str:
 
 # ------------------------------------------------------------------ saving
 def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str) -> list[Path]:
-    """Write ``name``.png and ``name``.svg under out_dir, each through a temp file and
-    os.replace so a reader never finds half a figure."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    """Write ``name``.png and ``name``.svg under out_dir, each atomically (a reader never
+    finds half a figure) and with the user's normal file mode."""
     paths = []
     for ext in ("png", "svg"):
-        final = out / f"{name}.{ext}"
-        fd, tmp = tempfile.mkstemp(dir=out, prefix=f".{name}.", suffix=f".{ext}")
-        os.close(fd)
-        try:
+        final = Path(out_dir) / f"{name}.{ext}"
+        with atomic_path(final) as tmp:
             fig.savefig(tmp, format=ext, bbox_inches="tight")
-            os.replace(tmp, final)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         paths.append(final)
     return paths
 
 
 # ------------------------------------------------------------------ context sweep
 def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "serial",
-                       series=None, limit: int = DEFAULT_LIMIT,
+                       after: str | None = "chunked", series=None, limit: int = DEFAULT_LIMIT,
                        reference_device: str = "MI355X") -> Figure:
     """Three panels against context: time per call (log-log), speedup over ``before`` and
     the fraction of the floor (``floor_us / median_us``).
@@ -515,7 +510,8 @@ def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "seria
     set_style()
     d = tidy(df)
     refs = _reference_list(reference)
-    chosen = choose_series(d, series, before=before, limit=limit, reserved=2 * len(refs))
+    chosen = choose_series(d, series, before=before, limit=limit, reserved=2 * len(refs),
+                           keep=(after,) if after else ())
     fig, body = _new_figure((22, 8))
     ax_t, ax_s, ax_f = body.subplots(1, 3)
     contexts: set[int] = set()

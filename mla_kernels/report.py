@@ -15,8 +15,10 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import sys
 import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -24,13 +26,15 @@ from pathlib import Path
 
 import yaml
 
+from .files import atomic_path, write_text_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
 NOTEBOOK_DIR = ROOT / "notebooks"
 REPORT_DIR = ROOT / "reports"
 # Parameters holding a path: relative values in a config are taken from the repository
 # root (the notebooks run with notebooks/ as their working directory).
-PATH_PARAMETERS = ("out_dir", "data_dir", "reference_csv")
+PATH_PARAMETERS = ("out_dir", "data_dir", "reference_csv", "merged_csv")
 
 
 @dataclass
@@ -57,19 +61,38 @@ def default_config() -> str:
     return "cpu"
 
 
+CONFIG_KEYS = {"execution_timeout", "parameters", "notebooks"}
+
+
 def load_config(name: str, config_dir: Path = CONFIG_DIR) -> dict:
-    """The configuration ``name`` (a file in configs/ without .yaml, or a path)."""
+    """The configuration ``name`` (a file in configs/ without .yaml, or a path). Its name is
+    its file's stem; a key it does not know is an error, named, as is YAML that is not a
+    mapping of the known sections."""
     path = Path(name)
     if path.suffix not in (".yaml", ".yml"):
         path = config_dir / f"{name}.yaml"
     if not path.is_file():
         known = sorted(p.stem for p in config_dir.glob("*.yaml"))
-        raise SystemExit(f"--config: expected one of {known} or a .yaml path, got {name!r}")
-    with open(path) as f:
-        cfg = yaml.safe_load(f) or {}
-    cfg.setdefault("name", path.stem)
-    cfg.setdefault("parameters", {})
-    cfg.setdefault("notebooks", {})
+        raise ValueError(f"--config: expected one of {known} or a .yaml path, got {name!r}")
+    try:
+        with open(path) as f:
+            cfg = yaml.safe_load(f)
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: expected YAML, got a syntax error: "
+                         f"{str(e).splitlines()[0]}") from None
+    cfg = {} if cfg is None else cfg
+    if not isinstance(cfg, dict):
+        raise ValueError(f"{path}: expected a mapping of {sorted(CONFIG_KEYS)}, "
+                         f"got a {type(cfg).__name__}")
+    unknown = sorted(set(cfg) - CONFIG_KEYS)
+    if unknown:
+        raise ValueError(f"{path}: expected only the keys {sorted(CONFIG_KEYS)}, got {unknown} "
+                         "(a configuration is named by its file)")
+    for key in ("parameters", "notebooks"):
+        cfg[key] = cfg.get(key) or {}
+        if not isinstance(cfg[key], dict):
+            raise ValueError(f"{path}: {key}: expected a mapping, got {cfg[key]!r}")
+    cfg["name"] = path.stem
     return cfg
 
 
@@ -117,17 +140,31 @@ def _error_summary(exc: BaseException) -> str:
 
 
 def export_html(executed: Path, html_path: Path) -> Path:
-    """The executed notebook as one HTML file, for reviewers without Jupyter."""
+    """The executed notebook as one self-contained HTML file, for reviewers without Jupyter:
+    images embedded, no script or style loaded from a CDN (no MathJax, no require.js)."""
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(executed), as_version=4)
-    body, _ = HTMLExporter().from_notebook_node(nb)
-    html_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = html_path.with_name(f".{html_path.name}.tmp")
-    tmp.write_text(body, encoding="utf-8")
-    os.replace(tmp, html_path)
+    exporter = HTMLExporter(template_name="classic", embed_images=True)
+    exporter.mathjax_url = ""
+    exporter.require_js_url = ""
+    exporter.jquery_url = ""
+    body, _ = exporter.from_notebook_node(nb)
+    body = _strip_remote(body)
+    write_text_atomic(html_path, body)
     return html_path
+
+
+def _strip_remote(html: str) -> str:
+    """Drop what a template still loads from the network: <script>/<link> tags with a remote
+    or empty source, and inline module scripts that import from a URL (mermaid)."""
+    import re
+
+    html = re.sub(r'<script[^>]*\bsrc="(https?://[^"]*)?"[^>]*>\s*</script>', "", html)
+    html = re.sub(r'<script[^>]*>(?:(?!</script>).)*?\bfrom\s+[\'"]https?://'
+                  r'(?:(?!</script>).)*</script>', "", html, flags=re.S)
+    return re.sub(r'<link[^>]*\bhref="https?://[^"]*"[^>]*>', "", html)
 
 
 def run_notebook(notebook: Path, params: dict, out_dir: Path, *, timeout: int | None = None,
@@ -196,28 +233,33 @@ def archive(folder: Path, path: Path) -> Path:
     path = Path(path)
     if not path.name.endswith((".tar.gz", ".tgz")):
         path = path.with_name(path.name + ".tar.gz")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with tarfile.open(tmp, "w:gz") as tar:
+    with atomic_path(path) as tmp, tarfile.open(tmp, "w:gz") as tar:
         tar.add(folder, arcname=folder.name)
-    os.replace(tmp, path)
     return path
 
 
-# What a run writes, by folder: only these are cleared before a full run.
-OUTPUT_KINDS = {"notebooks": ".ipynb", "html": ".html", "figures": (".png", ".svg"),
-                "data": ".csv"}
+def check_shared_parameters(cfg: dict, paths: list[Path]) -> None:
+    """A shared parameter no notebook declares is a typo: an error, named."""
+    import papermill as pm
+
+    declared = set()
+    for nb in paths:
+        declared |= set(pm.inspect_notebook(str(nb)))
+    unknown = sorted(set(cfg["parameters"]) - declared)
+    if unknown:
+        raise ValueError(f"configs/{cfg['name']}.yaml: parameters {unknown} are declared by no "
+                         f"notebook; the notebooks declare {sorted(declared)}")
 
 
-def clear_outputs(out_dir: Path) -> None:
-    """Remove a previous run's outputs before a full run: a figure the new run skips
-    must not survive and pass for a fresh one. Nothing else in the folder is touched."""
-    for sub, ext in OUTPUT_KINDS.items():
-        folder = out_dir / sub
-        if folder.is_dir():
-            for p in folder.iterdir():
-                if p.is_file() and p.name.endswith(ext):
-                    p.unlink()
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def _move(src_root: Path, dst_root: Path, rels: list[str]) -> None:
+    for rel in rels:
+        dst = dst_root / rel
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src_root / rel, dst)
 
 
 def run_report(config: str | None = None, out: Path | None = None,
@@ -225,45 +267,60 @@ def run_report(config: str | None = None, out: Path | None = None,
                commit: str | None = None, cell_progress: bool = True,
                notebook_dir: Path = NOTEBOOK_DIR) -> tuple[Path, list[NotebookResult]]:
     """Run the batch; returns the report folder and one result per notebook (the CLI
-    turns them into a summary and an exit code)."""
+    turns them into a summary and an exit code).
+
+    The report folder's earlier files are set aside first (in a hidden folder beside it)
+    and the run writes in place; at the end every earlier file the run did not write again
+    (the outputs of a notebook that failed this time) is put back. ``summary.json`` lists
+    what this run wrote and what was kept from earlier; an interrupted run leaves the
+    earlier files in the hidden folder, not lost.
+    """
     from tqdm import tqdm
 
     name = config or default_config()
     cfg = load_config(name)
-    out_dir = Path(out) if out else REPORT_DIR / cfg["name"]
-    out_dir = out_dir.resolve()
+    out_dir = (Path(out) if out else REPORT_DIR / cfg["name"]).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
-    if not notebooks:
-        clear_outputs(out_dir)
     paths = sorted(Path(notebook_dir).glob("[0-9]*.ipynb"))
     if notebooks:
         wanted = {n.removesuffix(".ipynb") for n in notebooks}
         paths = [p for p in paths if p.stem in wanted or p.stem.split("_", 1)[0] in wanted]
         if not paths:
-            raise SystemExit(f"--notebooks: none of {sorted(wanted)} in {notebook_dir}")
+            raise ValueError(f"--notebooks: expected names from "
+                             f"{sorted(p.stem for p in Path(notebook_dir).glob('[0-9]*.ipynb'))}"
+                             f", got {sorted(wanted)}")
+    else:
+        check_shared_parameters(cfg, paths)
+    earlier = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.earlier.", dir=out_dir.parent))
+    _move(out_dir, earlier, [f for f in _files(out_dir) if f != "summary.json"])
     print(f"report: configuration {cfg['name']!r}, {len(paths)} notebooks -> {out_dir}",
           flush=True)
     results = []
-    with child_environment(commit) as env:
-        bar = tqdm(paths, desc="notebooks", unit="nb", position=0)
-        for nb in bar:
-            bar.set_postfix_str(nb.stem)
-            try:
-                params = notebook_parameters(cfg, nb, out_dir, overrides)
-            except Exception as exc:
-                results.append(NotebookResult(nb.name, False, 0.0, "", None,
-                                              _error_summary(exc)))
-                continue
-            results.append(run_notebook(nb, params, out_dir,
-                                        timeout=cfg.get("execution_timeout"),
-                                        cell_progress=cell_progress))
-        bar.close()
-        commit_used = env.get("MLA_COMMIT", os.environ.get("MLA_COMMIT"))
+    try:
+        with child_environment(commit) as env:
+            bar = tqdm(paths, desc="notebooks", unit="nb", position=0)
+            for nb in bar:
+                bar.set_postfix_str(nb.stem)
+                try:
+                    params = notebook_parameters(cfg, nb, out_dir, overrides)
+                except Exception as exc:
+                    results.append(NotebookResult(nb.name, False, 0.0, "", None,
+                                                  _error_summary(exc)))
+                    continue
+                results.append(run_notebook(nb, params, out_dir,
+                                            timeout=cfg.get("execution_timeout"),
+                                            cell_progress=cell_progress))
+            bar.close()
+            commit_used = env.get("MLA_COMMIT", os.environ.get("MLA_COMMIT"))
+    finally:
+        written = [f for f in _files(out_dir) if f != "summary.json"]
+        kept = [f for f in _files(earlier) if f not in set(written)]
+        _move(earlier, out_dir, kept)
+        shutil.rmtree(earlier, ignore_errors=True)
     summary = {"config": cfg["name"], "commit": commit_used,
-               "notebooks": [asdict(r) for r in results]}
-    tmp = out_dir / ".summary.json.tmp"
-    tmp.write_text(json.dumps(summary, indent=1))
-    os.replace(tmp, out_dir / "summary.json")
+               "notebooks": [asdict(r) for r in results], "written": written,
+               "kept_from_earlier": kept}
+    write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=1))
     return out_dir, results
 
 
@@ -290,9 +347,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="only the per-notebook progress bar")
     ap.add_argument("--notebook-dir", type=Path, default=NOTEBOOK_DIR, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    out_dir, results = run_report(args.config, args.out, args.notebooks, dict(args.param),
-                                  args.commit, cell_progress=not args.no_cell_progress,
-                                  notebook_dir=args.notebook_dir)
+    try:
+        out_dir, results = run_report(args.config, args.out, args.notebooks, dict(args.param),
+                                      args.commit, cell_progress=not args.no_cell_progress,
+                                      notebook_dir=args.notebook_dir)
+    except ValueError as e:  # a bad configuration or argument: said in one line
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     print("\nsummary:")
     for r in results:
         status = "ok    " if r.ok else "FAILED"

@@ -139,6 +139,8 @@ def test_bad_config_fields_name_the_field(make, field):
 def test_configs_from_committed_csvs_parse():
     # Every config string a committed tuning or matrix CSV holds, legacy LaunchConfig
     # reprs included, reads as its design's typed config.
+    if not (ROOT / "data").is_dir():
+        pytest.skip("no data/ in this copy of the tree")
     seen = 0
     for path in sorted((ROOT / "data").rglob("*.csv")):
         df = pd.read_csv(path)

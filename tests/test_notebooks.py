@@ -22,12 +22,13 @@ FIXTURE = Path(__file__).parent / "fixtures" / "measurements_sample.csv"
 COMMON_KNOBS = {"shape", "cache_dtype", "weight_format", "block_size", "contexts", "batch",
                 "ragged_contexts", "variants", "device", "mode", "data_dir", "out_dir"}
 FIGURES = {"01_occupancy": ["occupancy"], "02_context_sweep": ["context_sweep"],
-           "03_roofline": ["bandwidth", "roofline"]}
+           "03_roofline": ["bandwidth", "roofline", "peaks"], "04_formats": ["formats"]}
 ALWAYS_CSV = {"01_occupancy": ["occupancy.csv", "occupancy_ragged.csv"],
               "02_context_sweep": ["correctness.csv"],
-              "03_roofline": ["bytes_flops_model.csv"]}
+              "03_roofline": ["bytes_flops_model.csv"], "04_formats": []}
 REPLOT_CSV = {"02_context_sweep": ["speedup_table.csv"],
               "03_roofline": ["roof_fraction.csv"]}
+PROVENANCE = {"device", "torch", "triton", "commit"}
 
 
 def outputs_text(path: Path) -> str:
@@ -44,14 +45,14 @@ def cfg_variants() -> list[str]:
 
 
 def committed_h200_rows() -> bool:
-    rows = analysis.select(analysis.load_measurements(ROOT / "data" / "h200"),
+    rows = analysis.select(analysis.load_measurements(ROOT / "data" / "h200", ["context_sweep"]),
                            shape="kimi-k3-tp8", cache_dtype="fp8", weight_format="fp8_row",
-                           block_size=1, batch="single")
+                           block_size=1, batch="single", timing=None)
     return not rows.empty
 
 
 # ------------------------------------------------------------------ the sources
-def test_there_are_three_notebooks():
+def test_there_are_four_notebooks():
     assert [p.stem for p in NOTEBOOKS] == list(FIGURES)
 
 
@@ -72,7 +73,13 @@ def test_parameters_cell_holds_every_knob(path):
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and tagged[0] is code[0]
     declared = pm.inspect_notebook(str(path))
-    assert COMMON_KNOBS <= set(declared), COMMON_KNOBS - set(declared)
+    knobs = COMMON_KNOBS if path.stem != "04_formats" else COMMON_KNOBS - {
+        "cache_dtype", "weight_format", "contexts", "batch", "ragged_contexts"}
+    assert knobs <= set(declared), knobs - set(declared)
+    # Every parameter is one the package checks (mla_kernels.params.SPECS).
+    from mla_kernels.params import SPECS
+
+    assert set(declared) <= set(SPECS), set(declared) - set(SPECS)
     # Every knob is commented: the parameters cell is the notebook's documentation.
     assert all(p["help"] for p in declared.values()), [k for k, p in declared.items()
                                                        if not p["help"]]
@@ -86,6 +93,7 @@ def test_configs_name_only_declared_parameters(config, tmp_path):
         assert params["out_dir"] == str(tmp_path)
         assert Path(params["data_dir"]).is_absolute()
         assert params["mode"] == ("replot" if config == "cpu" else "measure")
+    report.check_shared_parameters(cfg, NOTEBOOKS)  # no shared typo
 
 
 def test_a_misspelt_parameter_is_an_error(tmp_path):
@@ -118,7 +126,7 @@ def test_cpu_batch_executes_every_notebook(cpu_report):
         title = nbformat.read(str(p), as_version=4).cells[0].source.splitlines()[0]
         assert "<html" in html and title.lstrip("# ").split(" ", 2)[-1][:12] in html
     summary = json.loads((out_dir / "summary.json").read_text())
-    assert summary["config"] == "cpu" and len(summary["notebooks"]) == 3
+    assert summary["config"] == "cpu" and len(summary["notebooks"]) == len(NOTEBOOKS)
 
 
 def test_cpu_batch_wrote_figures_and_csvs(cpu_report):
@@ -130,7 +138,9 @@ def test_cpu_batch_wrote_figures_and_csvs(cpu_report):
             made = [(out_dir / "figures" / f"{name}.{ext}").is_file() for ext in ("png", "svg")]
             assert made == [not measured or have_data] * 2, (stem, name)
         for csv in ALWAYS_CSV[stem] + (REPLOT_CSV.get(stem, []) if have_data else []):
-            assert not pd.read_csv(out_dir / "data" / csv).empty, csv
+            df = pd.read_csv(out_dir / "data" / csv)
+            assert not df.empty, csv
+            assert PROVENANCE <= set(df.columns), (csv, PROVENANCE - set(df.columns))
         if measured and not have_data:
             # Said in the output, not silently missing.
             assert "no measurements" in outputs_text(out_dir / "notebooks" / f"{stem}.ipynb")
@@ -146,6 +156,8 @@ def test_cpu_batch_checked_the_kernels_and_modelled_both_devices(cpu_report, dev
     # Every configured design this machine can run; the sm_90-only Gluon design is left out.
     assert "hopper_ws" in cfg_variants()
     assert set(checks["variant"]) == set(cfg_variants()) - {"hopper_ws"}
+    # auto is checked as what it runs here: the portable fallback, not the sm_90 design.
+    assert set(checks[checks.variant == "auto"]["design"]) == {"tiled"}
     assert (checks[checks.variant == "chunked"]["max_abs_diff"] == 0).all()
     occ = pd.read_csv(out_dir / "data" / "occupancy.csv")
     assert set(occ["device"]) == {"MI355X", "H200"}
@@ -173,7 +185,8 @@ def test_papermill_injected_the_configuration(cpu_report):
 @pytest.fixture(scope="module")
 def fixture_report(tmp_path_factory):
     data = tmp_path_factory.mktemp("fixture-data")
-    shutil.copy(FIXTURE, data / "run.csv")
+    for name in ("context_sweep.csv", "roofline.csv", "formats.csv"):  # as a run writes them
+        shutil.copy(FIXTURE, data / name)
     out = tmp_path_factory.mktemp("report-fixture")
     overrides = {"data_dir": str(data), "check_contexts": [], "check_ragged": [],
                  "contexts": [4096, 32000, 65536, 109440]}
@@ -223,7 +236,7 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, capsys):
     _tiny_notebook(nbs / "02_broken.ipynb", "raise ValueError('boom')")
     _tiny_notebook(nbs / "03_last.ipynb", "Path(out_dir, 'last.txt').write_text('3')")
     cfg = tmp_path / "tiny.yaml"
-    cfg.write_text("name: tiny\nparameters: {}\nnotebooks: {}\n")
+    cfg.write_text("parameters: {}\nnotebooks: {}\n")
     out = tmp_path / "out"
     rc = report.main(["--config", str(cfg), "--out", str(out), "--notebook-dir", str(nbs),
                       "--no-cell-progress", "--archive", str(tmp_path / "rep")])
@@ -245,7 +258,7 @@ def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "fixtures" / "fake_gpu"))
     monkeypatch.setenv("MLA_FAKE_GPU", "1")
     out_dir, results = report.run_report(
-        "h200", out=tmp_path, notebooks=["02", "03"], cell_progress=False,
+        "h200", out=tmp_path, notebooks=["02", "03", "04"], cell_progress=False,
         # Tiny sizes: the bit-identity check of the measure path runs the kernels here.
         overrides={"contexts": [5, 40], "ragged_contexts": [3, 7],
                    "check_contexts": [3], "check_ragged": []})
@@ -260,5 +273,119 @@ def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
     table = pd.read_csv(out_dir / "data" / "speedup_table.csv")
     assert list(table["max_abs_diff"]) == [0.0, 0.0]
     assert not pd.read_csv(out_dir / "data" / "ceilings.csv").empty
-    for name in ("context_sweep", "context_sweep_graph8", "bandwidth", "roofline"):
+    for name in ("context_sweep", "bandwidth", "roofline", "peaks", "formats"):
         assert (out_dir / "figures" / f"{name}.png").is_file()
+    formats = pd.read_csv(out_dir / "data" / "formats.csv")
+    assert set(formats["weight_format"]) == {"bf16", "fp8_row", "fp8_block", "mxfp4"}
+    assert set(formats["cache_dtype"]) == {"fp8", "bf16"}
+    for csv in (out_dir / "data").glob("*.csv"):
+        assert PROVENANCE <= set(pd.read_csv(csv).columns), csv.name
+
+
+# ------------------------------------------------------------------ configurations
+@pytest.mark.parametrize(("text", "words"), [
+    ("name: cpu\nparameters: {}\n", ["name", "named by its file"]),
+    ("parameters: {shape: kimi-k3-tp8, contxts: [1]}\n", ["contxts", "declared by no"]),
+    ("parameters: [1, 2]\n", ["parameters", "expected a mapping"]),
+    ("- 1\n- 2\n", ["expected a mapping", "list"]),
+    ("parameters: {a: [1, 2\n", ["expected YAML"]),
+])
+def test_a_bad_configuration_is_one_line_naming_it(text, words, tmp_path, capsys):
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(text)
+    rc = report.main(["--config", str(cfg), "--out", str(tmp_path / "out"),
+                      "--no-cell-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2, err
+    for w in words:
+        assert w in err, (w, err)
+    assert "Traceback" not in err
+
+
+def test_a_copied_configuration_is_named_by_its_file(tmp_path):
+    cfg = tmp_path / "my-run.yaml"
+    cfg.write_text((ROOT / "configs" / "cpu.yaml").read_text())
+    assert report.load_config(str(cfg))["name"] == "my-run"
+
+
+def test_earlier_results_stay_until_new_ones_are_written(tmp_path):
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    _tiny_notebook(nbs / "01_a.ipynb", "Path(out_dir, 'a.txt').write_text('run 1')")
+    _tiny_notebook(nbs / "02_b.ipynb", "Path(out_dir, 'b.txt').write_text('run 1')")
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("parameters: {}\n")
+    out = tmp_path / "out"
+    _, results = report.run_report(str(cfg), out=out, notebook_dir=nbs, cell_progress=False)
+    assert all(r.ok for r in results)
+    _tiny_notebook(nbs / "01_a.ipynb", "Path(out_dir, 'a.txt').write_text('run 2')")
+    _tiny_notebook(nbs / "02_b.ipynb", "raise RuntimeError('broken now')")
+    _, results = report.run_report(str(cfg), out=out, notebook_dir=nbs, cell_progress=False)
+    assert [r.ok for r in results] == [True, False]
+    assert (out / "a.txt").read_text() == "run 2"
+    assert (out / "b.txt").read_text() == "run 1"  # the failed notebook's earlier result
+    summary = json.loads((out / "summary.json").read_text())
+    assert "a.txt" in summary["written"] and "b.txt" in summary["kept_from_earlier"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # nothing set aside left
+
+
+def test_html_is_self_contained(cpu_report):
+    out_dir, _ = cpu_report
+    import re
+
+    for html in (out_dir / "html").glob("*.html"):
+        text = html.read_text()
+        assert not re.findall(r'(?:src|href)="https?://', text), html.name
+        assert not re.findall(r"from\s+['\"]https?://", text), html.name
+        assert '<img src="data:image/png;base64,' in text or "data:image/png" in text
+
+
+# ------------------------------------------------------------------ papermill from anywhere
+def test_papermill_from_another_folder_finds_the_data(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not the repository, not notebooks/
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    out = tmp_path / "out"
+    pm.execute_notebook(str(ROOT / "notebooks" / "03_roofline.ipynb"), str(tmp_path / "x.ipynb"),
+                        parameters={"out_dir": str(out)}, kernel_name="python3",
+                        progress_bar=False)
+    if committed_h200_rows():
+        assert (out / "figures" / "roofline.png").is_file()
+    assert "no measurements" not in outputs_text(tmp_path / "x.ipynb") or not committed_h200_rows()
+    assert not (tmp_path / "reports").exists()
+
+
+@pytest.mark.parametrize(("name", "value", "words"), [
+    ("contexts", [1024, -5], ["contexts", "ints >= 1", "-5"]),
+    ("timing", "graph9", ["timing", "graph8", "graph9"]),
+    ("variants", ["serial", "fastest"], ["variants", "fastest"]),
+    ("block_size", 0, ["block_size", ">= 1", "0"]),
+    ("mode", "plot", ["mode", "replot", "plot"]),
+    ("torch_paths", "yes", ["torch_paths", "True or False"]),
+    ("data_dir", 3, ["data_dir", "path"]),
+])
+def test_a_bad_parameter_is_a_value_error_naming_it(name, value, words):
+    from mla_kernels import params
+
+    with pytest.raises(ValueError) as err:
+        params.checked({name: value})
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def test_list_parameters_take_what_papermill_passes():
+    from mla_kernels import params
+
+    got = params.checked({"variants": '["serial","tiled"]', "contexts": 1024,
+                          "check_contexts": "[1, 40]", "ragged_contexts": "[]",
+                          "design_graphs": "true", "data_dir": "data/h200"})
+    assert got["variants"] == ["serial", "tiled"] and got["contexts"] == [1024]
+    assert got["check_contexts"] == [1, 40] and got["ragged_contexts"] == []
+    assert got["design_graphs"] is True and got["data_dir"] == str(ROOT / "data" / "h200")
+
+
+def test_a_notebook_rejects_a_bad_parameter_at_its_start(tmp_path):
+    with pytest.raises(pm.PapermillExecutionError, match="contexts: expected"):
+        pm.execute_notebook(str(ROOT / "notebooks" / "01_occupancy.ipynb"),
+                            str(tmp_path / "x.ipynb"), kernel_name="python3",
+                            parameters={"contexts": [1024, -5], "out_dir": str(tmp_path)},
+                            progress_bar=False)
