@@ -5,14 +5,16 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+# The stamp names the torch pin: `make test TORCH=...` after a first build reinstalls.
+STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(subst >,_,$(subst <,_,$(TORCH)))))
 CONFIG ?=
 
-.PHONY: test report lint venv clean device-wheels
+.PHONY: test report lint venv clean device-wheels lab
 
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q "$(TORCH)"
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	rm -f $(VENV)/.installed*
+	$(BIN)/python -m pip install -q --upgrade "$(TORCH)"
 	$(BIN)/python -m pip install -q -e ".[test,notebooks]"
 	touch $(STAMP)
 
@@ -27,6 +29,13 @@ report: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
+
+# JupyterLab on the same .venv, its kernel registered as "mla-kernels" (not one of the two
+# set-up commands: for exploring).
+lab: $(STAMP)
+	$(BIN)/python -m pip install -q -e ".[lab]"
+	$(BIN)/python -m ipykernel install --user --name mla-kernels --display-name "mla-kernels"
+	$(BIN)/python -m jupyter lab notebooks/
 
 clean:
 	rm -rf $(VENV) reports

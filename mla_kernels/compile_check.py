@@ -297,6 +297,33 @@ def compile_design(variant: str, shape: str = "kimi-k3-tp8", *, cache_dtype: str
             **_ptxas_report(ptx, capability)}
 
 
+def compiled_resources(variants: list[str], device: str = "MI355X", *,
+                       cache_dtype: str = "fp8", weight_format: str = "fp8_row",
+                       timeout: int = 900) -> list[dict]:
+    """What the compiler states for each variant on a registry device with no GPU at hand:
+    one row per compile (the CLI's JSON, flattened: programs per CU and its limit from
+    ``resident``), run in a child process with the interpreter off (this process may have
+    decorated the kernels for it). A variant the device does not run is left out."""
+    cmd = [sys.executable, "-m", "mla_kernels.compile_check", "--device", device,
+           "--variant", *variants, "--weight-format", weight_format,
+           "--cache-dtype", cache_dtype]
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    rows = []
+    for line in out.stdout.splitlines():
+        if not line.startswith("{"):
+            continue
+        r = json.loads(line)
+        if "error" in r:
+            continue
+        res = r.pop("resident", None) or {}
+        r.pop("mfma_kinds", None)
+        r["resident_per_cu"] = res.get("programs_per_cu")
+        r["resident_limit"] = res.get("limited_by")
+        rows.append(r)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     """One JSON line per (variant, weight format). A variant the device does not run (as
     ``designs.resolve`` rules: hopper_ws and tiled_tma on AMD) gets a line with ``error``
@@ -334,3 +361,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # One call on the lent H200 (offline): install the carried notebook wheels, then run what a
 # committed run needs. Usage (from the repository root there, .whl carried):
-#   bash scripts/device_run.sh <commit> [report] [matrix] [tests]
-# Results land in $OUT: report_h200.tar.gz, perf_matrix.csv, pytest_gpu.log.
-# REPORT_TIMEOUT / MATRIX_TIMEOUT (seconds) bound the two long steps.
+#   bash scripts/device_run.sh <commit> [tests] [report] [matrix] [host] [ab]
+# Results land in $OUT: pytest_gpu.log, report_h200.tar.gz, perf_matrix_<part>.csv,
+# host_cost.csv + eager_layers.csv, ab_timing.csv.
+# MATRIX_POINTS (glob patterns, default all) and MATRIX_PART name a part of the matrix;
+# AB_OLD=<label>=<path> is the tree timed against this one (default .ab/6a3775e);
+# *_TIMEOUT (seconds) bound the steps.
 set -uo pipefail
 sha=${1:?commit hash}; shift
-steps=${*:-report matrix tests}
-export PYTHONUNBUFFERED=1
+steps=${*:-tests report matrix}
+export PYTHONUNBUFFERED=1 MLA_COMMIT=$sha TRITON_INTERPRET=0
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter
@@ -15,12 +18,21 @@ export PYTHONPATH=$PWD:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter
 mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
 for step in $steps; do
   case $step in
-    report) timeout ${REPORT_TIMEOUT:-300} python3 -m mla_kernels.report --config h200 --commit "$sha" \
-              --archive "$OUT/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
-    matrix) MLA_COMMIT=$sha timeout ${MATRIX_TIMEOUT:-240} python3 scripts/perf_matrix.py "$OUT" 2>&1 | tail -40 ;;
-    tests)  TRITON_INTERPRET=0 timeout 300 python3 -m pytest -q -p no:cacheprovider \
-              tests/test_kernels.py tests/test_gpu_large.py tests/test_validation.py \
-              tests/test_formats.py tests/test_hopper_ws.py 2>&1 | tee "$OUT/pytest_gpu.log" | tail -8 ;;
+    tests)  timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider \
+              ${TESTS:-tests/test_kernels.py tests/test_gpu_large.py tests/test_validation.py \
+              tests/test_eager.py tests/test_hopper_ws.py tests/test_designs.py \
+              tests/test_checks.py} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -12 ;;
+    report) timeout ${REPORT_TIMEOUT:-360} python3 -m mla_kernels.report --config h200 \
+              --commit "$sha" --archive "$OUT/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
+    matrix) # Also under reports/matrix/: the report's formats notebook draws from it.
+            mkdir -p reports/matrix
+            timeout ${MATRIX_TIMEOUT:-300} python3 scripts/perf_matrix.py \
+              "reports/matrix/perf_matrix_${MATRIX_PART:-all}.csv" \
+              ${MATRIX_POINTS:+--points $MATRIX_POINTS} 2>&1 | tail -60
+            cp reports/matrix/perf_matrix_${MATRIX_PART:-all}.csv "$OUT/" ;;
+    host)   timeout ${HOST_TIMEOUT:-150} python3 scripts/host_cost.py "$OUT" 2>&1 | tail -40 ;;
+    ab)     timeout ${AB_TIMEOUT:-240} python3 scripts/ab_timing.py "$OUT/ab_timing.csv" \
+              --tree "${AB_OLD:-6a3775e=.ab/6a3775e}" --tree "$sha=." 2>&1 | tail -30 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
 done

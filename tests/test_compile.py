@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 
 import pytest
 
@@ -56,3 +57,76 @@ def test_hopper_ws_compiles_for_sm90():
     assert r["num_warps"] == 12
     assert r["wgmma"] > 0 and r["mma_sync"] == 0
     assert r["spill_bytes"] == 0
+
+
+# The hopper_ws paths beside fp8_row: (weight format, scale kind, scale dtype, ring depth).
+# compile_check's command line draws each format's own scale; a bf16 weight's row or block
+# scale and bf16 scales are set here, on the inputs and the Problem, before compiling.
+HOPPER_WS_PATHS = [
+    ("fp8_block", "block", "float32", 4),
+    ("fp8_block", "block", "bfloat16", 2),
+    ("bf16", "none", None, 4),
+    ("bf16", "row", "float32", 4),
+    ("bf16", "row", "bfloat16", 2),
+    ("bf16", "block", "float32", 4),
+    ("bf16", "block", "bfloat16", 3),
+]
+
+_COMPILE_PATHS = textwrap.dedent(r"""
+    import json, re, sys
+    from dataclasses import replace
+    import torch
+    from mla_kernels.compile_check import HOPPER, _compile_launch, _ptxas_report
+    from mla_kernels.designs.hopper_ws import HopperWSConfig
+    from mla_kernels.inputs import build_inputs
+    from mla_kernels.occupancy import problem_for
+
+    for fmt, kind, dtype, depth in json.loads(sys.argv[1]):
+        inp = build_inputs("kimi-k3-tp8", [300], cache_dtype="fp8", weight_format=fmt)
+        prob = problem_for("kimi-k3-tp8", [300], "fp8", fmt, 1)
+        n, k = inp.kv_proj_weight.shape
+        if fmt == "bf16" and kind != "none":
+            inp.kv_proj_scale = torch.ones((n,) if kind == "row" else (-(-n // 128), -(-k // 128)))
+        if dtype is not None:
+            inp.kv_proj_scale = inp.kv_proj_scale.to(getattr(torch, dtype))
+        prob = replace(prob, weight_scale=kind,
+                       scale_dtype=None if dtype in (None, "float32") else getattr(torch, dtype))
+        _, kernel = _compile_launch("hopper_ws", inp, prob, HopperWSConfig(ring_depth=depth),
+                                    HOPPER, 90)
+        ptx = kernel.asm["ptx"]
+        print(json.dumps({"path": [fmt, kind, dtype, depth],
+                          "shared_bytes": int(kernel.metadata.shared),
+                          "num_warps": int(kernel.metadata.num_warps),
+                          "wgmma": re.findall(r"wgmma\.mma_async\S*", ptx),
+                          "mma_sync": len(re.findall(r"\bmma\.sync", ptx)),
+                          **_ptxas_report(ptx, 90)}))
+""")
+
+
+def test_hopper_ws_new_paths_compile_for_sm90():
+    # Block-scaled fp8 and bf16 weights: the same three warp groups within an SM's shared
+    # memory, native wgmma of the right operand type only (fp8 x fp8; bf16 x bf16 with the
+    # fp8 latent widened in registers), no spills (the bf16 path's two widened A slices and
+    # the block path's renormalisation live beside the 128-register accumulator).
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(HOPPER_WS_PATHS)],
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [tuple(r["path"]) for r in rows] == HOPPER_WS_PATHS
+    for r in rows:
+        fmt = r["path"][0]
+        assert r["shared_bytes"] <= HOPPER_SMEM, r
+        assert r["num_warps"] == 12, r
+        kinds = set(r["wgmma"])
+        # An item's K = 512: 4 chunks of 4 x k32 fp8 steps, or 8 of 4 x k16 bf16 steps, each
+        # as two m64 instructions.
+        if fmt == "bf16":
+            assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}, r
+            assert len(r["wgmma"]) == 64, r
+        else:
+            assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"}, r
+            assert len(r["wgmma"]) == 32, r
+        assert r["mma_sync"] == 0, r
+        assert r["spill_bytes"] == 0, r

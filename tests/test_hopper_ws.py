@@ -1,7 +1,11 @@
 """The Gluon design (hopper_ws) on a Hopper GPU against the torch reference, and where it is
 offered. Correctness runs need the GPU (it is compiled, never interpreted); the CPU checks
-its availability rules and, in test_compile.py, that it compiles for sm_90."""
+its availability rules and, in test_compile.py, that it compiles for sm_90.
 
+Weights it runs (over an fp8 cache): fp8 per-row (the original path), fp8 per 128x128 block,
+and bf16 with no scale, a per-row or a per-block scale; float32 or bf16 scales."""
+
+import math
 from dataclasses import replace
 
 import pytest
@@ -63,20 +67,163 @@ def test_fp16_outputs(device, seed):
     run_and_check(inp, "hopper_ws")
 
 
-def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16):
+# ------------------------------------------------ block-scaled fp8 and bf16 weights
+# (weight format, scale kind, scale dtype): every path beside fp8_row with a float32 scale.
+# A scale kind of None is the format's own (bf16: none, fp8_block: block).
+NEW_PATHS = [
+    ("fp8_block", None, torch.float32),
+    ("fp8_block", None, torch.bfloat16),
+    ("fp8_row", None, torch.bfloat16),  # the fp8_row kernel reading a bf16 row scale
+    ("bf16", None, None),
+    ("bf16", "row", torch.float32),
+    ("bf16", "row_n1", torch.bfloat16),  # a [N, 1] per-row scale
+    ("bf16", "block", torch.float32),
+    ("bf16", "block", torch.bfloat16),
+]
+
+
+def _path_id(path):
+    fmt, kind, dtype = path
+    return "-".join([fmt, kind or "own", str(dtype).replace("torch.", "")])
+
+
+def _inputs(shape, contexts, block_size, path, device, seed, **kw):
+    """Inputs over an fp8 cache with the path's weight and scale. A bf16 weight's scale is
+    drawn log-uniform in [1e-3, 1e2] (as build_inputs draws fp8 weight scales), from the
+    test's seed; a bf16 scale is rounded from it (the reference reads the rounded values)."""
+    fmt, kind, dtype = path
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format=fmt, device=device, seed=seed, **kw)
+    if fmt == "bf16" and kind is not None:
+        n, k = inp.kv_proj_weight.shape
+        size = {"row": (n,), "row_n1": (n, 1), "block": (-(-n // 128), -(-k // 128))}[kind]
+        lo, hi = kw.get("weight_scale_range", (1e-3, 1e2))
+        g = torch.Generator().manual_seed(seed + 1)
+        u = torch.rand(size, generator=g, dtype=torch.float64)
+        inp.kv_proj_scale = torch.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))).float()
+    if inp.kv_proj_scale is not None:
+        inp.kv_proj_scale = inp.kv_proj_scale.to(device=device, dtype=dtype)
+    return inp
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", NEW_PATHS, ids=_path_id)
+@pytest.mark.parametrize(("contexts", "block_size"), [
+    ([37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
+    ([1000], 1),  # the last tile shifted back to end at the last token
+    ([100], 1),  # fewer tokens than a tile: the one partial tile (masked stores)
+    ([513, 0, 2048, 70], 64),
+    ([200, 0, 517, 128], 128),
+])
+def test_new_paths_match_reference(path, contexts, block_size, device, seed):
+    inp = _inputs(KIMI, contexts, block_size, path, device, seed)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [NEW_PATHS[0], NEW_PATHS[3], NEW_PATHS[7]], ids=_path_id)
+@pytest.mark.parametrize(("shape", "contexts"), [
+    ("deepseek-v3-tp8", [2000, 0, 77]),
+    ("deepseek-v3-tp1", [700]),  # 256 items a tile
+    (KIMI, [32000]),
+])
+def test_new_paths_at_model_shapes(path, shape, contexts, device, seed):
+    inp = _inputs(shape, contexts, 1, path, device, seed)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [NEW_PATHS[1], NEW_PATHS[3], NEW_PATHS[4], NEW_PATHS[7]],
+                         ids=_path_id)
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_new_paths_program_runs_and_ring_depth(path, programs, stages, device, seed):
+    # Runs that start and end mid-tile and mid-head; with a bf16 weight an item takes 8
+    # ring slots, so even a 4-deep ring wraps within one item. Every depth: a pipelined
+    # TMA-loaded bf16 weight beside a register-widened operand was seen wrong in some
+    # configurations only (tl.dot, /work/shared/h200-notes.md).
+    inp = _inputs(KIMI, [900, 333], 1, path, device, seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [NEW_PATHS[0], NEW_PATHS[5]], ids=_path_id)
+def test_new_paths_fp16_outputs(path, device, seed):
+    inp = _inputs(KIMI, [600], 1, path, device, seed, out_dtype=torch.float16,
+                  weight_scale_range=(1e-3, 1e-1))  # within fp16 range
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+def test_block_scales_far_apart_along_k(device, seed):
+    # Neighbouring K blocks of a row 1e5 apart, both ways round: the accumulator goes from
+    # one block's scale to the next by their ratio (1e5 or 1e-5); applied upside down or at
+    # the wrong K step, it is off by up to 1e10.
+    inp = _inputs(KIMI, [300], 1, NEW_PATHS[0], device, seed)
+    s = inp.kv_proj_scale
+    s[:, 0::2], s[:, 1::2] = 1e2, 1e-3
+    s[1::2] = s[1::2].flip(1)
+    run_and_check(inp, "hopper_ws")
+
+
+def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16, **kw):
     from mla_kernels.occupancy import problem_for
 
-    return replace(problem_for(shape, [10], cache, fmt, 1), out_dtype=out_dtype)
+    return replace(problem_for(shape, [10], cache, fmt, 1), out_dtype=out_dtype, **kw)
 
 
 def test_supported_problems():
     assert supports(_prob())
     assert supports(_prob(shape="deepseek-v3-tp1", out_dtype=torch.float16))
-    for kw in (dict(fmt="bf16"), dict(fmt="fp8_block"), dict(fmt="mxfp4"), dict(cache="bf16"),
-               dict(out_dtype=torch.float32)):
+    for kw in (dict(fmt="mxfp4"), dict(cache="bf16"), dict(fmt="bf16", cache="bf16"),
+               dict(fmt="fp8_block", cache="bf16"), dict(out_dtype=torch.float32),
+               dict(fmt="bf16", out_dtype=torch.float32)):
         assert not supports(_prob(**kw)), kw
     assert not supports(replace(_prob(), pe_dim=32))
     assert not supports(replace(_prob(), v_dim=64))
+
+
+def test_supported_weights_and_scales():
+    for kv_c in (128, 256, 384):
+        assert supports(replace(_prob(), kv_c_dim=kv_c))
+    for fmt, kind in (("fp8_block", "block"), ("bf16", "none"), ("bf16", "row"),
+                      ("bf16", "block")):
+        for dtype in ((None,) if kind == "none" else (None, torch.bfloat16)):
+            prob = _prob(fmt=fmt, weight_scale=kind, scale_dtype=dtype)
+            assert supports(prob), (fmt, kind, dtype)
+            assert supports(replace(prob, out_dtype=torch.float16)), (fmt, kind, dtype)
+            assert supports(_prob(shape="deepseek-v3-tp1", fmt=fmt, weight_scale=kind,
+                                  scale_dtype=dtype))
+            assert DESIGNS["hopper_ws"].runs(prob, DEVICES["H200"])
+            for dev in (INTERPRETER, DEVICES["MI355X"]):
+                assert not DESIGNS["hopper_ws"].runs(prob, dev)
+    assert supports(_prob(scale_dtype=torch.bfloat16))  # fp8_row with a bf16 row scale
+
+
+def test_refused_weights_and_shapes():
+    refused = [
+        _prob(fmt="fp8_block", cache="bf16"),  # needs an fp8 latent in shared memory
+        _prob(fmt="bf16", cache="bf16"),  # a bf16 cache: not written (module docstring)
+        _prob(fmt="bf16", weight_scale="row", cache="fp8_fnuz"),
+        _prob(fmt="fp8_block", scale_dtype=torch.float16),  # not a scale dtype the call takes
+        _prob(fmt="fp8_block", weight_scale="row"),  # a format/scale pair that cannot occur
+        _prob(fmt="bf16", weight_scale="e8m0"),
+        _prob(fmt="fp8_block", weight_dtype=torch.float8_e4m3fnuz),
+        replace(_prob(fmt="bf16", weight_scale="block"), kv_c_dim=320),  # K blocks of 128
+        replace(_prob(), kv_c_dim=640),  # the latent tile and a 4-deep ring overflow smem
+        replace(_prob(fmt="fp8_block"), kv_c_dim=1024),
+        replace(_prob(fmt="fp8_block"), nope_dim=192, v_dim=256),
+        replace(_prob(fmt="bf16"), pe_dim=32),
+        replace(_prob(fmt="bf16"), aligned16=False),  # TMA needs 16-byte aligned bases
+        replace(_prob(fmt="fp8_block"), aligned16=False),
+    ]
+    for prob in refused:
+        assert not supports(prob), prob
 
 
 def test_offered_on_sm90_only():
@@ -85,6 +232,15 @@ def test_offered_on_sm90_only():
         assert not DESIGNS["hopper_ws"].runs(_prob(), dev)
         with pytest.raises(ValueError, match="variant: expected one of"):
             resolve("hopper_ws", _prob(), dev)
+
+
+def test_new_formats_resolve_on_h200():
+    # By name on the H200 model; auto keeps its tuned entries (not re-measured yet).
+    for fmt in ("fp8_block", "bf16"):
+        design, _ = resolve("hopper_ws", _prob(fmt=fmt), DEVICES["H200"])
+        assert design.name == "hopper_ws"
+        with pytest.raises(ValueError, match="variant: expected one of"):
+            resolve("hopper_ws", _prob(fmt=fmt, cache="bf16"), DEVICES["H200"])
 
 
 def test_auto_falls_back_when_the_tuned_design_cannot_run_it():

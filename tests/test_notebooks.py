@@ -92,7 +92,9 @@ def test_configs_name_only_declared_parameters(config, tmp_path):
         params = report.notebook_parameters(cfg, path, tmp_path)
         assert params["out_dir"] == str(tmp_path)
         assert Path(params["data_dir"]).is_absolute()
-        assert params["mode"] == ("replot" if config == "cpu" else "measure")
+        # On the H200 the formats notebook draws the matrix the same call measured first.
+        replot = config == "cpu" or path.stem == "04_formats"
+        assert params["mode"] == ("replot" if replot else "measure")
     report.check_shared_parameters(cfg, NOTEBOOKS)  # no shared typo
 
 

@@ -4,10 +4,11 @@ The portable tiled design spends its time in two halves that do not overlap: the
 work (about the floor) and the output stores (about 3/4 of it). Here each program owns a
 contiguous run of work items and three groups of warps run side by side:
 
-- one warp streams the weight, [BN x BK] fp8 chunks by TMA, into a STAGES-deep ring;
+- one warp streams the weight, chunks of 128 rows x 128 bytes ([128 x 128] fp8 or
+  [128 x 64] bf16, 16 KB either way) by TMA, into a STAGES-deep ring;
 - four warps gather the scattered latent rows of a token tile with cp.async into shared
   memory (zero-filled past the last row), completing on an mbarrier;
-- four warps (the default partition) issue async fp8 wgmma, scale and narrow the result,
+- four warps (the default partition) issue async wgmma, scale and narrow the result,
   stage it in one of two shared buffers and store it by TMA, so one item's stores drain
   while the next item's matrix work runs.
 
@@ -18,8 +19,41 @@ each head's K-nope block. The last tile is shifted back to end at the last token
 past it are never written; only a batch of fewer than 128 tokens has a partial tile, stored
 with row-masked stores.
 
-Supported: fp8 e4m3fn cache, fp8 per-row weight, nope = v = 128, pe = 64, kv_c a multiple
-of 128, bf16 or fp16 outputs (``supports``).
+Supported (``supports``): an fp8 e4m3fn cache, nope = v = 128, pe = 64, kv_c a multiple of
+128 up to 512, bf16 or fp16 outputs, and one of these weights (scales float32 or bf16):
+
+- fp8 e4m3fn per output row (SCALE_ROW): fp8 x fp8 wgmma, the row scale x k_scale in the
+  epilogue.
+- fp8 e4m3fn per 128x128 block (SCALE_BLOCK): an item's 128 rows are one block row and a
+  128-wide K chunk one block column, so each (item, K chunk) has one scalar scale s[kb]. The
+  accumulator is kept normalised to the current chunk's scale (acc *= s[kb-1] / s[kb] before
+  chunk kb; s[last] x k_scale in the epilogue), as two 64-token halves so that one half is
+  renormalised while the other's wgmma runs and the tensor cores never wait
+  (``_block_scaled_item``: why, and what it costs). Predicted: about fp8_row's time.
+- bf16, with no scale, a per-row or a per-block scale: the ring holds [128 x 64] bf16
+  chunks (two per latent chunk); the MMA warps load each [128 x 64] fp8 K slice of a latent
+  chunk from shared memory into registers in the wgmma A layout, widen it to bf16 (exact),
+  and issue a bf16 wgmma (A from registers, B the weight chunk), the next slice loaded
+  while the previous wgmma runs. Row scales apply in the epilogue (fetched behind the last
+  wgmma: with two widened slices live, a 32-register scale vector held across the K loop
+  spills); block scales per 128-wide K step as for fp8. Cost: bf16 wgmma runs at half the
+  fp8 rate (4096 cycles per item instead of 2048), the widening is ~150 instructions a
+  warp per slice (hidden behind the wgmma), and the weight stream from L2 doubles (786 MB at
+  32k tokens, Kimi-K3 TP8). The MMA warps (about 52 us at 32k on fp8_row, under the ~76 us
+  store stream plus the gather's ~20) would need about 100-110 us: no longer hidden, they
+  set the time, about 1.0-1.3x fp8_row at 32k (more if L2 cannot feed ~7 TB/s). Row and
+  block scales should cost little beyond that. Not yet measured.
+
+Not written: a bf16 cache (with a bf16 weight). Its [128 x 512] bf16 latent tile is 128 KB
+of the 227 KiB. Two ways, each a new variant of the partitions (a bf16 gather and latent
+layout, both wgmma operands from shared memory, the ring indexed by STEP = 2 as here), not
+a constexpr switch: (a) 64-token tiles: 64 KB of latent, m64 wgmma, room for the 4-deep
+ring and both staging buffers, but each weight chunk serves half as many tokens, so the
+bf16 weight's L2 stream is 4x fp8_row's (~1.6 GB at 32k tokens) and likely the bound;
+(b) 128-token tiles with a 2-deep ring and both staging buffers (128 + 32 + 64 KB =
+224 KiB), which fits only if the rope skips shared memory (the gather warps store it to
+every head's K straight from registers); a 2-deep ring cost fp8_row 136 us against 107 at
+32k. (b) keeps the weight reuse and is the one to try first.
 """
 
 from __future__ import annotations
@@ -46,7 +80,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..devices import DeviceSpec
 from ..problem import GatherArgs, Problem
 from .base import Design, DesignConfig, JitLauncher, no_launch, optional, positive_int
-from .jit import find_sequence
+from .jit import SCALE_CODES, find_sequence
 
 # Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
 # (TMA and cp.async) and async_copy_shared_to_global; newer releases async_load / async_store.
@@ -62,6 +96,10 @@ BM = gl.constexpr(TILE)  # tokens per tile
 BN = gl.constexpr(TILE)  # output columns per item: one head-half
 BK = gl.constexpr(TILE)  # K per weight chunk (128 fp8 bytes: one 128-byte swizzle row)
 GATHER_WARPS = gl.constexpr(4)
+# How the weight's scale applies (the SCALE constant; jit.SCALE_CODES' numbering).
+SCALE_NONE = gl.constexpr(SCALE_CODES["none"])
+SCALE_ROW = gl.constexpr(SCALE_CODES["row"])
+SCALE_BLOCK = gl.constexpr(SCALE_CODES["block"])
 
 
 @dataclass(frozen=True)
@@ -135,19 +173,18 @@ def _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
 @gluon.jit
 def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                    NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
-                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr):
+                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr):
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     c = 0
     for it in range(start, end):
         hp = it % ITEMS_PER_TILE
         w_row = (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
-        for kb in gl.static_range(KV_C // BK):
+        for kb in gl.static_range(KV_C // WK):
             s = c % STAGES
             # A slot's first fill waits on the phase before the barrier's first: it passes.
             mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
             mbarrier.expect(w_ready.index(s), w_desc.block_type.nbytes)
-            tma_io.load(w_desc, [w_row, kb * BK], w_ready.index(s),
-                                            w_ring.index(s))
+            tma_io.load(w_desc, [w_row, kb * WK], w_ready.index(s), w_ring.index(s))
             c += 1
 
 
@@ -197,18 +234,104 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
 
 
 @gluon.jit
+def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
+                       ws_row, c, new_tile, last_of_tile, tiles_seen,
+                       KV_C: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
+                       num_warps: gl.constexpr):
+    """One item's K loop with a per-128x128-block weight scale: its 128 weight rows are one
+    block row and each 128-wide latent chunk one block column, so chunk kb has one scalar
+    scale s[kb] (row ``ws_row`` of the scale). Returns the two halves of the product
+    normalised to the last chunk's scale (the caller multiplies by it and k_scale), that
+    scale, and the weight-chunk count.
+
+    A block-scaled GEMM promotes each K step's partial product into a second accumulator;
+    a second 128x128 fp32 accumulator does not fit beside the first, so the accumulator is
+    kept normalised to the current chunk's scale instead: before chunk kb > 0 it must be
+    complete and multiplied by s[kb-1] / s[kb]. Done on one accumulator, that would drain
+    the wgmma queue at each of the NK - 1 block boundaries (150-250 cycles of idle tensor
+    cores against 512 of fp8 wgmma a chunk). The item's 128 tokens are split into two
+    64-row halves, each its own m64 wgmma group and accumulator (64 registers each, as one
+    128-row accumulator): the top half is renormalised while the bottom half's previous
+    chunk still runs, and the other way round, so the queue never empties. What remains is
+    the FMULs (64 a thread per half and boundary) and the waits' issue slots, while the
+    tensor cores work: about the fp8_row path's time (bf16: about the unscaled bf16 path's).
+    """
+    NK: gl.constexpr = KV_C // BK
+    STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
+    HM: gl.constexpr = BM // 2
+    half_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=half_layout, k_width=2)
+    # The next chunk's scale is always in flight.
+    s_cur = gl.load(ws_row).to(gl.float32)
+    if NK > 1:
+        s_nxt = gl.load(ws_row + 1).to(gl.float32)
+    for kb in gl.static_range(NK):
+        for h in gl.static_range(STEP):
+            s = c % STAGES
+            mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
+            if h == 0:
+                if new_tile:
+                    mbarrier.wait(lat_ready.index(kb), (tiles_seen - 1) & 1)
+                    fence_async_shared()
+            w = w_ring.index(s).permute((1, 0))
+            top = lat.index(kb).slice(0, HM, dim=0)
+            bottom = lat.index(kb).slice(HM, HM, dim=0)
+            if STEP == 1:
+                a_t = top
+                a_b = bottom
+            else:  # a bf16 weight: the latent slices widened in registers
+                a_t = top.slice(h * WK, WK, dim=1).load(a_layout).to(gl.bfloat16)
+                a_b = bottom.slice(h * WK, WK, dim=1).load(a_layout).to(gl.bfloat16)
+            if kb > 0:
+                if h == 0:
+                    # A block boundary. In flight: the previous chunk's top, then bottom.
+                    ratio = s_cur / s_nxt
+                    acc_t = warpgroup_mma_wait(num_outstanding=1, deps=(acc_t,))
+                    acc_t = acc_t * ratio
+                    acc_t = warpgroup_mma(a_t, w, acc_t, is_async=True)
+                    acc_b = warpgroup_mma_wait(num_outstanding=1, deps=(acc_b,))
+                    # Both halves of the previous chunk are done.
+                    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+                    if last_of_tile:  # the tile's last reader of that latent chunk is done
+                        mbarrier.arrive(lat_empty.index(kb - 1), count=1)
+                    acc_b = acc_b * ratio
+                    acc_b = warpgroup_mma(a_b, w, acc_b, is_async=True)
+                    s_cur = s_nxt
+                    if kb + 1 < NK:
+                        s_nxt = gl.load(ws_row + kb + 1).to(gl.float32)
+            if kb == 0 or h > 0:
+                acc_t = warpgroup_mma(a_t, w, acc_t, use_acc=kb * STEP + h > 0, is_async=True)
+                acc_b = warpgroup_mma(a_b, w, acc_b, use_acc=kb * STEP + h > 0, is_async=True)
+                if kb * STEP + h > 0:
+                    # Both halves of the previous chunk are done: its ring slot is free.
+                    acc_t, acc_b = warpgroup_mma_wait(num_outstanding=2, deps=(acc_t, acc_b))
+                    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+            c += 1
+    acc_t, acc_b = warpgroup_mma_wait(num_outstanding=0, deps=(acc_t, acc_b))
+    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+    if last_of_tile:
+        mbarrier.arrive(lat_empty.index(NK - 1), count=1)
+    return acc_t, acc_b, s_cur, c
+
+
+@gluon.jit
 def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                   k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, out_buf, pe_out,
                   w_ready, w_empty, lat_ready, lat_empty,
                   NOPE: gl.constexpr, V: gl.constexpr, PE: gl.constexpr, KV_C: gl.constexpr,
-                  ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
+                  SCALE: gl.constexpr, WS_LD: gl.constexpr, num_warps: gl.constexpr):
+    NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
+    STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
+    # K of one wgmma instruction: 32 fp8 values, 16 bf16 ones.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32])
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
+    # The A operand of a bf16 wgmma held in registers: two consecutive K values a register.
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
     pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (PE // 8), PE // 8],
                                                [num_warps, 1], [1, 0])
     out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
-    NK: gl.constexpr = KV_C // BK
     KROW: gl.constexpr = NOPE + PE  # one head's columns in k_out
     HEADS: gl.constexpr = ITEMS_PER_TILE // 2
     total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
@@ -219,7 +342,13 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
     st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
     st_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
     st_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
-    acc = gl.zeros((BM, BN), gl.float32, acc_layout)
+    if SCALE == SCALE_BLOCK:  # two 64-row halves (_block_scaled_item)
+        half_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
+        acc_t = gl.zeros((BM // 2, BN), gl.float32, half_layout)
+        acc_b = gl.zeros((BM // 2, BN), gl.float32, half_layout)
+    else:
+        acc = gl.zeros((BM, BN), gl.float32, acc_layout)
     c = 0  # weight chunks consumed
     n_tma = 0  # items staged: picks the staging buffer
     tiles_seen = 0
@@ -243,31 +372,61 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                 pe_out.store(pe.to(out_ty))
                 fence_async_shared()
                 mbarrier.arrive(lat_empty.index(NK), count=1)  # the next tile's rope may land
-        # The weight scales are fetched now, so their latency hides behind the wgmma.
         w_row = head * (NOPE + V) + half * NOPE
-        scale = gl.load(ws_ptr + w_row + cols) * k_scale
+        if SCALE == SCALE_BLOCK:
+            acc_t, acc_b, s_last, c = _block_scaled_item(
+                lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
+                ws_ptr + (w_row // BN) * WS_LD, c, new_tile, last_of_tile, tiles_seen,
+                KV_C, STAGES, WK, num_warps)
+            f = s_last * k_scale
+            out_t = (acc_t * f).to(out_ty)
+            out_b = (acc_b * f).to(out_ty)
+        else:
+            if SCALE == SCALE_ROW:
+                if STEP == 1:
+                    # Fetched now, so their latency hides behind the wgmma.
+                    scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
+            # Weight chunk kb * STEP + h multiplies K slice h of latent chunk kb.
+            for kb in gl.static_range(NK):
+                for h in gl.static_range(STEP):
+                    s = c % STAGES
+                    mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
+                    if h == 0:
+                        if new_tile:
+                            mbarrier.wait(lat_ready.index(kb), (tiles_seen - 1) & 1)
+                            fence_async_shared()
+                    if STEP == 1:
+                        a = lat.index(kb)
+                    else:
+                        # A bf16 weight: this K slice of the fp8 latent chunk, widened
+                        # (exactly) in registers while the previous slice's wgmma runs.
+                        a = lat.index(kb).slice(h * WK, WK, dim=1).load(a_layout)
+                        a = a.to(gl.bfloat16)
+                    acc = warpgroup_mma(a, w_ring.index(s).permute((1, 0)), acc,
+                                        use_acc=kb * STEP + h > 0, is_async=True)
+                    if kb * STEP + h > 0:
+                        # The previous chunk's wgmma is done: its ring slot can be refilled.
+                        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+                        mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+                        if h == 0:
+                            if last_of_tile:  # the tile's last reader of that chunk is done
+                                mbarrier.arrive(lat_empty.index(kb - 1), count=1)
+                    c += 1
+            if SCALE == SCALE_ROW:
+                if STEP > 1:
+                    # A bf16 weight: fetched behind the last wgmma instead. While two
+                    # widened A slices are live, a 32-register scale vector held across
+                    # the K loop spills.
+                    scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+            mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+            if last_of_tile:
+                mbarrier.arrive(lat_empty.index(NK - 1), count=1)
 
-        for kb in gl.static_range(NK):
-            s = c % STAGES
-            mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
-            if new_tile:
-                mbarrier.wait(lat_ready.index(kb), (tiles_seen - 1) & 1)
-                fence_async_shared()
-            acc = warpgroup_mma(lat.index(kb), w_ring.index(s).permute((1, 0)), acc,
-                                use_acc=kb > 0, is_async=True)
-            if kb > 0:
-                # The previous chunk's wgmma is done: its ring slot can be refilled.
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-                mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-                if last_of_tile:  # the tile's last reader of that latent chunk is done
-                    mbarrier.arrive(lat_empty.index(kb - 1), count=1)
-            c += 1
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-        mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-        if last_of_tile:
-            mbarrier.arrive(lat_empty.index(NK - 1), count=1)
-
-        out = (acc * scale[None, :]).to(out_ty)
+            if SCALE == SCALE_ROW:
+                out = (acc * scale[None, :]).to(out_ty)
+            else:
+                out = (acc * k_scale).to(out_ty)
         buf = out_buf.index(n_tma % 2)
         # Before reusing a staging buffer, the stores of the item that last used it (two
         # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
@@ -279,7 +438,11 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             tma.store_wait(1)
         else:
             tma.store_wait(2)
-        buf.store(out)
+        if SCALE == SCALE_BLOCK:
+            buf.slice(0, BM // 2, dim=0).store(out_t)
+            buf.slice(BM // 2, BM // 2, dim=0).store(out_b)
+        else:
+            buf.store(out)
         n_tma += 1
         if full:
             fence_async_shared()
@@ -318,7 +481,7 @@ def hopper_ws_kernel(
     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
     HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
-    num_warps: gl.constexpr,
+    WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
@@ -327,7 +490,7 @@ def hopper_ws_kernel(
     lat = gl.allocate_shared_memory(gl.float8e4nv, [NK, BM, BK], lat_smem)
     pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
                                        gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, BK], w_desc.layout)
+    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
     out_buf = gl.allocate_shared_memory(k_desc.dtype, [2, BM, BN], k_desc.layout)
     pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
 
@@ -349,9 +512,10 @@ def hopper_ws_kernel(
         (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                          k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, out_buf, pe_out,
                          w_ready, w_empty, lat_ready, lat_empty,
-                         NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, num_warps)),
+                         NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD,
+                         num_warps)),
         (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
-                          NOPE, V, KV_C, ITEMS_PER_TILE, STAGES)),
+                          NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
         (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                             stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
                             lat_empty,
@@ -431,8 +595,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         return no_launch
     rows = t.k_prefix.shape[0]
     k_cols, v_cols = prob.num_heads * (prob.nope_dim + prob.pe_dim), prob.num_heads * prob.v_dim
-    w_desc = _Descriptors(list(t.kv_proj_weight.shape), list(t.kv_proj_weight.stride()),
-                          t.kv_proj_weight.dtype, TILE, TILE)
+    w, ws = t.kv_proj_weight, t.kv_proj_scale
+    # Weight chunks of 128-byte rows: [128 x 128] fp8 or [128 x 64] bf16, 16 KB either way.
+    wk = TILE // w.element_size()
+    w_desc = _Descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
     k_desc = _Descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, TILE)
     pe_desc = _Descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, prob.pe_dim)
     v_desc = _Descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, TILE, TILE)
@@ -440,28 +606,42 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.ring_depth,
-                  LOADER_REGS=24, GATHER_REGS=96, num_warps=4,
+                  LOADER_REGS=24, GATHER_REGS=96, num_warps=4, WK=wk,
+                  # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
+                  SCALE=SCALE_CODES[prob.scale], WS_LD=ws.stride(0) if prob.scale == "block" else 0,
                   # 4 + 1 + 4 warps launch as three warpgroups: 12 x 32 x 168 <= 64K registers.
                   maxnreg=168)
     launcher = JitLauncher(hopper_ws_kernel, grid, 16, consts)
 
     def launch(c: GatherArgs):
         return launcher([c.k_buffer, c.k_scale, c.kv_indptr, c.kv_indices,
-                         c.kv_prefix_sum_context_lens, c.kv_proj_scale, c.k_prefix, c.v_prefix,
+                         c.kv_prefix_sum_context_lens,
+                         # A weight with no scale (bf16): a pointer the kernel never reads.
+                         c.k_scale if c.kv_proj_scale is None else c.kv_proj_scale,
+                         c.k_prefix, c.v_prefix,
                          w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
                          v_desc(c.v_prefix), *ints])
     return launch
 
 
 def supports(prob: Problem) -> bool:
-    """The shapes and formats the kernel was written for: an fp8 e4m3fn cache, an fp8
-    per-row weight with a float32 scale, nope = v = 128, pe = 64, kv_c a multiple of 128,
-    bf16 or fp16 outputs, and a 16-byte aligned weight and outputs (TMA's rule)."""
-    return (prob.nope_dim == prob.v_dim == TILE and prob.pe_dim == 64
-            and prob.kv_c_dim % TILE == 0
+    """The shapes and formats the kernel was written for: an fp8 e4m3fn cache; an fp8
+    e4m3fn weight with a per-row or per-128x128-block scale, or a bf16 weight with none, a
+    per-row or a per-block scale (scales float32 or bf16); nope = v = 128, pe = 64, kv_c a
+    multiple of 128 up to 512, bf16 or fp16 outputs, and a 16-byte aligned weight and
+    outputs (TMA's rule). The whole latent tile lives in shared memory: at kv_c = 640 it
+    takes 238,760 bytes with a 4-deep ring (over the 227 KiB an SM gives) and the MMA warps
+    spill."""
+    weight_ok = ((prob.weight_dtype == torch.float8_e4m3fn
+                  and (prob.weight_format, prob.scale) in (("fp8_row", "row"),
+                                                           ("fp8_block", "block")))
+                 or (prob.weight_dtype == torch.bfloat16 and prob.weight_format == "bf16"
+                     and prob.scale in ("none", "row", "block")))
+    return (weight_ok and prob.nope_dim == prob.v_dim == TILE and prob.pe_dim == 64
+            and prob.kv_c_dim % TILE == 0 and prob.kv_c_dim <= 4 * TILE
             and prob.cache_dtype == torch.float8_e4m3fn
-            and prob.weight_dtype == torch.float8_e4m3fn and prob.weight_format == "fp8_row"
-            and prob.scale_dtype is None and prob.out_dtype in (torch.bfloat16, torch.float16)
+            and prob.scale_dtype in (None, torch.bfloat16)
+            and prob.out_dtype in (torch.bfloat16, torch.float16)
             and prob.aligned16)
 
 
@@ -472,7 +652,7 @@ def serves(prob: Problem, device: DeviceSpec) -> bool:
 
 HOPPER_WS = Design("hopper_ws", "persistent, warp-specialised Gluon kernel: TMA weight ring, "
                    "cp.async latent gather, async wgmma, overlapped TMA stores (sm_90 only)",
-                   ("fp8_row",), HopperWSConfig, hopper_ws_grid, prepare_hopper_ws,
-                   hopper_ws_work, kernels=(hopper_ws_kernel,), vendors=("nvidia",),
+                   ("fp8_row", "fp8_block", "bf16"), HopperWSConfig, hopper_ws_grid,
+                   prepare_hopper_ws, hopper_ws_work, kernels=(hopper_ws_kernel,), vendors=("nvidia",),
                    serves=serves)
 DESIGNS = (HOPPER_WS,)
