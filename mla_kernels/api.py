@@ -28,6 +28,7 @@ from .problem import (
     validate_inputs,
 )
 
+_INTERPRETING = interpreting()  # fixed per process, as Triton's own switch
 _PLANS: dict[tuple, _Plan] = {}
 _PLAN_LIMIT = 512  # signatures kept; past it the cache starts afresh
 _LOCK = threading.Lock()
@@ -37,8 +38,8 @@ class _Plan:
     """Everything one argument signature fixes: the problem, the design and config it runs,
     the launch, and the byte sizes the aliasing check compares."""
 
-    __slots__ = ("prob", "design", "config", "launch", "sizes", "device_index", "validate",
-                 "hint")
+    __slots__ = ("prob", "design", "config", "launch", "pairs", "device_index", "validate",
+                 "hint", "clear")
 
     def __init__(self, args: GatherArgs, variant, max_context_len, config, validate: bool,
                  debug: bool = False):
@@ -52,39 +53,35 @@ class _Plan:
         self.validate = validate
         token = DEBUG.set(bool(debug))
         try:
-            self.launch: Callable[[GatherArgs], object] = self.design.prepare(
+            self.launch: Callable[..., object] = self.design.prepare(
                 prob, args, max_context_len, self.config, device)
         finally:
             DEBUG.reset(token)
-        # Byte sizes of the tensors the outputs must not overlap (None: not compared).
-        self.sizes = tuple(
-            None if t is None or (i == 1 and not prob.cache_is_fp8)
-            else t.numel() * t.element_size() for i, t in enumerate(args))
+        # (output, other argument, their byte sizes): the pairs the aliasing check compares.
+        sizes = [None if t is None or (i == 1 and not prob.cache_is_fp8)
+                 else t.numel() * t.element_size() for i, t in enumerate(args)]
+        self.pairs = tuple((o, i, sizes[o], sizes[i]) for o in (7, 8) for i in range(9)
+                           if i != o and sizes[o] and sizes[i] and not (o == 8 and i == 7))
+        self.clear: set[tuple] = set()  # address sets already found free of overlaps
         self.device_index = (args.k_buffer.device.index if args.k_buffer.device.type == "cuda"
                              else None)
 
-    def __call__(self, args: GatherArgs, ptrs: tuple) -> None:
-        sizes = self.sizes
-        for o in (7, 8):  # k_prefix, v_prefix against every other argument
-            lo, n = ptrs[o], sizes[o]
-            if not n:
-                continue
-            for i in range(9):
-                m = sizes[i]
-                if i != o and m and ptrs[i] < lo + n and lo < ptrs[i] + m:
+    def __call__(self, args: GatherArgs, ptrs: tuple, aligned: bool) -> None:
+        if ptrs not in self.clear:  # a new set of addresses: compare the byte ranges
+            for o, i, n, m in self.pairs:
+                if ptrs[i] < ptrs[o] + n and ptrs[o] < ptrs[i] + m:
                     check_aliasing(args)  # says which, by name
+            if len(self.clear) >= 64:
+                self.clear.clear()
+            self.clear.add(ptrs)
         if self.validate:
             validate_inputs(*args, max_context_len=self.hint)
         index = self.device_index
         if index is not None and index != torch._C._cuda_getDevice():
             with torch.cuda.device(index):  # launch on the tensors' device and its stream
-                self.launch(args)
+                self.launch(args, aligned, index)
         else:
-            self.launch(args)
-
-
-def _ptr(t) -> int:
-    return 0 if t is None else t.data_ptr()
+            self.launch(args, aligned, index)
 
 
 def gather_kv_b_proj(
@@ -120,16 +117,32 @@ def gather_kv_b_proj(
     args = GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
                       kv_proj_weight, kv_proj_scale, k_prefix, v_prefix)
     if validate is None:
-        validate = interpreting()
+        validate = _INTERPRETING
     try:
-        ptrs = (k_buffer.data_ptr(), _ptr(k_scale), kv_indptr.data_ptr(),
-                kv_indices.data_ptr(), kv_prefix_sum_context_lens.data_ptr(),
-                kv_proj_weight.data_ptr(), _ptr(kv_proj_scale), k_prefix.data_ptr(),
+        ptrs = (k_buffer.data_ptr(), 0 if k_scale is None else k_scale.data_ptr(),
+                kv_indptr.data_ptr(), kv_indices.data_ptr(),
+                kv_prefix_sum_context_lens.data_ptr(), kv_proj_weight.data_ptr(),
+                0 if kv_proj_scale is None else kv_proj_scale.data_ptr(), k_prefix.data_ptr(),
                 v_prefix.data_ptr())
         # type(): a bool hint (True == 1) must not find the plan of an int one.
+        aligned = not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
+                       | ptrs[7] | ptrs[8]) & 15
         key = (variant, max_context_len, type(max_context_len), config, validate, debug,
-               not (ptrs[5] | ptrs[7] | ptrs[8]) & 15,
-               *[None if t is None else (t.dtype, t.shape, t.stride(), t.device) for t in args])
+               aligned,
+               k_buffer.dtype, k_buffer.shape, k_buffer.stride(), k_buffer.device,
+               kv_indptr.dtype, kv_indptr.shape, kv_indptr.stride(), kv_indptr.device,
+               kv_indices.dtype, kv_indices.shape, kv_indices.stride(), kv_indices.device,
+               kv_prefix_sum_context_lens.dtype, kv_prefix_sum_context_lens.shape,
+               kv_prefix_sum_context_lens.stride(), kv_prefix_sum_context_lens.device,
+               kv_proj_weight.dtype, kv_proj_weight.shape, kv_proj_weight.stride(),
+               kv_proj_weight.device,
+               k_prefix.dtype, k_prefix.shape, k_prefix.stride(), k_prefix.device,
+               v_prefix.dtype, v_prefix.shape, v_prefix.stride(), v_prefix.device,
+               None if k_scale is None else (k_scale.dtype, k_scale.shape, k_scale.stride(),
+                                             k_scale.device),
+               None if kv_proj_scale is None else (kv_proj_scale.dtype, kv_proj_scale.shape,
+                                                   kv_proj_scale.stride(),
+                                                   kv_proj_scale.device))
         plan = _PLANS.get(key)
     except (AttributeError, TypeError, RuntimeError):  # not tensors (or no storage), or an
         key = plan = None  # unhashable variant / config: the checked path says which argument
@@ -142,7 +155,8 @@ def gather_kv_b_proj(
                     _PLANS.clear()
                 _PLANS[key] = plan
         ptrs = tuple(t.data_ptr() if isinstance(t, torch.Tensor) else 0 for t in args)
-    plan(args, ptrs)
+        aligned = not any(p & 15 for p in ptrs)
+    plan(args, ptrs, aligned)
 
 
 def resolved(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,

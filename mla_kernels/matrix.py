@@ -19,8 +19,8 @@ from .occupancy import problem_for
 KIMI = "kimi-k3-tp8"
 HEADLINE = (4096, 32000, 65536, 109440)
 RAGGED8 = (512, 1024, 2048, 4096, 8192, 16384, 3000, 700)
-# Designs a point times where they run; serial (minutes of device time at long contexts)
-# only where the public change's table needs it.
+# Designs a point times where they run. serial, the public change's "before", is timed by
+# the context sweep (notebook 02), not here: at long contexts it costs tens of ms a call.
 TIMED = ("chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
 
 
@@ -37,9 +37,8 @@ def point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int
 
 
 def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
-           device: DeviceSpec, serial: bool = False) -> Point:
-    return point(shape, contexts, fmt, cache, page, (("serial",) if serial else ()) + TIMED,
-                 device)
+           device: DeviceSpec) -> Point:
+    return point(shape, contexts, fmt, cache, page, TIMED, device)
 
 
 def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
@@ -50,9 +49,7 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     for cache in ("fp8", "bf16"):
         for fmt in WEIGHT_FORMATS:
             for ctx in HEADLINE:
-                serial = fmt == "fp8_row" and cache == "fp8"
-                out[f"kimi/{fmt}/{cache}/p1/{ctx}"] = _point(KIMI, (ctx,), fmt, cache, 1, device,
-                                                            serial)
+                out[f"kimi/{fmt}/{cache}/p1/{ctx}"] = _point(KIMI, (ctx,), fmt, cache, 1, device)
     for page in (16, 64, 128):
         for ctx in (32000, 109440):
             out[f"kimi/fp8_row/fp8/p{page}/{ctx}"] = _point(KIMI, (ctx,), "fp8_row", "fp8", page,

@@ -5,7 +5,8 @@
 # Results land in $OUT: pytest_gpu.log, report_h200.tar.gz, perf_matrix_<part>.csv,
 # host_cost.csv + eager_layers.csv, ab_timing.csv.
 # MATRIX_POINTS (glob patterns, default all) and MATRIX_PART name a part of the matrix;
-# AB_OLD=<label>=<path> is the tree timed against this one (default .ab/6a3775e);
+# AB_OLD=<label>=<path> is the tree timed against this one (default .ab/6a3775e); TESTS
+# (files) and TESTS_K (a -k expression) choose the tests;
 # *_TIMEOUT (seconds) bound the steps.
 set -uo pipefail
 sha=${1:?commit hash}; shift
@@ -21,7 +22,8 @@ for step in $steps; do
     tests)  timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider \
               ${TESTS:-tests/test_kernels.py tests/test_gpu_large.py tests/test_validation.py \
               tests/test_eager.py tests/test_hopper_ws.py tests/test_designs.py \
-              tests/test_checks.py} 2>&1 | tee "$OUT/pytest_gpu.log" | tail -12 ;;
+              tests/test_checks.py} ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
+              | tee "$OUT/pytest_gpu.log" | tail -12 ;;
     report) timeout ${REPORT_TIMEOUT:-360} python3 -m mla_kernels.report --config h200 \
               --commit "$sha" --archive "$OUT/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
     matrix) # Also under reports/matrix/: the report's formats notebook draws from it.

@@ -12,6 +12,7 @@ import ast
 import contextvars
 import dataclasses
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -211,7 +212,7 @@ def default_block_k(prob: Problem) -> int:
     return 128 if prob.dot_in_fp8 else 64
 
 
-def no_launch(args: GatherArgs) -> None:
+def no_launch(args: GatherArgs, aligned: bool | None = None, device: int | None = None) -> None:
     """The launch of a problem with nothing to run (an empty grid)."""
     return None
 
@@ -229,12 +230,20 @@ def portable_plan(prob: Problem, t: GatherArgs, block_k: int
             v_out.stride(0), v_out.stride(1), w.shape[1], ws.shape[1] if ws.dim() == 2 else 1)
     fp8 = prob.cache_is_fp8
     has_scale = t.kv_proj_scale is not None
+    # Whether the weight or its scale arrive as float4 / e8m0 dtypes Triton does not take:
+    # fixed by the plan's dtypes, so a call of the plan pays for no test.
+    views = w is not t.kv_proj_weight or (has_scale and ws is not t.kv_proj_scale)
 
     def make_args(c: GatherArgs) -> list:
-        w = as_uint8(c.kv_proj_weight)
+        if views:
+            w = as_uint8(c.kv_proj_weight)
+            return [c.k_buffer, c.k_scale if fp8 else c.k_buffer, c.kv_indptr, c.kv_indices,
+                    c.kv_prefix_sum_context_lens, w,
+                    as_uint8(c.kv_proj_scale) if has_scale else w, c.k_prefix, c.v_prefix, *ints]
         return [c.k_buffer, c.k_scale if fp8 else c.k_buffer, c.kv_indptr, c.kv_indices,
-                c.kv_prefix_sum_context_lens, w, as_uint8(c.kv_proj_scale) if has_scale else w,
-                c.k_prefix, c.v_prefix, *ints]
+                c.kv_prefix_sum_context_lens, c.kv_proj_weight,
+                c.kv_proj_scale if has_scale else c.kv_proj_weight, c.k_prefix, c.v_prefix,
+                *ints]
 
     consts = dict(
         KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
@@ -257,7 +266,12 @@ def _fast_launch_supported() -> bool:
 
 
 FAST_LAUNCH = _fast_launch_supported()
+_INTERPRETING = interpreting()  # fixed per process, as Triton's own switch
 _INTERPRETER_LOCK = threading.Lock()
+try:
+    from triton import knobs as _KNOBS
+except ImportError:  # pragma: no cover - a triton without knobs (before 3.4)
+    _KNOBS = None
 # Set while a plan is prepared in debug mode: its kernels compile with debug=True, so their
 # device-side asserts (a block id out of range) stop the kernel.
 DEBUG: contextvars.ContextVar[bool] = contextvars.ContextVar("mla_kernels_debug", default=False)
@@ -266,51 +280,43 @@ DEBUG: contextvars.ContextVar[bool] = contextvars.ContextVar("mla_kernels_debug"
 class JitLauncher:
     """Launches one kernel on one grid with its constants fixed (a plan's launch).
 
-    The first call for each (device, pattern of 16-byte pointer alignment) goes through
-    Triton, which binds the arguments, specialises, compiles and returns the compiled
-    kernel. Later calls hand the arguments straight to that kernel in the order Triton's
-    binder produces: with dtypes, shapes, strides and constants fixed by the plan, pointer
-    alignment is all that could change Triton's specialisation, and it is the key. Under
-    the interpreter, while a launch hook is set (a profiler), or while a CUDA graph is
-    being captured and the kernel is not yet cached, every call takes Triton's path.
+    ``launcher(args, aligned, device)``: with ``aligned`` True (the caller's word that every
+    pointer argument is 16-byte aligned, the one specialisation of a plan's arguments that
+    changes from call to call) the first call on a device goes through Triton, which binds
+    the arguments, specialises, compiles and returns the compiled kernel; later calls hand
+    the arguments straight to that kernel in the order Triton's binder produces (dtypes,
+    shapes, strides and constants are fixed by the plan). Triton's own path is taken under
+    the interpreter, when ``aligned`` is not True, while a launch hook is set (a profiler),
+    and for a first call while a CUDA graph is being captured (nothing is cached then).
     """
 
     def __init__(self, kernel, grid: tuple[int, ...], n_args: int, consts: Mapping[str, Any]):
         if DEBUG.get():
             consts = dict(consts, debug=True)
         self.kernel, self.grid, self.consts = kernel, tuple(grid) + (1,) * (3 - len(grid)), consts
-        self.n_args = n_args
         params = getattr(kernel, "params", None)
         self.tail = None
         if params is not None:  # the values Triton binds after the positional ones
             self.tail = tuple(consts[p.name] if p.name in consts else p.default
                               for p in params[n_args:])
-        self.tensor_pos: tuple[int, ...] = ()
-        self.desc_pos: tuple[int, ...] | None = None
-        self.compiled: dict[tuple, Any] = {}
+        self.fast = FAST_LAUNCH and self.tail is not None and not _INTERPRETING
+        self.compiled: dict[int, Any] = {}
 
     def _slow(self, args: Sequence):
+        if _INTERPRETING:
+            with _INTERPRETER_LOCK:  # Triton's interpreter keeps global state per launch
+                return self.kernel[self.grid](*args, **self.consts)
         return self.kernel[self.grid](*args, **self.consts)
 
-    def __call__(self, args: Sequence):
-        if interpreting():
-            with _INTERPRETER_LOCK:  # Triton's interpreter keeps global state per launch
-                return self._slow(args)
-        if not FAST_LAUNCH or self.tail is None or _hooks_set():
+    def __call__(self, args: Sequence, aligned: bool | None = None, device: int | None = None):
+        if not (self.fast and aligned) or _hooks_set():
             return self._slow(args)
-        if self.desc_pos is None:  # which arguments are tensors and tensor descriptors
-            self.tensor_pos = tuple(i for i, a in enumerate(args) if hasattr(a, "data_ptr"))
-            self.desc_pos = tuple(i for i, a in enumerate(args)
-                                  if hasattr(getattr(a, "base", None), "data_ptr"))
-        device = torch._C._cuda_getDevice()
-        key = (device, *[args[i].data_ptr() & 15 for i in self.tensor_pos],
-               *[args[i].base.data_ptr() & 15 for i in self.desc_pos])
-        compiled = self.compiled.get(key)
+        compiled = self.compiled.get(device)
         if compiled is None:
             compiled = self._slow(args)
             if (compiled is not None and hasattr(compiled, "packed_metadata")
                     and not torch.cuda.is_current_stream_capturing()):
-                self.compiled[key] = compiled
+                self.compiled[device] = compiled
             return compiled
         g0, g1, g2 = self.grid
         compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
@@ -319,10 +325,46 @@ class JitLauncher:
 
 
 def _hooks_set() -> bool:
-    from triton import knobs
+    return _KNOBS is not None and (_KNOBS.runtime.launch_enter_hook is not None
+                                   or _KNOBS.runtime.launch_exit_hook is not None)
 
-    return (knobs.runtime.launch_enter_hook is not None
-            or knobs.runtime.launch_exit_hook is not None)
+
+class _Pointer:
+    """What Triton reads of a host tensor descriptor's base (its address and dtype), without
+    a reference to the tensor: a cached descriptor keeps no tensor alive."""
+
+    __slots__ = ("_ptr", "dtype")
+
+    def __init__(self, ptr: int, dtype: torch.dtype):
+        self._ptr, self.dtype = ptr, dtype
+
+    def data_ptr(self) -> int:
+        return self._ptr
+
+
+class DescriptorCache:
+    """Host TMA descriptors over one plan's tensors (shape, strides and dtype fixed by the
+    plan), cached by address, least recently used first out: a repeated call (the same
+    weight, the same outputs) builds none. ``make(base, shape, strides)`` builds one; under
+    the interpreter (which reads the tensor itself) every call builds one over the tensor."""
+
+    def __init__(self, make, shape: Sequence[int], strides: Sequence[int], dtype: torch.dtype,
+                 size: int = 16):
+        self.make, self.shape, self.strides, self.dtype = make, list(shape), list(strides), dtype
+        self.cache: OrderedDict[int, Any] = OrderedDict()
+        self.size = size
+
+    def __call__(self, x: torch.Tensor):
+        if _INTERPRETING:
+            return self.make(x, self.shape, self.strides)
+        ptr = x.data_ptr()
+        desc = self.cache.get(ptr)
+        if desc is None:
+            desc = self.cache[ptr] = self.make(_Pointer(ptr, self.dtype), self.shape,
+                                               self.strides)
+            if len(self.cache) > self.size:
+                self.cache.popitem(last=False)
+        return desc
 
 
 def run_kernel(kernel, grid: tuple[int, ...], args: Sequence, consts: Mapping[str, Any]):

@@ -161,7 +161,7 @@ def _prepare(kernel, grid: tuple[int, ...], prob: Problem, t: GatherArgs,
     launcher = JitLauncher(kernel, grid, len(make_args(t)) + len(tail),
                            dict(consts, CK=config.chunk_for(prob), **extra,
                                 **config.triton_options()))
-    return lambda c: launcher([*make_args(c), *tail])
+    return lambda c, aligned=None, device=None: launcher([*make_args(c), *tail], aligned, device)
 
 
 def prepare_serial(prob: Problem, t: GatherArgs, max_context_len: int | None,

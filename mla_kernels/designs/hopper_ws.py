@@ -59,7 +59,6 @@ every head's K straight from registers); a 2-deep ring cost fp8_row 136 us again
 from __future__ import annotations
 
 import types
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -79,7 +78,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ..devices import DeviceSpec
 from ..problem import GatherArgs, Problem
-from .base import Design, DesignConfig, JitLauncher, no_launch, optional, positive_int
+from .base import (
+    DescriptorCache,
+    Design,
+    DesignConfig,
+    JitLauncher,
+    no_launch,
+    optional,
+    positive_int,
+)
 from .jit import SCALE_CODES, find_sequence
 
 # Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
@@ -551,41 +558,13 @@ def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
 
 
-class _Pointer:
-    """What Triton's launcher reads of a descriptor's base (its address and dtype), without
-    a reference to the tensor: a cached descriptor keeps no tensor alive."""
+def _descriptors(shape, strides, dtype: torch.dtype, rows: int, cols: int) -> DescriptorCache:
+    """TMA descriptors of [rows, cols] blocks, cached per address (base.DescriptorCache)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    __slots__ = ("_ptr", "dtype")
-
-    def __init__(self, ptr: int, dtype: torch.dtype):
-        self._ptr, self.dtype = ptr, dtype
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-
-class _Descriptors:
-    """TMA descriptors of [rows, cols] blocks over 2-D views of one plan's tensors (shapes,
-    strides and dtype fixed by the plan), cached by address, least recently used first out:
-    a repeated call (the same weight, the same outputs) builds none."""
-
-    def __init__(self, shape: list[int], strides: list[int], dtype: torch.dtype, rows: int,
-                 cols: int, size: int = 16):
-        from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-        self.make = lambda ptr: TensorDescriptor(_Pointer(ptr, dtype), shape, strides,
-                                                 [rows, cols], _smem_layout(rows, cols, dtype))
-        self.cache: OrderedDict[int, object] = OrderedDict()
-        self.size = size
-
-    def __call__(self, x: torch.Tensor):
-        ptr = x.data_ptr()
-        desc = self.cache.get(ptr)
-        if desc is None:
-            desc = self.cache[ptr] = self.make(ptr)
-            if len(self.cache) > self.size:
-                self.cache.popitem(last=False)
-        return desc
+    layout = _smem_layout(rows, cols, dtype)
+    return DescriptorCache(lambda base, shape, strides: TensorDescriptor(
+        base, shape, strides, [rows, cols], layout), shape, strides, dtype)
 
 
 def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
@@ -598,10 +577,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     w, ws = t.kv_proj_weight, t.kv_proj_scale
     # Weight chunks of 128-byte rows: [128 x 128] fp8 or [128 x 64] bf16, 16 KB either way.
     wk = TILE // w.element_size()
-    w_desc = _Descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
-    k_desc = _Descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, TILE)
-    pe_desc = _Descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, prob.pe_dim)
-    v_desc = _Descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, TILE, TILE)
+    w_desc = _descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
+    k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, TILE)
+    pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, prob.pe_dim)
+    v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, TILE, TILE)
     ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
@@ -613,14 +592,14 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   maxnreg=168)
     launcher = JitLauncher(hopper_ws_kernel, grid, 16, consts)
 
-    def launch(c: GatherArgs):
+    def launch(c: GatherArgs, aligned: bool | None = None, device: int | None = None):
         return launcher([c.k_buffer, c.k_scale, c.kv_indptr, c.kv_indices,
                          c.kv_prefix_sum_context_lens,
                          # A weight with no scale (bf16): a pointer the kernel never reads.
                          c.k_scale if c.kv_proj_scale is None else c.kv_proj_scale,
                          c.k_prefix, c.v_prefix,
                          w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
-                         v_desc(c.v_prefix), *ints])
+                         v_desc(c.v_prefix), *ints], aligned, device)
     return launch
 
 

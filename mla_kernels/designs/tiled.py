@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+import torch
 import triton
 import triton.language as tl
 
@@ -20,6 +21,7 @@ from ..formats import WEIGHT_FORMATS
 from ..problem import GatherArgs, Problem
 from .base import (
     FLAG,
+    DescriptorCache,
     Design,
     DesignConfig,
     JitLauncher,
@@ -169,19 +171,23 @@ def _prepare(prob: Problem, t: GatherArgs, config: TiledConfig, device: DeviceSp
     n_args = len(make_args(t)) + 4
     if not tma:
         launcher = JitLauncher(tiled_kernel, grid, n_args, consts)
-        return lambda c: launcher([*make_args(c), prob.batch, None, None, None])
+        return lambda c, aligned=None, device=None: launcher(
+            [*make_args(c), prob.batch, None, None, None], aligned, device)
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    # The descriptors are built per call: they hold the outputs' pointers.
+    def desc(out: torch.Tensor, cols: int):
+        # Over the output viewed as [rows, heads x dim]; cached per address (DescriptorCache).
+        rows, width = out.shape[0], out.shape[1] * out.shape[2]
+        return DescriptorCache(lambda base, shape, strides: TensorDescriptor(
+            base, shape, strides, [bm, cols]), [rows, width], [width, 1], out.dtype)
+
+    k_desc, rope_desc = desc(t.k_prefix, prob.nope_dim), desc(t.k_prefix, prob.pe_dim)
+    v_desc = desc(t.v_prefix, prob.v_dim)
     launcher = JitLauncher(tiled_kernel, grid, n_args, dict(consts, TMA=True))
 
-    def launch(c: GatherArgs):
-        k2 = c.k_prefix.view(c.k_prefix.shape[0], -1)
-        v2 = c.v_prefix.view(c.v_prefix.shape[0], -1)
-        return launcher([*make_args(c), prob.batch,
-                         TensorDescriptor.from_tensor(k2, [bm, prob.nope_dim]),
-                         TensorDescriptor.from_tensor(k2, [bm, prob.pe_dim]),
-                         TensorDescriptor.from_tensor(v2, [bm, prob.v_dim])])
+    def launch(c: GatherArgs, aligned: bool | None = None, device: int | None = None):
+        return launcher([*make_args(c), prob.batch, k_desc(c.k_prefix), rope_desc(c.k_prefix),
+                         v_desc(c.v_prefix)], aligned, device)
     return launch
 
 
