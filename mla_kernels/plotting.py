@@ -654,6 +654,25 @@ def _size_legend(ax, sizes: Mapping[int, float], loc: str = "lower right", title
 
 
 # ------------------------------------------------------------------ roofline
+def _roofline_series(ax, d: pd.DataFrame, series: tuple[str, str], sizes: Mapping[int, float],
+                     lw: float, **line) -> pd.DataFrame:
+    """One series on a roofline: its points joined in context order, a marker sized by each
+    point's context (the small ones drawn over the large). Returns its rows, by context."""
+    v, t = series
+    p = _rows_of(d, series).sort_values("ctx")
+    if p.empty:
+        return p
+    st = variant_style(v, t)
+    ax.plot(p["ai"], p["achieved_tflops"], color=st["color"], ls=st["ls"], lw=lw,
+            marker=st["marker"], ms=6, label=series_label(v, t), gid=f"{v}/{t}", zorder=4,
+            **line)
+    q = p.sort_values("ctx", ascending=False)
+    ax.scatter(q["ai"], q["achieved_tflops"], s=[sizes[int(c)] ** 2 for c in q["ctx"]],
+               color=st["color"], marker=st["marker"], edgecolors="white", linewidths=0.6,
+               zorder=5, label="_nolegend_")
+    return p
+
+
 def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
                   mm_tflops: float | dict[str, float] | None = None,
                   peak_tbps: float | None = None, peak_tflops: dict[str, float] | None = None,
@@ -707,18 +726,12 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
                    label=f"this operation: {a0:.0f}-{a1:.0f} FLOP per minimum byte "
                          "(rises with context)")
     for v, t in chosen:
-        p = _rows_of(d, (v, t)).sort_values("ctx")
+        p = _roofline_series(ax, d, (v, t), sizes, lw=1.4, mec=variant_style(v, t)["mec"],
+                             mew=0.6)
         if p.empty:
             continue
         st = variant_style(v, t)
-        ax.plot(p["ai"], p["achieved_tflops"], color=st["color"], ls=st["ls"], lw=1.4,
-                marker=st["marker"], ms=6, mec=st["mec"], mew=0.6, label=series_label(v, t),
-                gid=f"{v}/{t}", zorder=4)
-        q = p.sort_values("ctx", ascending=False)  # the small markers on top of the large
-        ax.scatter(q["ai"], q["achieved_tflops"], s=[sizes[int(c)] ** 2 for c in q["ctx"]],
-                   color=st["color"], marker=st["marker"], edgecolors="white", linewidths=0.6,
-                   zorder=5, label="_nolegend_")
-        r = _rows_of(d, (v, t)).groupby("ctx")["roof_fraction"].median()
+        r = p.groupby("ctx")["roof_fraction"].median()
         ax_f.plot(r.index, r.values, **st, label=series_label(v, t), gid=f"{v}/{t}")
     ax.set_xscale("log")
     _plain_log_x(ax, lo, hi)
@@ -920,17 +933,10 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
         pts_y = []
         if mine:
             for v, t in chosen:
-                p = _rows_of(d, (v, t)).sort_values("ctx")
+                p = _roofline_series(ax, d, (v, t), sizes, lw=1.2)
                 if p.empty:
                     continue
                 st = variant_style(v, t)
-                ax.plot(p["ai"], p["achieved_tflops"], color=st["color"], ls=st["ls"], lw=1.2,
-                        marker=st["marker"], ms=6, label=series_label(v, t), gid=f"{v}/{t}",
-                        zorder=4)
-                q = p.sort_values("ctx", ascending=False)
-                ax.scatter(q["ai"], q["achieved_tflops"],
-                           s=[sizes[int(c)] ** 2 for c in q["ctx"]], color=st["color"],
-                           marker=st["marker"], edgecolors="white", linewidths=0.6, zorder=5)
                 pts_y += list(p["achieved_tflops"])
                 group = f"{name}: {series_label(v, t)}"
                 for _, r in p.iterrows():

@@ -4,43 +4,57 @@ per (device, weight format, cache dtype, page size), and the portable fallback.
 Data only: entries name a design and its config fields; ``designs.resolve`` turns them into
 a design and its typed config (and falls back where the named design cannot run the
 problem: hopper_ws off an sm_90 GPU, or outside its shapes). Importing nothing from the
-designs keeps the two free of a cycle.
+designs keeps the two free of a cycle. An entry is one (design, fields) pair, or a list of
+(minimum output rows, design, fields), largest minimum first, where the best design changes
+with the context.
 
-Sources (scripts/tune.py and the performance matrix on the lent H200; Kimi-K3 TP8, page 1):
-- fp8_row: hopper_ws with a 4-deep weight ring (graph timings of rounds 1 and 2,
-  docs/perf-notes.md; data/exploration/h200/tune_2026-11-30.csv).
-- the other formats: the portable tiled design, data/exploration/h200/tune_2026-11-29.csv
-  (32000 tokens, fp8 cache).
-Page sizes other than 1 and bf16 caches have not been tuned: they take the entry measured
-at page 1 on an fp8 cache (``ANY``), re-run scripts/tune.py to refine them.
+Source: the performance matrix of the committed run data/h200/2026-11-30-e3b5fbb6f059/
+(perf_matrix_a.csv, perf_matrix_b.csv; Kimi-K3 TP8, single sequences 4096 to 109440 tokens,
+every weight format on fp8 and bf16 caches, fp8 per-row at pages 1 to 128), scored on one
+launch replayed from a CUDA graph. tests/test_tuning.py asserts that every point of that run
+has what this table picks within 5% of its best design. The tiled configs with 128-row
+tiles and 8 warps come from data/exploration/h200/tune_2026-11-29.csv (32000 tokens).
 """
 
 from __future__ import annotations
 
 ANY = "*"
+_TILED_128_8 = {"block_m": 128, "num_warps": 8, "num_stages": 2}
 
-# (device, weight format, cache dtype, page size) -> (design, config fields)
-TUNED: dict[tuple[str, str, str, object], tuple[str, dict]] = {
+# (device, weight format, cache dtype, page size) -> (design, config fields), or a list of
+# (minimum output rows, design, config fields), largest minimum first.
+TUNED: dict[tuple[str, str, str, object], object] = {
+    # An fp8 cache: the warp-specialised design serves fp8 per row, per block and bf16.
     ("H200", "fp8_row", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
-    ("H200", "fp8_block", ANY, ANY): ("tiled", {"block_m": 128, "num_warps": 8, "num_stages": 2,
-                                                "split": True}),
-    ("H200", "bf16", ANY, ANY): ("tiled", {"block_m": 64, "num_warps": 4, "num_stages": 2,
-                                           "split": True}),
-    ("H200", "mxfp4", ANY, ANY): ("tiled", {"block_m": 128, "num_warps": 8, "num_stages": 2,
-                                            "split": False}),
+    ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
+    ("H200", "bf16", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
+    # MXFP4 on an fp8 cache: TMA stores win from 16k tokens on, 128-row tiles below.
+    ("H200", "mxfp4", "fp8", ANY): [(16384, "tiled_tma", {}),
+                                    (0, "tiled", {**_TILED_128_8, "split": False})],
+    # A bf16 cache (no fast path yet): the portable designs.
+    ("H200", "fp8_row", "bf16", ANY): ("tiled_tma", {}),
+    ("H200", "fp8_block", "bf16", ANY): ("tiled", {**_TILED_128_8, "split": True}),
+    ("H200", "bf16", "bf16", ANY): ("tiled_tma", {}),
+    ("H200", "mxfp4", "bf16", ANY): ("tiled_tma", {}),
 }
 
 # The best portable design on every format measured: tiled, split, 64-row tiles.
 FALLBACK: tuple[str, dict] = ("tiled", {"block_m": 64, "num_warps": 4, "split": True})
 
 
-def lookup(device: str, weight_format: str, cache_dtype: str, block_size: int
-           ) -> tuple[str, dict]:
-    """The most specific entry for this problem class on this device, else FALLBACK."""
+def lookup(device: str, weight_format: str, cache_dtype: str, block_size: int,
+           rows: int = 0) -> tuple[str, dict]:
+    """The most specific entry for this problem class on this device (``rows``: the output
+    rows, the call's largest possible token count), else FALLBACK."""
     for key in ((device, weight_format, cache_dtype, block_size),
                 (device, weight_format, cache_dtype, ANY),
                 (device, weight_format, ANY, block_size),
                 (device, weight_format, ANY, ANY)):
         if key in TUNED:
-            return TUNED[key]
+            entry = TUNED[key]
+            if isinstance(entry, tuple):
+                return entry
+            for min_rows, design, fields in entry:
+                if rows >= min_rows:
+                    return design, fields
     return FALLBACK

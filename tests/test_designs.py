@@ -102,16 +102,25 @@ def test_auto_follows_the_tuning_table():
     design, cfg = resolve("auto", occ.problem_for("kimi-k3-tp8", [100], "fp8", "mxfp4"),
                           DEVICES["H200"])
     assert (design.name, cfg) == ("tiled", TiledConfig(block_m=128, num_warps=8, num_stages=2))
+    # The same class at 32000 tokens: the entry changes with the context.
+    design, cfg = resolve("auto", occ.problem_for("kimi-k3-tp8", [32000], "fp8", "mxfp4"),
+                          DEVICES["H200"])
+    assert (design.name, cfg) == ("tiled_tma", TiledConfig(block_m=128, split=True))
     # A device the table does not know gets the portable fallback.
     design, cfg = resolve("auto", prob, DEVICES["MI355X"])
     assert design.name == tuning.FALLBACK[0] and cfg == design.config(tuning.FALLBACK[1])
 
 
 def test_tuning_table_names_registered_designs_and_valid_configs():
-    for (dev, fmt, cache, page), (name, fields) in tuning.TUNED.items():
+    for (dev, fmt, cache, page), entry in tuning.TUNED.items():
         assert dev in DEVICES and fmt in WEIGHT_FORMATS
         assert cache in (*CACHE_DTYPES, tuning.ANY) and (page == tuning.ANY or page >= 1)
-        DESIGNS[name].config(fields)  # a ValueError here names the bad field
+        choices = [entry] if isinstance(entry, tuple) else [e[1:] for e in entry]
+        if not isinstance(entry, tuple):  # largest minimum first, the last for any length
+            mins = [e[0] for e in entry]
+            assert mins == sorted(mins, reverse=True) and mins[-1] == 0
+        for name, fields in choices:
+            DESIGNS[name].config(fields)  # a ValueError here names the bad field
 
 
 def test_a_config_for_auto_applies_to_what_auto_resolved():

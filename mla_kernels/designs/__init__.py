@@ -14,7 +14,7 @@ from .. import tuning
 from ..devices import DeviceSpec
 from ..problem import Problem
 from . import chunk_loop, tiled
-from .base import Design, DesignConfig, coerce_config, parse_config
+from .base import Design, DesignConfig, parse_config
 
 HOMES = [chunk_loop, tiled]
 try:  # Gluon's Hopper API (triton >= 3.4); without it the sm_90 design is not offered
@@ -47,7 +47,7 @@ def _auto(prob: Problem, device: DeviceSpec) -> tuple[Design, dict]:
     """auto's choice: the tuning table's entry for this device and problem class, or the
     portable fallback where the entry's design cannot run the problem."""
     name, fields = tuning.lookup(device.name, prob.weight_format, prob.cache_name,
-                                 prob.block_size)
+                                 prob.block_size, prob.out_rows)
     design = DESIGNS.get(name)
     if design is None or not design.runs(prob, device):
         name, fields = tuning.FALLBACK
@@ -68,8 +68,7 @@ def resolve(variant: str, prob: Problem, device: DeviceSpec,
                          f"got {variant!r}")
     if variant == "auto":
         design, tuned = _auto(prob, device)
-        return design, (design.config(config) if config is not None
-                        else coerce_config(design.config_type, tuned))
+        return design, design.config(config if config is not None else tuned)
     design = DESIGNS.get(variant)
     if design is None:
         raise ValueError(f"variant: expected one of {variant_names()}, got {variant!r}")

@@ -162,9 +162,14 @@ class Design:
     default_config: DesignConfig | None = None
 
     def config(self, given=None) -> DesignConfig:
-        """The launch config for ``given`` (None: the design's default)."""
+        """The launch config for ``given``: None for the design's default, its config
+        dataclass, or a mapping of fields that override the default."""
+        default = self.default_config or self.config_type()
         if given is None:
-            return self.default_config or self.config_type()
+            return default
+        if isinstance(given, Mapping) and not isinstance(given, self.config_type):
+            coerce_config(self.config_type, given)  # names an unknown or bad field
+            return dataclasses.replace(default, **given)
         return coerce_config(self.config_type, given)
 
     def launch(self, prob: Problem, args: GatherArgs, max_context_len: int | None,

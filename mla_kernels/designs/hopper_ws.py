@@ -241,6 +241,20 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
 
 
 @gluon.jit
+def _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES: gl.constexpr):
+    """Wait until weight chunk ``c`` is in its ring slot (returned) and, for the first item of
+    a tile, until its latent K chunk ``kb`` has landed (cp.async wrote it through the generic
+    proxy; wgmma reads through the async one, hence the fence)."""
+    s = c % STAGES
+    mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
+    if h == 0:
+        if new_tile:
+            mbarrier.wait(lat_ready.index(kb), (tiles_seen - 1) & 1)
+            fence_async_shared()
+    return s
+
+
+@gluon.jit
 def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
                        ws_row, c, new_tile, last_of_tile, tiles_seen,
                        KV_C: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
@@ -275,12 +289,7 @@ def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_
         s_nxt = gl.load(ws_row + 1).to(gl.float32)
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
-            s = c % STAGES
-            mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
-            if h == 0:
-                if new_tile:
-                    mbarrier.wait(lat_ready.index(kb), (tiles_seen - 1) & 1)
-                    fence_async_shared()
+            s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
             w = w_ring.index(s).permute((1, 0))
             top = lat.index(kb).slice(0, HM, dim=0)
             bottom = lat.index(kb).slice(HM, HM, dim=0)
@@ -396,12 +405,8 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             # Weight chunk kb * STEP + h multiplies K slice h of latent chunk kb.
             for kb in gl.static_range(NK):
                 for h in gl.static_range(STEP):
-                    s = c % STAGES
-                    mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
-                    if h == 0:
-                        if new_tile:
-                            mbarrier.wait(lat_ready.index(kb), (tiles_seen - 1) & 1)
-                            fence_async_shared()
+                    s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen,
+                                        STAGES)
                     if STEP == 1:
                         a = lat.index(kb)
                     else:
