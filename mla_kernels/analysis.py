@@ -26,7 +26,6 @@ MEASUREMENT_COLUMNS = ("device", "model", "cache_dtype", "weight_format", "block
 # The torch code a user would write, as the harness names it (``_graph``: replayed from a
 # CUDA graph, see ``select``).
 TORCH_BASE = ("torch_bf16", "torch_fp8")
-TORCH_VARIANTS = (*TORCH_BASE, "torch_bf16_graph", "torch_fp8_graph")
 
 # The public change's headline contexts; the sweep adds a log grid around them.
 HEADLINE_CONTEXTS = (4096, 32000, 65536, 109440)

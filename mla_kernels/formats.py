@@ -66,10 +66,6 @@ def quantize_fp8_per_row(w: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3
     return codes, scale
 
 
-def dequantize_fp8_per_row(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    return codes.float() * scale.float().reshape(-1, 1)
-
-
 # ---------------------------------------------------------------- fp8 per 128x128 block
 def _expand_blocks(scale: torch.Tensor, n: int, k: int, block: int = FP8_BLOCK) -> torch.Tensor:
     return scale.repeat_interleave(block, 0)[:n].repeat_interleave(block, 1)[:, :k]
@@ -87,11 +83,6 @@ def quantize_fp8_per_block(w: torch.Tensor, dtype: torch.dtype = torch.float8_e4
     scale = _scale_from_amax(amax, FP8_MAX[dtype])
     codes = _fp8_round(w.double() / _expand_blocks(scale, n, k).double(), dtype)
     return codes, scale
-
-
-def dequantize_fp8_per_block(codes: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    n, k = codes.shape
-    return codes.float() * _expand_blocks(scale.float(), n, k)
 
 
 # ---------------------------------------------------------------- MXFP4

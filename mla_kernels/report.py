@@ -32,9 +32,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG_DIR = ROOT / "configs"
 NOTEBOOK_DIR = ROOT / "notebooks"
 REPORT_DIR = ROOT / "reports"
-# Parameters holding a path: relative values in a config are taken from the repository
-# root (the notebooks run with notebooks/ as their working directory).
-PATH_PARAMETERS = ("out_dir", "data_dir", "reference_csv", "merged_csv")
 
 
 @dataclass
@@ -96,15 +93,6 @@ def load_config(name: str, config_dir: Path = CONFIG_DIR) -> dict:
     return cfg
 
 
-def _resolve_paths(params: dict) -> dict:
-    out = dict(params)
-    for key in PATH_PARAMETERS:
-        val = out.get(key)
-        if isinstance(val, str) and val and not os.path.isabs(val):
-            out[key] = str((ROOT / val).resolve())
-    return out
-
-
 def notebook_parameters(cfg: dict, notebook: Path, out_dir: Path,
                         overrides: dict | None = None) -> dict:
     """What papermill injects into one notebook: the shared parameters it declares, then
@@ -124,7 +112,6 @@ def notebook_parameters(cfg: dict, notebook: Path, out_dir: Path,
     params = {k: v for k, v in cfg["parameters"].items() if k in declared}
     params.update(own)
     params.update({k: v for k, v in (overrides or {}).items() if k in declared})
-    params = _resolve_paths(params)
     if "out_dir" in declared:
         params["out_dir"] = str(out_dir)
     return params

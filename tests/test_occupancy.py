@@ -227,9 +227,9 @@ def test_a_gpu_family_design_is_not_modelled_on_another_family():
 
 @pytest.mark.parametrize(("cache", "fmt", "device", "design"), [
     ("fp8", "fp8_row", "H200", "hopper_ws"),
-    ("bf16", "fp8_row", "H200", "tiled"),  # hopper_ws needs an fp8 cache: the fallback
-    ("fp8", "fp8_block", "H200", "tiled"),
-    ("fp8", "fp8_row", "MI355X", "tiled"),
+    ("bf16", "fp8_row", "H200", "tiled_tma"),  # hopper_ws needs an fp8 cache: the table's
+    ("fp8", "fp8_block", "H200", "hopper_ws"),
+    ("fp8", "fp8_row", "MI355X", "tiled"),  # a device the table does not know: the fallback
 ])
 def test_auto_is_modelled_as_the_call_resolves_it(cache, fmt, device, design):
     # The model draws what that device would run, whatever this machine can run.

@@ -370,9 +370,3 @@ class DescriptorCache:
             if len(self.cache) > self.size:
                 self.cache.popitem(last=False)
         return desc
-
-
-def run_kernel(kernel, grid: tuple[int, ...], args: Sequence, consts: Mapping[str, Any]):
-    """Launch a Triton (or Gluon) kernel once, through Triton; returns what Triton returns
-    (the compiled kernel on a GPU)."""
-    return kernel[grid](*args, **consts)
