@@ -21,6 +21,7 @@ from .devices import INTERPRETER, device_spec
 from .problem import (
     GatherArgs,
     Problem,
+    aliasing_pairs,
     check_aliasing,
     check_arguments,
     check_hint,
@@ -45,7 +46,6 @@ class _Plan:
                  debug: bool = False):
         check_hint(max_context_len)
         prob = check_arguments(*args)
-        check_aliasing(args)
         device = INTERPRETER if interpreting() else device_spec(args.k_buffer.device)
         self.design, self.config = resolve(variant, prob, device, config)
         self.prob: Problem = prob
@@ -57,20 +57,14 @@ class _Plan:
                 prob, args, max_context_len, self.config, device)
         finally:
             DEBUG.reset(token)
-        # (output, other argument, their byte sizes): the pairs the aliasing check compares.
-        sizes = [None if t is None or (i == 1 and not prob.cache_is_fp8)
-                 else t.numel() * t.element_size() for i, t in enumerate(args)]
-        self.pairs = tuple((o, i, sizes[o], sizes[i]) for o in (7, 8) for i in range(9)
-                           if i != o and sizes[o] and sizes[i] and not (o == 8 and i == 7))
+        self.pairs = aliasing_pairs(args)  # compared on every new set of addresses
         self.clear: set[tuple] = set()  # address sets already found free of overlaps
         self.device_index = (args.k_buffer.device.index if args.k_buffer.device.type == "cuda"
                              else None)
 
     def __call__(self, args: GatherArgs, ptrs: tuple, aligned: bool) -> None:
         if ptrs not in self.clear:  # a new set of addresses: compare the byte ranges
-            for o, i, n, m in self.pairs:
-                if ptrs[i] < ptrs[o] + n and ptrs[o] < ptrs[i] + m:
-                    check_aliasing(args)  # says which, by name
+            check_aliasing(args, self.pairs, ptrs)
             if len(self.clear) >= 64:
                 self.clear.clear()
             self.clear.add(ptrs)

@@ -237,32 +237,33 @@ def aligned16(*ptrs: int) -> bool:
 _ARG_NAMES = GatherArgs._fields
 
 
-def _span(t: torch.Tensor) -> tuple[int, int]:
-    """Byte range [start, end) of a contiguous tensor."""
-    start = t.data_ptr()
-    return start, start + t.numel() * t.element_size()
+def aliasing_pairs(args: GatherArgs) -> tuple[tuple[int, int, int, int], ...]:
+    """(argument, output, their byte sizes) of every pair the aliasing check compares, by
+    position in GatherArgs: each output against every other argument (k_prefix and
+    v_prefix once), empty tensors and a bf16 cache's ignored k_scale left out. Fixed by
+    shapes and dtypes, so a cached plan keeps them."""
+    cache_fp8 = args.k_buffer.dtype in FP8_DTYPES
+    sizes = [0 if t is None or (i == 1 and not cache_fp8) else t.numel() * t.element_size()
+             for i, t in enumerate(args)]
+    return tuple((i, o, sizes[i], sizes[o]) for i in range(len(args)) for o in (7, 8)
+                 if i != o and not (i == 7 and o == 8) and sizes[i] and sizes[o])
 
 
-def check_aliasing(args: GatherArgs) -> None:
+def check_aliasing(args: GatherArgs, pairs: tuple | None = None, ptrs: tuple | None = None
+                   ) -> None:
     """Outputs may not overlap each other or any input: their byte ranges are compared (no
     contents read). Inputs may share storage with each other; a bf16 cache's ignored
-    k_scale is not compared."""
-    k_out, v_out = args.k_prefix, args.v_prefix
-    outs = (("k_prefix", _span(k_out)), ("v_prefix", _span(v_out)))
-    cache_fp8 = args.k_buffer.dtype in FP8_DTYPES
-    for name, t in zip(_ARG_NAMES, args, strict=True):
-        if t is None or (name == "k_scale" and not cache_fp8) or t.numel() == 0:
-            continue
-        lo, hi = _span(t)
-        for out_name, (olo, ohi) in outs:
-            if out_name == name or olo >= ohi:
-                continue
-            if lo < ohi and olo < hi:
-                if name == "k_prefix" and out_name == "v_prefix":
-                    continue  # reported once, as v_prefix against k_prefix
-                raise _fail(out_name, f"memory that overlaps no other argument ({name} "
-                            f"holds bytes [{lo:#x}, {hi:#x}))",
-                            f"bytes [{olo:#x}, {ohi:#x})")
+    k_scale is not compared. ``pairs`` and ``ptrs`` (the arguments' data pointers), when a
+    caller has them, save recomputing them."""
+    pairs = aliasing_pairs(args) if pairs is None else pairs
+    if ptrs is None:
+        ptrs = tuple(0 if t is None else t.data_ptr() for t in args)
+    for i, o, m, n in pairs:
+        lo, olo = ptrs[i], ptrs[o]
+        if lo < olo + n and olo < lo + m:
+            raise _fail(_ARG_NAMES[o], f"memory that overlaps no other argument "
+                        f"({_ARG_NAMES[i]} holds bytes [{lo:#x}, {lo + m:#x}))",
+                        f"bytes [{olo:#x}, {olo + n:#x})")
 
 
 def check_hint(max_context_len) -> None:
