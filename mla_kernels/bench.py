@@ -18,7 +18,7 @@ import triton.language as tl
 from . import roofline
 from .api import gather_kv_b_proj
 from .checks import check_outputs, expected
-from .designs import DesignConfig, resolve
+from .designs import DesignConfig, hopper_ws, resolve
 from .devices import device_spec
 from .inputs import GatherInputs, build_inputs
 from .measurements import Measurement, contexts_str
@@ -41,6 +41,12 @@ class Point:
     block_size: int
     variants: tuple[str, ...]
     configs: dict = field(default_factory=dict, hash=False, compare=False)
+    weight_draw: str = ""  # a key of WEIGHT_DRAWS
+
+
+# build_inputs' weight options by name, beside the format's default draw: "wide", an MXFP4
+# weight every row of which spans 13 binades of scale (hopper_ws widens it all to bf16).
+WEIGHT_DRAWS: dict[str, dict] = {"": {}, "wide": {"e8m0_range": (-8, 4), "e8m0_full_span": True}}
 
 
 def _bench(fn: Callable[[], object]) -> float:
@@ -186,7 +192,8 @@ def _graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]
 
 def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float, dot: str,
                     ceilings: dict, max_rel_err: float, correct: bool, config: str = "",
-                    error: str = "", design: str = "") -> Measurement:
+                    error: str = "", design: str = "",
+                    fp8_route_share: float = float("nan")) -> Measurement:
     """One row of the measurement schema (``measurements.Measurement``): the point, one
     timing of one variant, its floors from the ceilings, and its check against the
     reference."""
@@ -206,7 +213,8 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float,
                         * 1e6),
         roof_fraction=fl["floor_us"] / us, achieved_tbps=nbytes / us / 1e6,
         achieved_tflops=nflops / us / 1e6, max_rel_err=max_rel_err, correct=correct,
-        config=config, error=error, design=design)
+        config=config, error=error, design=design, weight_draw=pt.weight_draw,
+        fp8_route_share=fp8_route_share)
 
 
 Maker = Callable[[GatherInputs], Callable[[], None]]
@@ -244,9 +252,10 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
     for pt in tqdm(points, disable=not progress, desc="points"):
         s = get_shape(pt.shape)
         tokens = sum(pt.contexts)
+        draw = WEIGHT_DRAWS[pt.weight_draw]
         base = build_inputs(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
                             weight_format=pt.weight_format, device="cuda", seed=seed,
-                            spare_indices=0, spare_rows=0, spare_blocks=0)
+                            spare_indices=0, spare_rows=0, spare_blocks=0, **draw)
         ref = expected(base)
         # Enough input sets (at most 8) to span twice the L2 together, rotated between calls.
         per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
@@ -254,7 +263,11 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
         sets = [base] + [build_inputs(s, pt.contexts, block_size=pt.block_size,
                                       cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
                                       device="cuda", seed=seed + 1 + i, spare_indices=0,
-                                      spare_rows=0, spare_blocks=0) for i in range(n_sets - 1)]
+                                      spare_rows=0, spare_blocks=0, **draw)
+                for i in range(n_sets - 1)]
+        # hopper_ws widens an MXFP4 weight item by item: the share it runs in e4m3.
+        share = (float(hopper_ws.fp8_route(base.kv_proj_scale).float().mean())
+                 if pt.weight_format == "mxfp4" and hopper_ws is not None else float("nan"))
         prob, dev = check_arguments(*base.args()), device_spec(base.k_buffer.device)
         for name, dot, make in candidates(pt, torch_paths):
             design, cfg = "", pt.configs.get(name)
@@ -280,7 +293,8 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                 error = f"{type(e).__name__}: {str(e)[:200]}"
             rows += [measurement_row(prov, pt, name, timing, us, dot, ceilings,
                                      chk["max_rel_err"], chk["correct"],
-                                     "" if cfg is None else repr(cfg), error, design)
+                                     "" if cfg is None else repr(cfg), error, design,
+                                     share if design == "hopper_ws" else float("nan"))
                      for timing, us in timings]
         del sets, base, ref
         torch.cuda.empty_cache()

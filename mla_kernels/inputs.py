@@ -83,9 +83,12 @@ def random_fp8_codes(gen: torch.Generator, size, dtype: torch.dtype) -> torch.Te
 def random_weight(gen: torch.Generator, n: int, k: int, weight_format: str,
                   fp8_dtype: torch.dtype = torch.float8_e4m3fn,
                   scale_range: tuple[float, float] = (1e-3, 1e2),
-                  e8m0_range: tuple[int, int] = (-8, 4),
+                  e8m0_range: tuple[int, int] = (-7, 4),
+                  e8m0_full_span: bool = False,
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A stored weight of the format with random codes and scales, as the spec lays it out."""
+    """A stored weight of the format with random codes and scales, as the spec lays it out.
+    MXFP4's exponents are drawn from ``e8m0_range``; with ``e8m0_full_span`` every row holds
+    both ends of it (its first two groups)."""
     if weight_format == "bf16":
         return (torch.randn(n, k, generator=gen) * 0.05).to(torch.bfloat16), None
     if weight_format == "fp8_row":
@@ -99,6 +102,8 @@ def random_weight(gen: torch.Generator, n: int, k: int, weight_format: str,
         lo, hi = e8m0_range
         exps = torch.randint(lo + 127, hi + 128, (n, k // MX_BLOCK), generator=gen,
                              dtype=torch.int32).to(torch.uint8)
+        if e8m0_full_span:
+            exps[:, 0], exps[:, 1 % exps.shape[1]] = lo + 127, hi + 127
         return packed, exps
     raise ValueError(f"weight_format: expected bf16, fp8_row, fp8_block or mxfp4, got {weight_format!r}")
 
@@ -118,8 +123,15 @@ def build_inputs(
     k_scale: float | None = None,
     weight_scale_range: tuple[float, float] = (1e-3, 1e2),
     out_dtype: torch.dtype = torch.bfloat16,
+    e8m0_range: tuple[int, int] = (-7, 4),
+    e8m0_full_span: bool = False,
 ) -> GatherInputs:
     """A full random input set on ``device``.
+
+    An MXFP4 weight's power-of-two exponents are drawn from ``e8m0_range`` (inclusive); with
+    ``e8m0_full_span`` every weight row holds both ends of it. The default spans 12 binades,
+    the widest whose rows hopper_ws widens to e4m3 (a real checkpoint's rows span a few);
+    ``(-8, 4)`` with ``e8m0_full_span`` puts every row on its bf16 route.
 
     Blocks are allocated in shuffled order (plus ``spare_blocks`` never used), ``kv_indices``
     has ``spare_indices`` extra entries, and the outputs ``spare_rows`` extra rows.
@@ -153,7 +165,8 @@ def build_inputs(
         k_scale_t = None if k_scale is None else torch.tensor([k_scale], dtype=torch.float32)
 
     weight, wscale = random_weight(gen, shp.weight_rows, shp.kv_c_dim, weight_format, fp8_dtype,
-                                   scale_range=weight_scale_range)
+                                   scale_range=weight_scale_range, e8m0_range=e8m0_range,
+                                   e8m0_full_span=e8m0_full_span)
     rows = sum(contexts) + spare_rows
     k_prefix = torch.full((rows, shp.num_heads, shp.k_head_dim), float("nan"), dtype=out_dtype)
     v_prefix = torch.full((rows, shp.num_heads, shp.v_head_dim), float("nan"), dtype=out_dtype)

@@ -25,7 +25,8 @@ TIMED = ("chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
 
 
 def point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
-          variants: Iterable[str], device: DeviceSpec | None = None) -> Point:
+          variants: Iterable[str], device: DeviceSpec | None = None,
+          weight_draw: str = "") -> Point:
     """A Point timing those of ``variants`` that run this problem on ``device`` (default:
     the live GPU, else the registry's H200); "auto" always."""
     if device is None:
@@ -33,18 +34,19 @@ def point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int
     prob = problem_for(shape, contexts, cache, fmt, page)
     runs = tuple(v for v in variants
                  if v == "auto" or (v in DESIGNS and DESIGNS[v].runs(prob, device)))
-    return Point(shape, tuple(contexts), fmt, cache, page, runs)
+    return Point(shape, tuple(contexts), fmt, cache, page, runs, weight_draw=weight_draw)
 
 
 def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
-           device: DeviceSpec) -> Point:
-    return point(shape, contexts, fmt, cache, page, TIMED, device)
+           device: DeviceSpec, weight_draw: str = "") -> Point:
+    return point(shape, contexts, fmt, cache, page, TIMED, device, weight_draw)
 
 
 def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     """name -> Point: Kimi-K3 TP8 at the headline contexts for every weight format and cache
-    dtype; fp8 per-row at page sizes 16, 64 and 128; the ragged batch; 64 sequences of 4096;
-    DeepSeek-V3 TP8 and TP1 and GLM-5-style heads at 32000."""
+    dtype (MXFP4 also with a weight too wide for e4m3, ``.../wide``); fp8 per-row at page
+    sizes 16, 64 and 128; the ragged batch; 64 sequences of 4096; DeepSeek-V3 TP8 and TP1
+    and GLM-5-style heads at 32000."""
     out = {}
     for cache in ("fp8", "bf16"):
         for fmt in WEIGHT_FORMATS:
@@ -54,6 +56,10 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
         for ctx in (32000, 109440):
             out[f"kimi/fp8_row/fp8/p{page}/{ctx}"] = _point(KIMI, (ctx,), "fp8_row", "fp8", page,
                                                            device)
+    # MXFP4 with every row too wide for e4m3: hopper_ws's bf16 route on every item.
+    for ctx in HEADLINE[1:]:
+        out[f"kimi/mxfp4/fp8/p1/{ctx}/wide"] = _point(KIMI, (ctx,), "mxfp4", "fp8", 1, device,
+                                                     "wide")
     out["kimi/fp8_row/fp8/p1/ragged8"] = _point(KIMI, RAGGED8, "fp8_row", "fp8", 1, device)
     out["kimi/fp8_row/fp8/p1/64x4096"] = _point(KIMI, (4096,) * 64, "fp8_row", "fp8", 1, device)
     for shape in ("deepseek-v3-tp8", "deepseek-v3-tp1", "glm-5-style"):

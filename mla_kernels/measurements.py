@@ -70,10 +70,13 @@ class Measurement:
     config: str = ""
     error: str = ""
     design: str = ""  # the design the variant resolved to ("" for the torch paths)
+    weight_draw: str = ""  # how the weight was drawn beside its format ("" the default)
+    # MXFP4 on hopper_ws: the share of work items widened to e4m3 (NaN: no such route)
+    fp8_route_share: float = float("nan")
 
     KEY: ClassVar[tuple[str, ...]] = ("device", "model", "heads", "weight_format",
                                       "cache_dtype", "block_size", "contexts", "variant",
-                                      "timing", "config")
+                                      "timing", "config", "weight_draw")
 
     def key(self) -> tuple:
         return tuple(getattr(self, f) for f in self.KEY)

@@ -13,6 +13,7 @@ import mla_kernels as mk
 from mla_kernels.checks import check_outputs
 from mla_kernels.designs import DESIGNS
 from mla_kernels.devices import device_spec
+from mla_kernels.inputs import random_weight
 from mla_kernels.problem import check_arguments
 
 
@@ -39,11 +40,17 @@ def big_inputs():
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block", "bf16", "mxfp4"])
 @pytest.mark.parametrize("variant", list(DESIGNS))
-def test_offsets_past_2_31(variant, big_inputs):
+def test_offsets_past_2_31(variant, fmt, big_inputs):
     inp = big_inputs
+    shape = inp.shape
+    w, ws = random_weight(torch.Generator().manual_seed(7), shape.weight_rows, shape.kv_c_dim,
+                          fmt)
+    inp.kv_proj_weight, inp.kv_proj_scale = w.cuda(), None if ws is None else ws.cuda()
+    inp.weight_format = fmt
     if not DESIGNS[variant].runs(check_arguments(*inp.args()), device_spec(inp.k_buffer.device)):
-        pytest.skip(f"{variant} does not run here")
+        pytest.skip(f"{variant} does not run {fmt} here")
     inp.poison_outputs()
     mk.gather_kv_b_proj(*inp.args(), variant=variant)
     res = check_outputs(inp)
@@ -58,7 +65,8 @@ def test_debug_mode_stops_an_out_of_range_block_id(variant):
         import torch, mla_kernels as mk
         from mla_kernels.designs import DESIGNS
         from mla_kernels.devices import device_spec
-        from mla_kernels.problem import check_arguments
+        from mla_kernels.inputs import random_weight
+from mla_kernels.problem import check_arguments
         inp = mk.build_inputs("kimi-k3-tp8", [300, 77], block_size=16, device="cuda")
         if not DESIGNS["{variant}"].runs(check_arguments(*inp.args()), device_spec(inp.k_buffer.device)):
             print("SKIP"); raise SystemExit(0)

@@ -3,7 +3,8 @@ offered. Correctness runs need the GPU (it is compiled, never interpreted); the 
 its availability rules and, in test_compile.py, that it compiles for sm_90.
 
 Weights it runs (over an fp8 cache): fp8 per-row (the original path), fp8 per 128x128 block,
-and bf16 with no scale, a per-row or a per-block scale; float32 or bf16 scales."""
+bf16 with no scale, a per-row or a per-block scale (float32 or bf16 scales), and MXFP4
+widened in the kernel to e4m3 or, item by item where a row's scales span too much, bf16."""
 
 import math
 from dataclasses import replace
@@ -11,10 +12,20 @@ from dataclasses import replace
 import pytest
 import torch
 from test_kernels import run_and_check
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 import mla_kernels as mk
 from mla_kernels.designs import DESIGNS, resolve
-from mla_kernels.designs.hopper_ws import HopperWSConfig, supports
+from mla_kernels.designs.hopper_ws import (
+    HopperWSConfig,
+    _e2m1_chunk,
+    _mx_row_exponents,
+    _widen_bf16,
+    _widen_e4m3,
+    fp8_route,
+    supports,
+)
 from mla_kernels.devices import DEVICES, INTERPRETER
 
 KIMI = "kimi-k3-tp8"
@@ -171,6 +182,136 @@ def test_block_scales_far_apart_along_k(device, seed):
     run_and_check(inp, "hopper_ws")
 
 
+# ------------------------------------------------ MXFP4, widened in the kernel
+# Weight draws: every row within 12 binades (all items on the e4m3 route), every row holding
+# 13 (all on the bf16 route), and one item in three widened to bf16.
+MX_DRAWS = ("e4m3", "bf16", "mixed")
+
+
+def _mx_inputs(shape, contexts, block_size, draw, device, seed, **kw):
+    wide = draw == "bf16"
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format="mxfp4", device=device, seed=seed,
+                          e8m0_range=(-8, 4) if wide else (-7, 4), e8m0_full_span=wide, **kw)
+    if draw == "mixed":
+        # Row 5 of every third item spans -8 to 4: 13 binades.
+        items = inp.kv_proj_scale.view(-1, 128, inp.kv_proj_scale.shape[1])
+        items[1::3, 5, 2], items[1::3, 5, 3] = 127 - 8, 127 + 4
+    route = fp8_route(inp.kv_proj_scale)
+    assert {"e4m3": bool(route.all()), "bf16": not route.any(),
+            "mixed": bool(route.any() and not route.all())}[draw], route
+    return inp
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("draw", MX_DRAWS)
+@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
+    (KIMI, [37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
+    (KIMI, [1000], 1),
+    (KIMI, [100], 1),  # the one partial tile
+    (KIMI, [513, 0, 2048, 70], 64),
+    (KIMI, [4096], 1),
+    ("deepseek-v3-tp1", [700], 1),  # 256 items a tile
+])
+def test_mxfp4_matches_reference(draw, shape, contexts, block_size, device, seed):
+    inp = _mx_inputs(shape, contexts, block_size, draw, device, seed)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_mxfp4_program_runs_and_ring_depth(programs, stages, device, seed):
+    # Routes change item by item (4 or 8 chunks an item) within runs that start and end
+    # mid-tile; the info ring of stages + 1 entries wraps.
+    inp = _mx_inputs(KIMI, [900, 333], 1, "mixed", device, seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+
+
+@pytest.mark.gpu
+@hopper
+def test_mxfp4_fp16_outputs(device, seed):
+    inp = _mx_inputs(KIMI, [600], 1, "mixed", device, seed, out_dtype=torch.float16)
+    run_and_check(inp, "hopper_ws")
+
+
+@gluon.jit
+def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.constexpr,
+                 WS_LD: gl.constexpr):
+    """One program per 128-row item: hopper_ws's widening helpers' outputs, to global memory:
+    every K chunk widened both ways (whatever the item's route), the rows' largest codes
+    and the item's route."""
+    w_row = gl.program_id(0) * 128
+    w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    top, fits = _mx_row_exponents(ws_ptr, w_row, KV_C, WS_LD)
+    lw: gl.constexpr = gl.BlockedLayout([1, 32], [32, 1], [4, 1], [1, 0])
+    lb: gl.constexpr = gl.BlockedLayout([1, 64], [32, 1], [4, 1], [1, 0])
+    rw = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lw))
+    cw = gl.arange(0, 32, layout=gl.SliceLayout(0, lw))
+    rb = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lb))
+    cb = gl.arange(0, 64, layout=gl.SliceLayout(0, lb))
+    gl.store(top_ptr + rw, gl.convert_layout(top, gl.SliceLayout(1, lw)))
+    gl.store(fits_ptr + gl.program_id(0), fits.to(gl.int32))
+    for kb in gl.static_range(KV_C // 128):
+        words, code = _e2m1_chunk(w32_ptr, ws_ptr, w_row, kb, KV_C, WS_LD)
+        words = gl.convert_layout(_widen_e4m3(words, code, top), lw)
+        gl.store(e4m3_ptr + rw[:, None] * (KV_C // 4) + kb * 32 + cw[None, :], words)
+        for h in gl.static_range(2):
+            vals = gl.convert_layout(_widen_bf16(w32_ptr, ws_ptr, w_row, top, kb, h, KV_C,
+                                                    WS_LD), lb)
+            gl.store(bf16_ptr + rb[:, None] * KV_C + kb * 128 + h * 64 + cb[None, :], vals)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("kv_c", [512, 128])
+def test_mxfp4_widening_is_exact(kv_c, seed):
+    # Each row's codes within 12 binades of a base anywhere in [-110, 100], and every code
+    # of e2m1 (both zeros included); items of rows 13 binades wide besides. On the e4m3
+    # route the widened value times 2^F (F = the row's largest code - 133) is the
+    # dequantised weight, bit for bit; on the bf16 route too.
+    from mla_kernels.formats import dequantize_mxfp4
+
+    g = torch.Generator().manual_seed(seed)
+    n = 512
+    packed = torch.randint(0, 256, (n, kv_c // 2), generator=g, dtype=torch.uint8)
+    base = torch.randint(127 - 110, 127 + 100, (n, 1), generator=g)
+    codes = base + torch.randint(0, 12, (n, kv_c // 32), generator=g)
+    codes[256:384, 0] = base[256:384, 0] + 12  # the third item: 13 binades, bf16 only
+    codes = codes.to(torch.uint8)
+    w, ws = packed.cuda(), codes.cuda()
+    e4m3 = torch.empty(n, kv_c, dtype=torch.uint8, device="cuda")
+    bf16 = torch.empty(n, kv_c, dtype=torch.bfloat16, device="cuda")
+    top = torch.empty(n, dtype=torch.int32, device="cuda")
+    fits = torch.empty(n // 128, dtype=torch.int32, device="cuda")
+    _widen_probe[(n // 128,)](w, ws, e4m3.view(torch.int32), bf16, top, fits, KV_C=kv_c,
+                              WS_LD=kv_c // 32, num_warps=4)
+    deq = dequantize_mxfp4(packed, codes).double()
+    assert torch.equal(top.cpu(), codes.int().amax(1))
+    assert fits.cpu().bool().tolist() == fp8_route(codes).tolist() == [True, True, False, True]
+    factor = torch.exp2(codes.double().amax(1, keepdim=True) - 133)
+    on_e4m3 = fp8_route(codes).repeat_interleave(128)
+    widened8 = e4m3.cpu().view(torch.float8_e4m3fn)[on_e4m3].double()
+    assert torch.equal(widened8 * factor[on_e4m3], deq[on_e4m3]), f"seed {seed}"
+    assert torch.equal(bf16.cpu().double() * factor, deq), f"seed {seed}"
+    # Bit for bit, negative zeros included.
+    assert torch.equal(e4m3.cpu()[on_e4m3],
+                       (deq[on_e4m3] / factor[on_e4m3]).float().to(torch.float8_e4m3fn)
+                       .view(torch.uint8))
+    assert torch.equal(bf16.cpu().view(torch.int16),
+                       (deq / factor).float().to(torch.bfloat16).view(torch.int16))
+
+
+def test_fp8_route_rule():
+    codes = torch.full((384, 16), 120, dtype=torch.uint8)
+    codes[5, 3] = 120 + 11  # 12 binades: still e4m3
+    codes[200, 0] = 120 - 12  # 13 binades: the second item widens to bf16
+    assert fp8_route(codes).tolist() == [True, False, True]
+    assert fp8_route(codes.view(torch.float8_e8m0fnu)).tolist() == [True, False, True]
+
+
 def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16, **kw):
     from mla_kernels.occupancy import problem_for
 
@@ -180,7 +321,8 @@ def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16, **kw
 def test_supported_problems():
     assert supports(_prob())
     assert supports(_prob(shape="deepseek-v3-tp1", out_dtype=torch.float16))
-    for kw in (dict(fmt="mxfp4"), dict(cache="bf16"), dict(fmt="bf16", cache="bf16"),
+    assert supports(_prob(fmt="mxfp4"))
+    for kw in (dict(fmt="mxfp4", cache="bf16"), dict(cache="bf16"), dict(fmt="bf16", cache="bf16"),
                dict(fmt="fp8_block", cache="bf16"), dict(out_dtype=torch.float32),
                dict(fmt="bf16", out_dtype=torch.float32)):
         assert not supports(_prob(**kw)), kw

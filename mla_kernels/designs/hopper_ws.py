@@ -77,6 +77,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..devices import DeviceSpec
+from ..formats import as_uint8
 from ..problem import GatherArgs, Problem
 from .base import (
     DescriptorCache,
@@ -97,6 +98,8 @@ tma_io.store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_glo
 cp_async = types.ModuleType("cp_async")
 cp_async.load = (getattr(async_copy, "async_load", None)
                  or async_copy.async_copy_global_to_shared)
+# A barrier among one partition's warps: gl.thread_barrier in 3.6, gl.barrier later.
+partition_sync = getattr(gl, "barrier", None) or gl.thread_barrier
 
 TILE = 128  # tokens per tile, output columns per item (one head-half), K per weight chunk
 BM = gl.constexpr(TILE)  # tokens per tile
@@ -107,6 +110,40 @@ GATHER_WARPS = gl.constexpr(4)
 SCALE_NONE = gl.constexpr(SCALE_CODES["none"])
 SCALE_ROW = gl.constexpr(SCALE_CODES["row"])
 SCALE_BLOCK = gl.constexpr(SCALE_CODES["block"])
+SCALE_E8M0 = gl.constexpr(SCALE_CODES["e8m0"])
+
+# ------------------------------------------------------------- MXFP4 widening
+WIDEN_WARPS = gl.constexpr(4)
+# The e4m3 route holds a weight row whose e8m0 exponents span at most MX_SPAN binades: with
+# the row's factor 2^F, F = (largest exponent) - 6, each 32-value group is scaled by 2^d,
+# d in [-5, 6], and every e2m1 value (0.5 to 6) times 2^d is a normal e4m3 value
+# (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
+# runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
+MX_SPAN = gl.constexpr(11)
+MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
+# prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
+# 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
+# sign is the nibble's top bit, moved to the byte's top bit by prmt's sign-replicate mode
+# over bytes of 0x80 (0x80 -> bit 0 clear, 0xFF -> set) and a shift.
+_E2M1_TO_E4M3 = gl.constexpr("""{
+.reg .b32 l0, l1, t, m, s, k;
+mad.lo.s32 l0, $3, 0x08080800, 0x3C383000;
+mad.lo.s32 l1, $3, 0x08080808, 0x4C484440;
+mov.b32 k, 0x80808080;
+and.b32 t, $2, 0x7777;
+prmt.b32 m, l0, l1, t;
+prmt.b32 s, k, k, $2;
+shl.b32 s, s, 7;
+and.b32 s, s, 0x80808080;
+or.b32 $0, m, s;
+shr.u32 t, $2, 16;
+prmt.b32 s, k, k, t;
+and.b32 t, t, 0x7777;
+prmt.b32 m, l0, l1, t;
+shl.b32 s, s, 7;
+and.b32 s, s, 0x80808080;
+or.b32 $1, m, s;
+}""")
 
 
 @dataclass(frozen=True)
@@ -121,6 +158,164 @@ class HopperWSConfig(DesignConfig):
     _rules = {"ring_depth": (lambda v: type(v) is int and 2 <= v <= 4, "an int in [2, 4]"),
               "programs": optional(positive_int(1 << 20))}
     _legacy = {"stages": "ring_depth", "programs": "programs"}
+
+
+if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # 3.6 names it _reinterpret
+    @gluon.jit
+    def _as_words(slot):
+        """A [128 x 128] e4m3 ring slot as the [128 x 32] int32 words the widener writes
+        (the 128-byte swizzle places the same bytes either way)."""
+        return slot.reinterpret(gl.int32, [BN, BK // 4], gl.NVMMASharedLayout(
+            swizzle_byte_width=128, element_bitwidth=32, rank=2))
+
+    @gluon.jit
+    def _as_bf16(ring):
+        """The e4m3 ring as [STAGES, 128, 64] bf16 chunks (the same 16 KB a slot)."""
+        return ring.reinterpret(gl.bfloat16, [ring.shape[0], BN, BK // 2], gl.NVMMASharedLayout(
+            swizzle_byte_width=128, element_bitwidth=16, rank=2))
+else:
+    @gluon.jit
+    def _as_words(slot):
+        return slot._reinterpret(gl.int32, [BN, BK // 4], gl.NVMMASharedLayout(
+            swizzle_byte_width=128, element_bitwidth=32, rank=2))
+
+    @gluon.jit
+    def _as_bf16(ring):
+        return ring._reinterpret(gl.bfloat16, [ring.shape[0], BN, BK // 2], gl.NVMMASharedLayout(
+            swizzle_byte_width=128, element_bitwidth=16, rank=2))
+
+
+@gluon.jit
+def _mx_row_exponents(ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
+    """The largest e8m0 code of each of an item's 128 weight rows (a row a thread), and
+    whether the item takes the e4m3 route (no row's codes span more than MX_SPAN)."""
+    G: gl.constexpr = KV_C // 32
+    row_l: gl.constexpr = gl.BlockedLayout([1, G], [32, 1], [WIDEN_WARPS, 1], [1, 0])
+    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, row_l))
+    g = gl.arange(0, G, layout=gl.SliceLayout(0, row_l))
+    code = gl.load(ws_ptr + r[:, None] * WS_LD + g[None, :]).to(gl.int32)
+    top = gl.max(code, axis=1)
+    fits = gl.max(top - gl.min(code, axis=1), axis=0) <= MX_SPAN
+    return top, fits
+
+
+@gluon.jit
+def _e2m1_chunk(w32_ptr, ws_ptr, w_row, kb, KV_C: gl.constexpr, WS_LD: gl.constexpr):
+    """K chunk ``kb`` of an item's 128 weight rows, packed, a row a thread: [128 x 16] int32
+    words of 8 e2m1 values (low nibble first) and the [128 x 4] e8m0 codes of its groups."""
+    lay: gl.constexpr = gl.BlockedLayout([1, BK // 8], [32, 1], [WIDEN_WARPS, 1], [1, 0])
+    lay4: gl.constexpr = gl.BlockedLayout([1, BK // 32], [32, 1], [WIDEN_WARPS, 1], [1, 0])
+    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, lay))
+    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, lay))
+    words = gl.load(w32_ptr + r[:, None] * (KV_C // 8) + kb * (BK // 8) + w[None, :])
+    r4 = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, lay4))
+    g = gl.arange(0, BK // 32, layout=gl.SliceLayout(0, lay4))
+    code = gl.load(ws_ptr + r4[:, None] * WS_LD + kb * (BK // 32) + g[None, :])
+    return words, code
+
+
+@gluon.jit
+def _widen_e4m3(words, code, top):
+    """A packed chunk (``_e2m1_chunk``) as e4m3, each value its e2m1 value times
+    2^(code - top + 6) (exact on the e4m3 route): [128 x 32] int32 words of 4 values in K
+    order, a row a thread; two words out of each packed one (_E2M1_TO_E4M3)."""
+    d = code.to(gl.int32) - gl.convert_layout(top, gl.SliceLayout(1, code.type.layout))[:, None] + 6
+    # Each group's exponent beside each of its 4 words (copies of one register).
+    d = gl.join(d, d)
+    d = gl.join(d, d).reshape([BN, BK // 8])
+    lo, hi = gl.inline_asm_elementwise(_E2M1_TO_E4M3, "=r,=r,r,r",
+                                       [words, gl.convert_layout(d, words.type.layout)],
+                                       dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+    return gl.join(lo, hi).reshape([BN, BK // 4])
+
+
+@gluon.jit
+def _widen_bf16(w32_ptr, ws_ptr, w_row, top, kb, h, KV_C: gl.constexpr, WS_LD: gl.constexpr):
+    """K values [kb * 128 + h * 64, + 64) of an item's 128 weight rows as bf16, each its
+    e2m1 value times 2^(code - top + 6): [128 x 64], a row a thread. Exact, but for values
+    below float32's normal range, which are flushed to zero."""
+    lay: gl.constexpr = gl.BlockedLayout([1, 8, 8], [32, 1, 1], [WIDEN_WARPS, 1, 1], [2, 1, 0])
+    wl: gl.constexpr = gl.SliceLayout(2, lay)
+    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, wl))
+    w = gl.arange(0, 8, layout=gl.SliceLayout(0, wl))
+    j = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, lay)))
+    words = gl.load(w32_ptr + r[:, None] * (KV_C // 8) + kb * (BK // 8) + h * 8 + w[None, :])
+    code = gl.load(ws_ptr + r[:, None] * WS_LD + kb * (BK // 32) + h * 2 + (w // 4)[None, :])
+    d = code.to(gl.int32) - gl.convert_layout(top, gl.SliceLayout(1, wl))[:, None] + 6
+    p = (gl.maximum(d + 127 + 14, 0) << 23).to(gl.float32, bitcast=True)  # 2^(14 + d)
+    n = (words[:, :, None] >> (4 * j)[None, None, :]) & 15  # low nibble first
+    # The nibble's sign, exponent and mantissa bits placed in a float16's sign, low exponent
+    # and top mantissa bits: its value is the e2m1 value x 2^-14 (0.5 a subnormal).
+    bits = ((n & 8) << 12) | ((n & 7) << 9)
+    v = bits.to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32) * p[:, :, None]
+    return v.to(gl.bfloat16).reshape([BN, BK // 2])
+
+
+@gluon.jit
+def _pow2(f):
+    """2^f as float32 for integer f in [-252, 254] (two normal factors, an exact product)."""
+    a = f >> 1
+    return (((a + 127) << 23).to(gl.float32, bitcast=True)
+            * (((f - a) + 127) << 23).to(gl.float32, bitcast=True))
+
+
+@gluon.jit
+def _publish(bar):
+    """Hand a ring slot written by this partition's threads to the MMA warps: each thread's
+    stores made visible to the async proxy (wgmma), all threads done, one arrival."""
+    fence_async_shared()
+    partition_sync()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
+                NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
+                ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr):
+    """MXFP4's weight partition (in place of the TMA loader): reads the packed e2m1 bytes and
+    e8m0 scales of each item's 128 weight rows from global memory and writes them into the
+    ring widened, as [128 x 128] e4m3 chunks when every row fits, else as [128 x 64] bf16
+    chunks, with one factor 2^F a row (undone in the epilogue). The item's F and route go
+    to ``info`` before its first chunk is published."""
+    NK: gl.constexpr = KV_C // BK
+    w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
+    c = 0
+    for it in range(start, end):
+        hp = it % ITEMS_PER_TILE
+        w_row = (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
+        # The first chunk's loads go out with the scales' (one wait on memory, not two).
+        words, code = _e2m1_chunk(w32_ptr, ws_ptr, w_row, 0, KV_C, WS_LD)
+        top, fits = _mx_row_exponents(ws_ptr, w_row, KV_C, WS_LD)
+        # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
+        # released this item's first slot and so read the entry (they read it first).
+        mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
+        info.index((it - start) % (STAGES + 1)).store(
+            (top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)))
+        if fits:
+            for kb in gl.static_range(NK):
+                if kb + 1 < NK:  # the next chunk's loads in flight while this one widens
+                    words_next, code_next = _e2m1_chunk(w32_ptr, ws_ptr, w_row, kb + 1, KV_C,
+                                                        WS_LD)
+                e4m3 = _widen_e4m3(words, code, top)
+                s = c % STAGES
+                mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
+                _as_words(w_ring.index(s)).store(e4m3)
+                _publish(w_ready.index(s))
+                c += 1
+                if kb + 1 < NK:
+                    words = words_next
+                    code = code_next
+        else:
+            ring16 = _as_bf16(w_ring)
+            for kb in gl.static_range(NK):
+                for h in gl.static_range(2):
+                    vals = _widen_bf16(w32_ptr, ws_ptr, w_row, top, kb, h, KV_C, WS_LD)
+                    s = c % STAGES
+                    mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
+                    ring16.index(s).store(vals)
+                    _publish(w_ready.index(s))
+                    c += 1
 
 
 @gluon.jit
@@ -255,6 +450,49 @@ def _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES: 
 
 
 @gluon.jit
+def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, new_tile,
+                 last_of_tile, tiles_seen, NK: gl.constexpr, STEP: gl.constexpr,
+                 STAGES: gl.constexpr, a_layout: gl.constexpr):
+    """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
+    slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
+    chunk, the fp8 latent slice widened to a bf16 A operand in registers). Returns with the
+    last wgmma in flight (``_item_done`` retires it) and the weight-chunk count."""
+    WK: gl.constexpr = BK // STEP
+    for kb in gl.static_range(NK):
+        for h in gl.static_range(STEP):
+            s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
+            if STEP == 1:
+                a = lat.index(kb)
+            else:
+                # This K slice of the fp8 latent chunk, widened (exactly) in registers while
+                # the previous slice's wgmma runs.
+                a = lat.index(kb).slice(h * WK, WK, dim=1).load(a_layout)
+                a = a.to(gl.bfloat16)
+            acc = warpgroup_mma(a, w_ring.index(s).permute((1, 0)), acc,
+                                use_acc=kb * STEP + h > 0, is_async=True)
+            if kb * STEP + h > 0:
+                # The previous chunk's wgmma is done: its ring slot can be refilled.
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+                mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+                if h == 0:
+                    if last_of_tile:  # the tile's last reader of that chunk is done
+                        mbarrier.arrive(lat_empty.index(kb - 1), count=1)
+            c += 1
+    return acc, c
+
+
+@gluon.jit
+def _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK: gl.constexpr,
+               STAGES: gl.constexpr):
+    """Retire an item's last wgmma and release its last weight chunk (and latent chunk)."""
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+    if last_of_tile:
+        mbarrier.arrive(lat_empty.index(NK - 1), count=1)
+    return acc
+
+
+@gluon.jit
 def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
                        ws_row, c, new_tile, last_of_tile, tiles_seen,
                        KV_C: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
@@ -333,7 +571,7 @@ def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_
 
 @gluon.jit
 def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
-                  k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, out_buf, pe_out,
+                  k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf, pe_out,
                   w_ready, w_empty, lat_ready, lat_empty,
                   NOPE: gl.constexpr, V: gl.constexpr, PE: gl.constexpr, KV_C: gl.constexpr,
                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
@@ -345,6 +583,12 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
     # The A operand of a bf16 wgmma held in registers: two consecutive K values a register.
     a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    # MXFP4's bf16 route (the ring holds e4m3 chunks, STEP = 1, and bf16 ones by item).
+    acc16_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 16])
+    a16_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc16_layout,
+                                                   k_width=2)
+    one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (PE // 8), PE // 8],
                                                [num_warps, 1], [1, 0])
     out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
@@ -397,43 +641,40 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             f = s_last * k_scale
             out_t = (acc_t * f).to(out_ty)
             out_b = (acc_b * f).to(out_ty)
+        elif SCALE == SCALE_E8M0:
+            # The item's first chunk is published with its info entry (_mx_widener).
+            mbarrier.wait(w_ready.index(c % STAGES), (c // STAGES) & 1)
+            entry = info.index((it - start) % (STAGES + 1))
+            route = gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1
+            if route == 0:  # e4m3 chunks: fp8 x fp8, as fp8_row
+                acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty,
+                                      acc, c, new_tile, last_of_tile, tiles_seen, NK, 1,
+                                      STAGES, a_layout)
+            else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
+                acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
+                acc16, c = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty, lat_ready,
+                                        lat_empty, acc16, c, new_tile, last_of_tile,
+                                        tiles_seen, NK, 2, STAGES, a16_layout)
+                acc = gl.convert_layout(acc16, acc_layout)
+            # Each column's 2^F x k_scale, read behind the last wgmma.
+            scale = _pow2(entry.load(gl.SliceLayout(0, acc_layout)) >> 1) * k_scale
+            acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
+            out = (acc * scale[None, :]).to(out_ty)
         else:
             if SCALE == SCALE_ROW:
                 if STEP == 1:
                     # Fetched now, so their latency hides behind the wgmma.
                     scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
-            # Weight chunk kb * STEP + h multiplies K slice h of latent chunk kb.
-            for kb in gl.static_range(NK):
-                for h in gl.static_range(STEP):
-                    s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen,
-                                        STAGES)
-                    if STEP == 1:
-                        a = lat.index(kb)
-                    else:
-                        # A bf16 weight: this K slice of the fp8 latent chunk, widened
-                        # (exactly) in registers while the previous slice's wgmma runs.
-                        a = lat.index(kb).slice(h * WK, WK, dim=1).load(a_layout)
-                        a = a.to(gl.bfloat16)
-                    acc = warpgroup_mma(a, w_ring.index(s).permute((1, 0)), acc,
-                                        use_acc=kb * STEP + h > 0, is_async=True)
-                    if kb * STEP + h > 0:
-                        # The previous chunk's wgmma is done: its ring slot can be refilled.
-                        acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-                        mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-                        if h == 0:
-                            if last_of_tile:  # the tile's last reader of that chunk is done
-                                mbarrier.arrive(lat_empty.index(kb - 1), count=1)
-                    c += 1
+            acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c,
+                                  new_tile, last_of_tile, tiles_seen, NK, STEP, STAGES,
+                                  a_layout)
             if SCALE == SCALE_ROW:
                 if STEP > 1:
                     # A bf16 weight: fetched behind the last wgmma instead. While two
                     # widened A slices are live, a 32-register scale vector held across
                     # the K loop spills.
                     scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-            mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-            if last_of_tile:
-                mbarrier.arrive(lat_empty.index(NK - 1), count=1)
+            acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
 
             if SCALE == SCALE_ROW:
                 out = (acc * scale[None, :]).to(out_ty)
@@ -487,7 +728,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
 
 @gluon.jit
 def hopper_ws_kernel(
-    k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, ws_ptr,
+    k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
     k_out_ptr, v_out_ptr, w_desc, k_desc, pe_desc, v_desc,
     stride_block, stride_slot, num_blocks, batch,
     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
@@ -502,7 +743,17 @@ def hopper_ws_kernel(
     lat = gl.allocate_shared_memory(gl.float8e4nv, [NK, BM, BK], lat_smem)
     pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
                                        gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-    w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
+    if SCALE == SCALE_E8M0:
+        # MXFP4: no TMA, the widener writes [128 x 128] e4m3 (or [128 x 64] bf16) chunks,
+        # each item's factors and route in its info entry. w_desc is None.
+        w_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, BK], lat_smem)
+        info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],  # rank-1 entries
+                                         gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    else:
+        w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
+        # Unused (512 bytes): a partition's argument cannot be None in newer Gluon.
+        info = gl.allocate_shared_memory(gl.int32, [1, BN],
+                                         gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     out_buf = gl.allocate_shared_memory(k_desc.dtype, [2, BM, BN], k_desc.layout)
     pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
 
@@ -520,19 +771,33 @@ def hopper_ws_kernel(
     for kb in gl.static_range(NK + 1):
         mbarrier.init(lat_empty.index(kb), count=1)
 
-    gl.warp_specialize([
-        (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
-                         k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, out_buf, pe_out,
-                         w_ready, w_empty, lat_ready, lat_empty,
-                         NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD,
-                         num_warps)),
-        (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
-                          NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
-        (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                            stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
-                            lat_empty,
-                            KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
-    ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
+    # The weight partition: MXFP4's widener (four warps) or the TMA loader (one).
+    if SCALE == SCALE_E8M0:
+        gl.warp_specialize([
+            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
+                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
+                             pe_out, w_ready, w_empty, lat_ready, lat_empty,
+                             NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD,
+                             num_warps)),
+            (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
+                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
+            (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                                stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
+                                lat_empty, KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
+        ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
+    else:
+        gl.warp_specialize([
+            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
+                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
+                             pe_out, w_ready, w_empty, lat_ready, lat_empty,
+                             NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD,
+                             num_warps)),
+            (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
+                              NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
+            (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                                stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
+                                lat_empty, KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
+        ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
 
 
 # ------------------------------------------------------------------ host side
@@ -580,9 +845,19 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     rows = t.k_prefix.shape[0]
     k_cols, v_cols = prob.num_heads * (prob.nope_dim + prob.pe_dim), prob.num_heads * prob.v_dim
     w, ws = t.kv_proj_weight, t.kv_proj_scale
-    # Weight chunks of 128-byte rows: [128 x 128] fp8 or [128 x 64] bf16, 16 KB either way.
-    wk = TILE // w.element_size()
-    w_desc = _descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
+    mx = prob.scale == "e8m0"
+    if mx:  # MXFP4: read by pointer (as uint8: Triton 3.6 takes no float4 or e8m0 dtype)
+        w_view = as_uint8 if w.dtype != torch.uint8 or ws.dtype != torch.uint8 else None
+        ws = as_uint8(ws)
+
+        def w_desc(_):
+            return None
+        wk = TILE  # e4m3 chunks in the ring
+    else:
+        w_view = None
+        # Weight chunks of 128-byte rows: [128 x 128] fp8 or [128 x 64] bf16, 16 KB either way.
+        wk = TILE // w.element_size()
+        w_desc = _descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
     k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, TILE)
     pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, prob.pe_dim)
     v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, TILE, TILE)
@@ -590,22 +865,39 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.ring_depth,
-                  LOADER_REGS=24, GATHER_REGS=96, num_warps=4, WK=wk,
+                  # The widener holds a row's 16 packed words and 32 widened ones.
+                  LOADER_REGS=152 if mx else 24, GATHER_REGS=96, num_warps=4, WK=wk,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
-                  SCALE=SCALE_CODES[prob.scale], WS_LD=ws.stride(0) if prob.scale == "block" else 0,
+                  SCALE=SCALE_CODES[prob.scale],
+                  WS_LD=ws.stride(0) if prob.scale in ("block", "e8m0") else 0,
                   # 4 + 1 + 4 warps launch as three warpgroups: 12 x 32 x 168 <= 64K registers.
                   maxnreg=168)
-    launcher = JitLauncher(hopper_ws_kernel, grid, 16, consts)
+    launcher = JitLauncher(hopper_ws_kernel, grid, 17, consts)
 
     def launch(c: GatherArgs, aligned: bool | None = None, device: int | None = None):
+        w, ws = c.kv_proj_weight, c.kv_proj_scale
+        if w_view is not None:
+            w, ws = w_view(w), w_view(ws)
         return launcher([c.k_buffer, c.k_scale, c.kv_indptr, c.kv_indices,
                          c.kv_prefix_sum_context_lens,
+                         # Read by pointer for MXFP4 only (TMA otherwise).
+                         w if mx else c.k_scale,
                          # A weight with no scale (bf16): a pointer the kernel never reads.
-                         c.k_scale if c.kv_proj_scale is None else c.kv_proj_scale,
+                         c.k_scale if ws is None else ws,
                          c.k_prefix, c.v_prefix,
                          w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
                          v_desc(c.v_prefix), *ints], aligned, device)
     return launch
+
+
+def fp8_route(scale: torch.Tensor) -> torch.Tensor:
+    """Which 128-row blocks (work items) of an MXFP4 weight the kernel widens to e4m3 (True)
+    rather than bf16, from its e8m0 scale [N, K/32]: those whose rows' codes all span at most
+    MX_SPAN binades. The kernel decides the same on the device, per item; this host-side
+    copy of the rule is for reporting (the matrix's ``fp8_route_share``) and tests."""
+    codes = as_uint8(scale).to(torch.int32)
+    span = codes.amax(dim=1) - codes.amin(dim=1)
+    return (span <= MX_SPAN.value).view(-1, TILE).all(dim=1)
 
 
 def supports(prob: Problem) -> bool:
@@ -620,7 +912,8 @@ def supports(prob: Problem) -> bool:
                   and (prob.weight_format, prob.scale) in (("fp8_row", "row"),
                                                            ("fp8_block", "block")))
                  or (prob.weight_dtype == torch.bfloat16 and prob.weight_format == "bf16"
-                     and prob.scale in ("none", "row", "block")))
+                     and prob.scale in ("none", "row", "block"))
+                 or (prob.weight_format == "mxfp4" and prob.scale == "e8m0"))
     return (weight_ok and prob.nope_dim == prob.v_dim == TILE and prob.pe_dim == 64
             and prob.kv_c_dim % TILE == 0 and prob.kv_c_dim <= 4 * TILE
             and prob.cache_dtype == torch.float8_e4m3fn
@@ -636,7 +929,7 @@ def serves(prob: Problem, device: DeviceSpec) -> bool:
 
 HOPPER_WS = Design("hopper_ws", "persistent, warp-specialised Gluon kernel: TMA weight ring, "
                    "cp.async latent gather, async wgmma, overlapped TMA stores (sm_90 only)",
-                   ("fp8_row", "fp8_block", "bf16"), HopperWSConfig, hopper_ws_grid,
+                   ("fp8_row", "fp8_block", "bf16", "mxfp4"), HopperWSConfig, hopper_ws_grid,
                    prepare_hopper_ws, hopper_ws_work, kernels=(hopper_ws_kernel,), vendors=("nvidia",),
                    serves=serves)
 DESIGNS = (HOPPER_WS,)
