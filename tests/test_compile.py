@@ -108,8 +108,9 @@ _COMPILE_PATHS = textwrap.dedent(r"""
 def test_hopper_ws_new_paths_compile_for_sm90():
     # Block-scaled fp8, bf16 and MXFP4 weights: the same three warp groups within an SM's
     # shared memory, native wgmma of the right operand type only (fp8 x fp8; bf16 x bf16
-    # with the fp8 latent widened in registers; MXFP4 either, by item), no spills (the bf16 path's two widened A slices and
-    # the block path's renormalisation live beside the 128-register accumulator).
+    # with the fp8 latent widened in registers; MXFP4 either, by item), no spills (the
+    # bf16 path's two widened A slices and the block path's renormalisation live beside
+    # the 128-register accumulator; MXFP4's below).
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(HOPPER_WS_PATHS)],
@@ -135,7 +136,9 @@ def test_hopper_ws_new_paths_compile_for_sm90():
             assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"}, r
             assert len(r["wgmma"]) == 32, r
         assert r["mma_sync"] == 0, r
-        # MXFP4: ptxas keeps one 64-bit pointer and one int that every partition derives
-        # from the kernel's arguments (cs_ptr + batch) in local memory across the
-        # partitions' register reallocation: loaded once a partition, in no loop (SASS).
-        assert r["spill_bytes"] <= (16 if fmt == "mxfp4" else 0), r
+        # MXFP4: ptxas keeps a few values in local memory: under triton 3.6 one pointer and
+        # one int every partition derives from the arguments (cs_ptr + batch), across the
+        # partitions' register reallocation, loaded once a partition (16 bytes); newer
+        # ptxas also some of the widener's per-item values (up to 56 bytes, a few loads an
+        # item of ~1,500 instructions). Read from the SASS (docs/perf-notes.md).
+        assert r["spill_bytes"] <= (64 if fmt == "mxfp4" else 0), r

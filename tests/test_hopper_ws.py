@@ -19,8 +19,9 @@ import mla_kernels as mk
 from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.designs.hopper_ws import (
     HopperWSConfig,
-    _e2m1_chunk,
-    _mx_row_exponents,
+    _halves,
+    _mx_chunk,
+    _mx_item,
     _widen_bf16,
     _widen_e4m3,
     fp8_route,
@@ -245,7 +246,7 @@ def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.
     and the item's route."""
     w_row = gl.program_id(0) * 128
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-    top, fits = _mx_row_exponents(ws_ptr, w_row, KV_C, WS_LD)
+    words, packed, top, fits = _mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
     lw: gl.constexpr = gl.BlockedLayout([1, 32], [32, 1], [4, 1], [1, 0])
     lb: gl.constexpr = gl.BlockedLayout([1, 64], [32, 1], [4, 1], [1, 0])
     rw = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lw))
@@ -255,18 +256,19 @@ def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.
     gl.store(top_ptr + rw, gl.convert_layout(top, gl.SliceLayout(1, lw)))
     gl.store(fits_ptr + gl.program_id(0), fits.to(gl.int32))
     for kb in gl.static_range(KV_C // 128):
-        words, code = _e2m1_chunk(w32_ptr, ws_ptr, w_row, kb, KV_C, WS_LD)
-        words = gl.convert_layout(_widen_e4m3(words, code, top), lw)
-        gl.store(e4m3_ptr + rw[:, None] * (KV_C // 4) + kb * 32 + cw[None, :], words)
-        for h in gl.static_range(2):
-            vals = gl.convert_layout(_widen_bf16(w32_ptr, ws_ptr, w_row, top, kb, h, KV_C,
-                                                    WS_LD), lb)
-            gl.store(bf16_ptr + rb[:, None] * KV_C + kb * 128 + h * 64 + cb[None, :], vals)
+        chunk, d = _mx_chunk(words, packed, top, kb)
+        e4m3 = gl.convert_layout(_widen_e4m3(chunk, d), lw)
+        gl.store(e4m3_ptr + rw[:, None] * (KV_C // 4) + kb * 32 + cw[None, :], e4m3)
+        w_lo, d_lo, w_hi, d_hi = _halves(chunk, d)
+        lo = gl.convert_layout(_widen_bf16(w_lo, d_lo), lb)
+        hi = gl.convert_layout(_widen_bf16(w_hi, d_hi), lb)
+        gl.store(bf16_ptr + rb[:, None] * KV_C + kb * 128 + cb[None, :], lo)
+        gl.store(bf16_ptr + rb[:, None] * KV_C + kb * 128 + 64 + cb[None, :], hi)
 
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("kv_c", [512, 128])
+@pytest.mark.parametrize("kv_c", [512, 384, 128])
 def test_mxfp4_widening_is_exact(kv_c, seed):
     # Each row's codes within 12 binades of a base anywhere in [-110, 100], and every code
     # of e2m1 (both zeros included); items of rows 13 binades wide besides. On the e4m3

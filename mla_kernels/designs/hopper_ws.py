@@ -186,66 +186,84 @@ else:
 
 
 @gluon.jit
-def _mx_row_exponents(ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
-    """The largest e8m0 code of each of an item's 128 weight rows (a row a thread), and
-    whether the item takes the e4m3 route (no row's codes span more than MX_SPAN)."""
-    G: gl.constexpr = KV_C // 32
-    row_l: gl.constexpr = gl.BlockedLayout([1, G], [32, 1], [WIDEN_WARPS, 1], [1, 0])
-    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, row_l))
-    g = gl.arange(0, G, layout=gl.SliceLayout(0, row_l))
-    code = gl.load(ws_ptr + r[:, None] * WS_LD + g[None, :]).to(gl.int32)
-    top = gl.max(code, axis=1)
-    fits = gl.max(top - gl.min(code, axis=1), axis=0) <= MX_SPAN
-    return top, fits
+def _mx_item(w32_ptr, ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
+    """An item's 128 weight rows, packed, a row a thread, in one round of loads: the words
+    [128, NK, 16] (int32, 8 e2m1 values each, low nibble first, NK = K chunks rounded up to
+    a power of two), the codes [128, NK] (int32, a K chunk's four e8m0 codes, one a byte),
+    each row's largest code, and whether the item takes the e4m3 route (no row's codes span
+    more than MX_SPAN)."""
+    NK: gl.constexpr = KV_C // BK
+    NKP: gl.constexpr = triton.next_power_of_2(NK)
+    l3: gl.constexpr = gl.BlockedLayout([1, NKP, BK // 8], [32, 1, 1], [WIDEN_WARPS, 1, 1],
+                                        [2, 1, 0])
+    c3: gl.constexpr = gl.BlockedLayout([1, NKP, BK // 32], [32, 1, 1], [WIDEN_WARPS, 1, 1],
+                                        [2, 1, 0])
+    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, l3)))
+    k = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
+    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
+    words = gl.load(w32_ptr + r[:, None, None] * (KV_C // 8) + k[None, :, None] * (BK // 8)
+                    + w[None, None, :], mask=(k < NK)[None, :, None], other=0)
+    rc = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, c3)))
+    kc = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, c3)))
+    g = gl.arange(0, BK // 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, c3)))
+    kmask = (kc < NK)[None, :, None]
+    code = gl.load(ws_ptr + rc[:, None, None] * WS_LD + kc[None, :, None] * (BK // 32)
+                   + g[None, None, :], mask=kmask, other=0).to(gl.int32)
+    top = gl.max(gl.max(code, axis=2), axis=1)
+    low = gl.min(gl.min(gl.where(kmask, code, 255), axis=2), axis=1)
+    fits = gl.max(top - low, axis=0) <= MX_SPAN
+    packed = gl.sum(code << (8 * g)[None, None, :], axis=2)
+    return (words, gl.convert_layout(packed, gl.SliceLayout(2, l3)),
+            gl.convert_layout(top, gl.SliceLayout(1, gl.SliceLayout(2, l3))), fits)
 
 
 @gluon.jit
-def _e2m1_chunk(w32_ptr, ws_ptr, w_row, kb, KV_C: gl.constexpr, WS_LD: gl.constexpr):
-    """K chunk ``kb`` of an item's 128 weight rows, packed, a row a thread: [128 x 16] int32
-    words of 8 e2m1 values (low nibble first) and the [128 x 4] e8m0 codes of its groups."""
-    lay: gl.constexpr = gl.BlockedLayout([1, BK // 8], [32, 1], [WIDEN_WARPS, 1], [1, 0])
-    lay4: gl.constexpr = gl.BlockedLayout([1, BK // 32], [32, 1], [WIDEN_WARPS, 1], [1, 0])
-    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, lay))
-    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, lay))
-    words = gl.load(w32_ptr + r[:, None] * (KV_C // 8) + kb * (BK // 8) + w[None, :])
-    r4 = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, lay4))
-    g = gl.arange(0, BK // 32, layout=gl.SliceLayout(0, lay4))
-    code = gl.load(ws_ptr + r4[:, None] * WS_LD + kb * (BK // 32) + g[None, :])
-    return words, code
+def _mx_chunk(words, packed, top, kb: gl.constexpr):
+    """K chunk ``kb`` of an item (``_mx_item``): its [128 x 16] words and each word's
+    exponent offset d = code - top + 6 (picked out of registers: kb is a constant)."""
+    l3: gl.constexpr = words.type.layout
+    k = gl.arange(0, words.shape[1], layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
+    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
+    chunk = gl.sum(gl.where((k == kb)[None, :, None], words, 0), axis=1)
+    codes = gl.sum(gl.where((k == kb)[None, :], packed, 0), axis=1)
+    codes = gl.convert_layout(codes, gl.SliceLayout(1, chunk.type.layout))
+    top = gl.convert_layout(top, gl.SliceLayout(1, chunk.type.layout))
+    d = ((codes[:, None] >> (8 * (w // 4))[None, :]) & 0xFF) - top[:, None] + 6
+    return chunk, d
 
 
 @gluon.jit
-def _widen_e4m3(words, code, top):
-    """A packed chunk (``_e2m1_chunk``) as e4m3, each value its e2m1 value times
-    2^(code - top + 6) (exact on the e4m3 route): [128 x 32] int32 words of 4 values in K
-    order, a row a thread; two words out of each packed one (_E2M1_TO_E4M3)."""
-    d = code.to(gl.int32) - gl.convert_layout(top, gl.SliceLayout(1, code.type.layout))[:, None] + 6
-    # Each group's exponent beside each of its 4 words (copies of one register).
-    d = gl.join(d, d)
-    d = gl.join(d, d).reshape([BN, BK // 8])
-    lo, hi = gl.inline_asm_elementwise(_E2M1_TO_E4M3, "=r,=r,r,r",
-                                       [words, gl.convert_layout(d, words.type.layout)],
+def _widen_e4m3(words, d):
+    """A chunk's words (``_mx_chunk``) as e4m3, each value its e2m1 value times 2^d (exact on
+    the e4m3 route): [128 x 32] int32 words of 4 values in K order, a row a thread; two
+    words out of each packed one (_E2M1_TO_E4M3)."""
+    lo, hi = gl.inline_asm_elementwise(_E2M1_TO_E4M3, "=r,=r,r,r", [words, d],
                                        dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
     return gl.join(lo, hi).reshape([BN, BK // 4])
 
 
 @gluon.jit
-def _widen_bf16(w32_ptr, ws_ptr, w_row, top, kb, h, KV_C: gl.constexpr, WS_LD: gl.constexpr):
-    """K values [kb * 128 + h * 64, + 64) of an item's 128 weight rows as bf16, each its
-    e2m1 value times 2^(code - top + 6): [128 x 64], a row a thread. Exact, but for values
-    below float32's normal range, which are flushed to zero."""
+def _halves(words, d):
+    """A chunk (``_mx_chunk``) as its two 64-value halves: ([128 x 8] words, [128 x 8]
+    exponent offsets) each (register renaming only)."""
+    w0, w1 = gl.split(words.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
+    d0, d1 = gl.split(d.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
+    return w0, d0, w1, d1
+
+
+@gluon.jit
+def _widen_bf16(words, d):
+    """A half-chunk (``_halves``) as bf16, each value its e2m1 value times 2^d: [128 x 64],
+    a row a thread. Exact, but for values below float32's normal range, which are flushed
+    to zero."""
     lay: gl.constexpr = gl.BlockedLayout([1, 8, 8], [32, 1, 1], [WIDEN_WARPS, 1, 1], [2, 1, 0])
     wl: gl.constexpr = gl.SliceLayout(2, lay)
-    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, wl))
-    w = gl.arange(0, 8, layout=gl.SliceLayout(0, wl))
     j = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, lay)))
-    words = gl.load(w32_ptr + r[:, None] * (KV_C // 8) + kb * (BK // 8) + h * 8 + w[None, :])
-    code = gl.load(ws_ptr + r[:, None] * WS_LD + kb * (BK // 32) + h * 2 + (w // 4)[None, :])
-    d = code.to(gl.int32) - gl.convert_layout(top, gl.SliceLayout(1, wl))[:, None] + 6
-    p = (gl.maximum(d + 127 + 14, 0) << 23).to(gl.float32, bitcast=True)  # 2^(14 + d)
-    n = (words[:, :, None] >> (4 * j)[None, None, :]) & 15  # low nibble first
+    p = (gl.maximum(gl.convert_layout(d, wl) + 127 + 14, 0) << 23).to(gl.float32, bitcast=True)
+    n = (gl.convert_layout(words, wl)[:, :, None] >> (4 * j)[None, None, :]) & 15
     # The nibble's sign, exponent and mantissa bits placed in a float16's sign, low exponent
-    # and top mantissa bits: its value is the e2m1 value x 2^-14 (0.5 a subnormal).
+    # and top mantissa bits: its value is the e2m1 value x 2^-14 (0.5 a subnormal); times
+    # 2^(14 + d).
     bits = ((n & 8) << 12) | ((n & 7) << 9)
     v = bits.to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32) * p[:, :, None]
     return v.to(gl.bfloat16).reshape([BN, BK // 2])
@@ -278,39 +296,41 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
     chunks, with one factor 2^F a row (undone in the epilogue). The item's F and route go
     to ``info`` before its first chunk is published."""
     NK: gl.constexpr = KV_C // BK
+    info_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     c = 0
     for it in range(start, end):
         hp = it % ITEMS_PER_TILE
         w_row = (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
-        # The first chunk's loads go out with the scales' (one wait on memory, not two).
-        words, code = _e2m1_chunk(w32_ptr, ws_ptr, w_row, 0, KV_C, WS_LD)
-        top, fits = _mx_row_exponents(ws_ptr, w_row, KV_C, WS_LD)
+        # Every load of the item at once. Each chunk's hand-over fences shared memory for
+        # wgmma (fence.proxy.async: MEMBAR.ALL.CTA), which also waits for every load in
+        # flight: loads issued chunk by chunk would each wait out L2's latency there.
+        words, packed, top, fits = _mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
         mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
         info.index((it - start) % (STAGES + 1)).store(
-            (top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)))
+            gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
         if fits:
             for kb in gl.static_range(NK):
-                if kb + 1 < NK:  # the next chunk's loads in flight while this one widens
-                    words_next, code_next = _e2m1_chunk(w32_ptr, ws_ptr, w_row, kb + 1, KV_C,
-                                                        WS_LD)
-                e4m3 = _widen_e4m3(words, code, top)
+                chunk, d = _mx_chunk(words, packed, top, kb)
+                e4m3 = _widen_e4m3(chunk, d)
                 s = c % STAGES
                 mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
                 _as_words(w_ring.index(s)).store(e4m3)
                 _publish(w_ready.index(s))
                 c += 1
-                if kb + 1 < NK:
-                    words = words_next
-                    code = code_next
         else:
             ring16 = _as_bf16(w_ring)
             for kb in gl.static_range(NK):
+                chunk, d = _mx_chunk(words, packed, top, kb)
+                w_lo, d_lo, w_hi, d_hi = _halves(chunk, d)
                 for h in gl.static_range(2):
-                    vals = _widen_bf16(w32_ptr, ws_ptr, w_row, top, kb, h, KV_C, WS_LD)
+                    if h == 0:
+                        vals = _widen_bf16(w_lo, d_lo)
+                    else:
+                        vals = _widen_bf16(w_hi, d_hi)
                     s = c % STAGES
                     mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
                     ring16.index(s).store(vals)
@@ -866,7 +886,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.ring_depth,
                   # The widener holds a row's 16 packed words and 32 widened ones.
-                  LOADER_REGS=152 if mx else 24, GATHER_REGS=96, num_warps=4, WK=wk,
+                  LOADER_REGS=160 if mx else 24, GATHER_REGS=88 if mx else 96, num_warps=4, WK=wk,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
                   SCALE=SCALE_CODES[prob.scale],
                   WS_LD=ws.stride(0) if prob.scale in ("block", "e8m0") else 0,
