@@ -20,9 +20,8 @@ from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.designs.hopper_ws import (
     HopperWSConfig,
     _halves,
-    _mx_codes,
-    _mx_exponents,
-    _mx_offsets,
+    _mx_chunk,
+    _mx_item,
     _widen_bf16,
     _widen_e4m3,
     fp8_route,
@@ -247,12 +246,9 @@ def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.
     and the item's route."""
     w_row = gl.program_id(0) * 128
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-    packed, top, fits = _mx_exponents(_mx_codes(ws_ptr, w_row, KV_C, WS_LD), KV_C)
-    lk: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [4, 1], [1, 0])
+    words, packed, top, fits = _mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
     lw: gl.constexpr = gl.BlockedLayout([1, 32], [32, 1], [4, 1], [1, 0])
     lb: gl.constexpr = gl.BlockedLayout([1, 64], [32, 1], [4, 1], [1, 0])
-    rk = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lk))
-    ck = gl.arange(0, 16, layout=gl.SliceLayout(0, lk))
     rw = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lw))
     cw = gl.arange(0, 32, layout=gl.SliceLayout(0, lw))
     rb = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lb))
@@ -260,8 +256,7 @@ def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.
     gl.store(top_ptr + rw, gl.convert_layout(top, gl.SliceLayout(1, lw)))
     gl.store(fits_ptr + gl.program_id(0), fits.to(gl.int32))
     for kb in gl.static_range(KV_C // 128):
-        chunk = gl.load(w32_ptr + rk[:, None] * (KV_C // 8) + kb * 16 + ck[None, :])
-        d = _mx_offsets(packed, top, kb, lk)
+        chunk, d = _mx_chunk(words, packed, top, kb)
         e4m3 = gl.convert_layout(_widen_e4m3(chunk, d), lw)
         gl.store(e4m3_ptr + rw[:, None] * (KV_C // 4) + kb * 32 + cw[None, :], e4m3)
         w_lo, d_lo, w_hi, d_hi = _halves(chunk, d)

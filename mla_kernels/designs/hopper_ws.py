@@ -120,7 +120,6 @@ WIDEN_WARPS = gl.constexpr(4)
 # (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
 # runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
 MX_SPAN = gl.constexpr(11)
-MX_MAX_STAGES = 3  # ring slots beside the widener's staging buffer (shared memory)
 MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
 # prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
 # 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
@@ -187,77 +186,57 @@ else:
 
 
 @gluon.jit
-def _mx_codes(ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
-    """An item's e8m0 codes, a row a thread: uint8 [128, NK, 4] (NK = K chunks rounded up to
-    a power of two; past the last chunk 0)."""
+def _mx_item(w32_ptr, ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
+    """An item's 128 weight rows, packed, a row a thread, in one round of loads: the words
+    [128, NK, 16] (int32, 8 e2m1 values each, low nibble first, NK = K chunks rounded up to
+    a power of two), the codes [128, NK] (int32, a K chunk's four e8m0 codes, one a byte),
+    each row's largest code, and whether the item takes the e4m3 route (no row's codes span
+    more than MX_SPAN)."""
     NK: gl.constexpr = KV_C // BK
     NKP: gl.constexpr = triton.next_power_of_2(NK)
+    l3: gl.constexpr = gl.BlockedLayout([1, NKP, BK // 8], [32, 1, 1], [WIDEN_WARPS, 1, 1],
+                                        [2, 1, 0])
     c3: gl.constexpr = gl.BlockedLayout([1, NKP, BK // 32], [32, 1, 1], [WIDEN_WARPS, 1, 1],
                                         [2, 1, 0])
-    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, c3)))
-    k = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, c3)))
+    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, l3)))
+    k = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
+    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
+    words = gl.load(w32_ptr + r[:, None, None] * (KV_C // 8) + k[None, :, None] * (BK // 8)
+                    + w[None, None, :], mask=(k < NK)[None, :, None], other=0)
+    rc = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, c3)))
+    kc = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, c3)))
     g = gl.arange(0, BK // 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, c3)))
-    return gl.load(ws_ptr + r[:, None, None] * WS_LD + k[None, :, None] * (BK // 32)
-                   + g[None, None, :], mask=(k < NK)[None, :, None], other=0)
-
-
-@gluon.jit
-def _mx_exponents(code, KV_C: gl.constexpr):
-    """From an item's codes (``_mx_codes``): [128, NK] int32 holding a K chunk's four codes,
-    one a byte; each row's largest code; and whether the item takes the e4m3 route (no
-    row's codes span more than MX_SPAN)."""
-    NK: gl.constexpr = KV_C // BK
-    code = code.to(gl.int32)
-    k = gl.arange(0, code.shape[1], layout=gl.SliceLayout(0, gl.SliceLayout(2, code.type.layout)))
-    g = gl.arange(0, BK // 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, code.type.layout)))
+    kmask = (kc < NK)[None, :, None]
+    code = gl.load(ws_ptr + rc[:, None, None] * WS_LD + kc[None, :, None] * (BK // 32)
+                   + g[None, None, :], mask=kmask, other=0).to(gl.int32)
     top = gl.max(gl.max(code, axis=2), axis=1)
-    low = gl.min(gl.min(gl.where((k < NK)[None, :, None], code, 255), axis=2), axis=1)
+    low = gl.min(gl.min(gl.where(kmask, code, 255), axis=2), axis=1)
     fits = gl.max(top - low, axis=0) <= MX_SPAN
-    return gl.sum(code << (8 * g)[None, None, :], axis=2), top, fits
+    packed = gl.sum(code << (8 * g)[None, None, :], axis=2)
+    return (words, gl.convert_layout(packed, gl.SliceLayout(2, l3)),
+            gl.convert_layout(top, gl.SliceLayout(1, gl.SliceLayout(2, l3))), fits)
 
 
 @gluon.jit
-def _mx_offsets(packed, top, kb: gl.constexpr, layout: gl.constexpr):
-    """Exponent offsets d = code - top + 6 of K chunk ``kb``'s 16 packed words a row, in
-    ``layout`` ([128 x 16], a row a thread), picked out of registers (kb is a constant)."""
-    k = gl.arange(0, packed.shape[1], layout=gl.SliceLayout(0, packed.type.layout))
+def _mx_chunk(words, packed, top, kb: gl.constexpr):
+    """K chunk ``kb`` of an item (``_mx_item``): its [128 x 16] words and each word's
+    exponent offset d = code - top + 6 (picked out of registers: kb is a constant)."""
+    l3: gl.constexpr = words.type.layout
+    k = gl.arange(0, words.shape[1], layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
+    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
+    chunk = gl.sum(gl.where((k == kb)[None, :, None], words, 0), axis=1)
     codes = gl.sum(gl.where((k == kb)[None, :], packed, 0), axis=1)
-    codes = gl.convert_layout(codes, gl.SliceLayout(1, layout))
-    top = gl.convert_layout(top, gl.SliceLayout(1, layout))
-    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, layout))
-    return ((codes[:, None] >> (8 * (w // 4))[None, :]) & 0xFF) - top[:, None] + 6
-
-
-@gluon.jit
-def _mx_row(it, NOPE: gl.constexpr, V: gl.constexpr, ITEMS_PER_TILE: gl.constexpr):
-    """First weight row of item ``it`` (a head's K-nope or V rows)."""
-    hp = it % ITEMS_PER_TILE
-    return (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
-
-
-@gluon.jit
-def _stage(staging, w32_ptr, q, start, end, NOPE: gl.constexpr, V: gl.constexpr,
-           KV_C: gl.constexpr, ITEMS_PER_TILE: gl.constexpr):
-    """cp.async the packed K chunk ``q`` of this program's sequence (item start + q // NK)
-    into staging slot q % 2, a row a thread (64 bytes: four 16-byte copies), as one commit
-    group (empty past the program's last item). Unlike a load into registers, a copy in
-    flight is not waited for by the hand-over's fence."""
-    NK: gl.constexpr = KV_C // BK
-    lay: gl.constexpr = gl.BlockedLayout([1, BK // 8], [32, 1], [WIDEN_WARPS, 1], [1, 0])
-    it = start + q // NK
-    r = _mx_row(it, NOPE, V, ITEMS_PER_TILE) + gl.arange(0, BN, layout=gl.SliceLayout(1, lay))
-    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, lay))
-    cp_async.load(staging.index(q % 2),
-                  w32_ptr + r[:, None] * (KV_C // 8) + (q % NK) * (BK // 8) + w[None, :],
-                  mask=(w[None, :] >= 0) & (it < end))
-    async_copy.commit_group()
+    codes = gl.convert_layout(codes, gl.SliceLayout(1, chunk.type.layout))
+    top = gl.convert_layout(top, gl.SliceLayout(1, chunk.type.layout))
+    d = ((codes[:, None] >> (8 * (w // 4))[None, :]) & 0xFF) - top[:, None] + 6
+    return chunk, d
 
 
 @gluon.jit
 def _widen_e4m3(words, d):
-    """A K chunk's [128 x 16] packed words and their offsets (``_mx_offsets``) as e4m3,
-    each value its e2m1 value times 2^d (exact on the e4m3 route): [128 x 32] int32 words
-    of 4 values in K order, a row a thread; two out of each packed one (_E2M1_TO_E4M3)."""
+    """A chunk's words (``_mx_chunk``) as e4m3, each value its e2m1 value times 2^d (exact on
+    the e4m3 route): [128 x 32] int32 words of 4 values in K order, a row a thread; two
+    words out of each packed one (_E2M1_TO_E4M3)."""
     lo, hi = gl.inline_asm_elementwise(_E2M1_TO_E4M3, "=r,=r,r,r", [words, d],
                                        dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
     return gl.join(lo, hi).reshape([BN, BK // 4])
@@ -265,7 +244,7 @@ def _widen_e4m3(words, d):
 
 @gluon.jit
 def _halves(words, d):
-    """A K chunk's words and offsets as its two 64-value halves: ([128 x 8] words, [128 x 8]
+    """A chunk (``_mx_chunk``) as its two 64-value halves: ([128 x 8] words, [128 x 8]
     exponent offsets) each (register renaming only)."""
     w0, w1 = gl.split(words.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
     d0, d1 = gl.split(d.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
@@ -308,34 +287,26 @@ def _publish(bar):
 
 
 @gluon.jit
-def _mx_widener(w_ptr, ws_ptr, w_ring, info, staging, w_ready, w_empty, cs_ptr, batch,
+def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                 NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
                 ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr):
     """MXFP4's weight partition (in place of the TMA loader): reads the packed e2m1 bytes and
-    e8m0 scales of each item's 128 weight rows and writes them into the ring widened, as
-    [128 x 128] e4m3 chunks when every row fits, else as [128 x 64] bf16 chunks, with one
-    factor 2^F a row (undone in the epilogue). The item's F and route go to ``info`` before
-    its first chunk is published.
-
-    Each chunk's hand-over fences shared memory for wgmma (fence.proxy.async, in SASS
-    MEMBAR.ALL.CTA), which also waits for every load into registers still in flight. So the
-    packed words come through a two-slot staging buffer by cp.async, two chunks ahead
-    (not waited for there), and an item's codes are loaded while the item before it is
-    widened (its first hand-over waits for them, behind one chunk's widening)."""
+    e8m0 scales of each item's 128 weight rows from global memory and writes them into the
+    ring widened, as [128 x 128] e4m3 chunks when every row fits, else as [128 x 64] bf16
+    chunks, with one factor 2^F a row (undone in the epilogue). The item's F and route go
+    to ``info`` before its first chunk is published."""
     NK: gl.constexpr = KV_C // BK
-    lay: gl.constexpr = gl.BlockedLayout([1, BK // 8], [32, 1], [WIDEN_WARPS, 1], [1, 0])
     info_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
-    _stage(staging, w32_ptr, 0, start, end, NOPE, V, KV_C, ITEMS_PER_TILE)
-    _stage(staging, w32_ptr, 1, start, end, NOPE, V, KV_C, ITEMS_PER_TILE)
-    code = _mx_codes(ws_ptr, _mx_row(start, NOPE, V, ITEMS_PER_TILE), KV_C, WS_LD)
-    c = 0  # ring slots filled
-    q = 0  # packed chunks widened
+    c = 0
     for it in range(start, end):
-        packed, top, fits = _mx_exponents(code, KV_C)
-        # The next item's codes (past the last item, a valid row's: never used).
-        code = _mx_codes(ws_ptr, _mx_row(it + 1, NOPE, V, ITEMS_PER_TILE), KV_C, WS_LD)
+        hp = it % ITEMS_PER_TILE
+        w_row = (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
+        # Every load of the item at once. Each chunk's hand-over fences shared memory for
+        # wgmma (fence.proxy.async: MEMBAR.ALL.CTA), which also waits for every load in
+        # flight: loads issued chunk by chunk would each wait out L2's latency there.
+        words, packed, top, fits = _mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
         mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
@@ -343,11 +314,8 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, staging, w_ready, w_empty, cs_ptr, 
             gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
         if fits:
             for kb in gl.static_range(NK):
-                async_copy.wait_group(1)  # chunk q has landed (q + 1 may be in flight)
-                words = staging.index(q % 2).load(lay)  # this thread's own row
-                e4m3 = _widen_e4m3(words, _mx_offsets(packed, top, kb, lay))
-                _stage(staging, w32_ptr, q + 2, start, end, NOPE, V, KV_C, ITEMS_PER_TILE)
-                q += 1
+                chunk, d = _mx_chunk(words, packed, top, kb)
+                e4m3 = _widen_e4m3(chunk, d)
                 s = c % STAGES
                 mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
                 _as_words(w_ring.index(s)).store(e4m3)
@@ -356,23 +324,18 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, staging, w_ready, w_empty, cs_ptr, 
         else:
             ring16 = _as_bf16(w_ring)
             for kb in gl.static_range(NK):
-                async_copy.wait_group(1)
-                words = staging.index(q % 2).load(lay)
-                w_lo, d_lo, w_hi, d_hi = _halves(words, _mx_offsets(packed, top, kb, lay))
+                chunk, d = _mx_chunk(words, packed, top, kb)
+                w_lo, d_lo, w_hi, d_hi = _halves(chunk, d)
                 for h in gl.static_range(2):
                     if h == 0:
                         vals = _widen_bf16(w_lo, d_lo)
                     else:
                         vals = _widen_bf16(w_hi, d_hi)
-                        _stage(staging, w32_ptr, q + 2, start, end, NOPE, V, KV_C,
-                               ITEMS_PER_TILE)
-                        q += 1
                     s = c % STAGES
                     mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
                     ring16.index(s).store(vals)
                     _publish(w_ready.index(s))
                     c += 1
-    async_copy.wait_group(0)
 
 
 @gluon.jit
@@ -806,10 +769,6 @@ def hopper_ws_kernel(
         w_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, BK], lat_smem)
         info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],  # rank-1 entries
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-        # Two packed K chunks, a 64-byte row a thread; 16-byte vectors swizzled by row so a
-        # warp's 32 rows read (and cp.async writes) without bank conflicts.
-        staging = gl.allocate_shared_memory(gl.int32, [2, BN, BK // 8],
-                                            gl.SwizzledSharedLayout(4, 1, 4, order=[1, 0]))
     else:
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
         # Unused (512 bytes): a partition's argument cannot be None in newer Gluon.
@@ -840,8 +799,8 @@ def hopper_ws_kernel(
                              pe_out, w_ready, w_empty, lat_ready, lat_empty,
                              NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD,
                              num_warps)),
-            (_mx_widener, (w_ptr, ws_ptr, w_ring, info, staging, w_ready, w_empty, cs_ptr,
-                           batch, NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
+            (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
+                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
             (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                                 stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
                                 lat_empty, KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
@@ -925,9 +884,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
-                  SEARCH_STEPS=max(1, prob.batch.bit_length()),
-                  # MXFP4's packed staging takes the room of a fourth ring slot.
-                  STAGES=min(config.ring_depth, MX_MAX_STAGES) if mx else config.ring_depth,
+                  SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.ring_depth,
                   # The widener holds a row's 16 packed words and 32 widened ones.
                   LOADER_REGS=160 if mx else 24, GATHER_REGS=88 if mx else 96, num_warps=4, WK=wk,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
