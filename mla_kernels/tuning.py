@@ -14,6 +14,8 @@ every weight format on fp8 and bf16 caches, fp8 per-row at pages 1 to 128), scor
 launch replayed from a CUDA graph. tests/test_tuning.py asserts that every point of that run
 has what this table picks within 5% of its best design. The tiled configs with 128-row
 tiles and 8 warps come from data/exploration/h200/tune_2026-11-29.csv (32000 tokens).
+MXFP4 on an fp8 cache, served by hopper_ws since, from the MXFP4 matrix of a later commit
+(data/exploration/h200/mxfp4/2026-11-30-*/perf_matrix_mxfp4.csv, asserted the same way).
 """
 
 from __future__ import annotations
@@ -28,9 +30,10 @@ TUNED: dict[tuple[str, str, str, object], object] = {
     ("H200", "fp8_row", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
     ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
     ("H200", "bf16", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
-    # MXFP4 on an fp8 cache: TMA stores win from 16k tokens on, 128-row tiles below.
-    ("H200", "mxfp4", "fp8", ANY): [(16384, "tiled_tma", {}),
-                                    (0, "tiled", {**_TILED_128_8, "split": False})],
+    # MXFP4 on an fp8 cache: the warp-specialised design, widening in the kernel
+    # (data/exploration/h200/mxfp4/; before it, tiled_tma from 16k tokens on
+    # and 128-row tiles below).
+    ("H200", "mxfp4", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
     # A bf16 cache (no fast path yet): the portable designs.
     ("H200", "fp8_row", "bf16", ANY): ("tiled_tma", {}),
     ("H200", "fp8_block", "bf16", ANY): ("tiled", {**_TILED_128_8, "split": True}),

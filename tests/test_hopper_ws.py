@@ -238,6 +238,16 @@ def test_mxfp4_fp16_outputs(device, seed):
     run_and_check(inp, "hopper_ws")
 
 
+@pytest.mark.gpu
+@hopper
+@pytest.mark.skipif(not hasattr(torch, "float4_e2m1fn_x2"), reason="torch without fp4 dtypes")
+def test_mxfp4_as_torch_fp4_and_e8m0_dtypes(device, seed):
+    inp = _mx_inputs(KIMI, [300, 0, 129], 16, "mixed", device, seed)
+    inp.kv_proj_weight = inp.kv_proj_weight.view(torch.float4_e2m1fn_x2)
+    inp.kv_proj_scale = inp.kv_proj_scale.view(torch.float8_e8m0fnu)
+    run_and_check(inp, "hopper_ws")
+
+
 @gluon.jit
 def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.constexpr,
                  WS_LD: gl.constexpr):
