@@ -71,7 +71,7 @@ HOPPER_WS_PATHS = [
     ("bf16", "block", "float32", 4),
     ("bf16", "block", "bfloat16", 3),
     ("mxfp4", "e8m0", None, 4),
-    ("mxfp4", "e8m0", None, 2),
+    ("mxfp4", "e8m0", None, 3),
 ]
 
 _COMPILE_PATHS = textwrap.dedent(r"""

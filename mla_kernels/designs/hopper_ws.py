@@ -120,6 +120,7 @@ WIDEN_WARPS = gl.constexpr(4)
 # (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
 # runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
 MX_SPAN = gl.constexpr(11)
+MX_MIN_STAGES = 3  # ring slots the widener needs (_mx_widener)
 MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
 # prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
 # 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
@@ -287,6 +288,15 @@ def _publish(bar):
 
 
 @gluon.jit
+def _publish2(bar0, bar1):
+    """``_publish`` for two ring slots at once."""
+    fence_async_shared()
+    partition_sync()
+    mbarrier.arrive(bar0, count=1)
+    mbarrier.arrive(bar1, count=1)
+
+
+@gluon.jit
 def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                 NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
                 ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr):
@@ -312,30 +322,40 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
         mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
         info.index((it - start) % (STAGES + 1)).store(
             gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
+        # Chunks are handed over two at a time: one fence and one barrier for two slots. The
+        # first is held while the second's slot frees, which takes the MMA warps' next
+        # chunk only with three slots or more (MX_MIN_STAGES).
         if fits:
-            for kb in gl.static_range(NK):
+            for kb in gl.static_range(0, NK, 2):
                 chunk, d = _mx_chunk(words, packed, top, kb)
                 e4m3 = _widen_e4m3(chunk, d)
                 s = c % STAGES
                 mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
                 _as_words(w_ring.index(s)).store(e4m3)
-                _publish(w_ready.index(s))
-                c += 1
+                if kb + 1 < NK:
+                    chunk, d = _mx_chunk(words, packed, top, kb + 1)
+                    e4m3 = _widen_e4m3(chunk, d)
+                    s1 = (c + 1) % STAGES
+                    mbarrier.wait(w_empty.index(s1), (((c + 1) // STAGES) & 1) ^ 1)
+                    _as_words(w_ring.index(s1)).store(e4m3)
+                    _publish2(w_ready.index(s), w_ready.index(s1))
+                    c += 2
+                else:
+                    _publish(w_ready.index(s))
+                    c += 1
         else:
             ring16 = _as_bf16(w_ring)
             for kb in gl.static_range(NK):
                 chunk, d = _mx_chunk(words, packed, top, kb)
                 w_lo, d_lo, w_hi, d_hi = _halves(chunk, d)
-                for h in gl.static_range(2):
-                    if h == 0:
-                        vals = _widen_bf16(w_lo, d_lo)
-                    else:
-                        vals = _widen_bf16(w_hi, d_hi)
-                    s = c % STAGES
-                    mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
-                    ring16.index(s).store(vals)
-                    _publish(w_ready.index(s))
-                    c += 1
+                s = c % STAGES
+                mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
+                ring16.index(s).store(_widen_bf16(w_lo, d_lo))
+                s1 = (c + 1) % STAGES
+                mbarrier.wait(w_empty.index(s1), (((c + 1) // STAGES) & 1) ^ 1)
+                ring16.index(s1).store(_widen_bf16(w_hi, d_hi))
+                _publish2(w_ready.index(s), w_ready.index(s1))
+                c += 2
 
 
 @gluon.jit
@@ -859,6 +879,11 @@ def _descriptors(shape, strides, dtype: torch.dtype, rows: int, cols: int) -> De
 
 def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                       config: HopperWSConfig, device: DeviceSpec):
+    if prob.scale == "e8m0" and config.ring_depth < MX_MIN_STAGES:
+        # The widener holds one slot while it waits for the next: with two, the MMA warps
+        # would wait for the held one.
+        raise ValueError(f"config.ring_depth: expected {MX_MIN_STAGES} or more for an MXFP4 "
+                         f"weight (its chunks are handed over in pairs), got {config.ring_depth}")
     grid = hopper_ws_grid(prob, max_context_len, config, device)
     if 0 in grid or prob.batch == 0:
         return no_launch
