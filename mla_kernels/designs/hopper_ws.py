@@ -5,7 +5,8 @@ work (about the floor) and the output stores (about 3/4 of it). Here each progra
 contiguous run of work items and three groups of warps run side by side:
 
 - one warp streams the weight, chunks of 128 rows x 128 bytes ([128 x 128] fp8 or
-  [128 x 64] bf16, 16 KB either way) by TMA, into a STAGES-deep ring;
+  [128 x 64] bf16, 16 KB either way) by TMA, into a STAGES-deep ring (MXFP4: four warps
+  widen it into the ring, below);
 - four warps gather the scattered latent rows of a token tile with cp.async into shared
   memory (zero-filled past the last row), completing on an mbarrier;
 - four warps (the default partition) issue async wgmma, scale and narrow the result,
@@ -20,7 +21,8 @@ past it are never written; only a batch of fewer than 128 tokens has a partial t
 with row-masked stores.
 
 Supported (``supports``): an fp8 e4m3fn cache, nope = v = 128, pe = 64, kv_c a multiple of
-128 up to 512, bf16 or fp16 outputs, and one of these weights (scales float32 or bf16):
+128 up to 512, bf16 or fp16 outputs, and one of these weights (float scales float32 or
+bf16):
 
 - fp8 e4m3fn per output row (SCALE_ROW): fp8 x fp8 wgmma, the row scale x k_scale in the
   epilogue.
@@ -43,6 +45,20 @@ Supported (``supports``): an fp8 e4m3fn cache, nope = v = 128, pe = 64, kv_c a m
   store stream plus the gather's ~20) would need about 100-110 us: no longer hidden, they
   set the time, about 1.0-1.3x fp8_row at 32k (more if L2 cannot feed ~7 TB/s). Row and
   block scales should cost little beyond that. Not yet measured.
+
+- MXFP4 (packed e2m1, e8m0 scales per 32 values along K; SCALE_E8M0): no copy of the
+  weight in another format exists before or after the call. A widener partition (four
+  warps, in place of the TMA loader) reads each item's packed bytes and codes from global
+  memory and writes its weight into the ring widened, with one power-of-two factor 2^F a
+  row (F = the row's largest code - 133, undone with k_scale in the epilogue): as e4m3
+  chunks when every row's codes span at most 12 binades (each value then a normal e4m3
+  value, exactly: an fp8 x fp8 item, as fp8_row), else as bf16 chunks (exact but below
+  float32's range; a bf16 x bf16 item, as a bf16 weight). The route is chosen per item on
+  the device (``fp8_route`` is the same rule on the host) and passed with the item's
+  factors through a small shared ``info`` ring. Chunks go over two at a time (so MXFP4
+  needs three ring slots or more). Measured (docs/perf-notes.md): 0.93-1.00 of the bf16
+  floor from 32k tokens with every item on e4m3, about 1.5x fp8_row's time (the widener
+  sets the pace); 0.36-0.38 with every item on bf16.
 
 Not written: a bf16 cache (with a bf16 weight). Its [128 x 512] bf16 latent tile is 128 KB
 of the 227 KiB. Two ways, each a new variant of the partitions (a bf16 gather and latent

@@ -1,0 +1,54 @@
+"""The performance matrix's points and the rows they produce (no GPU: the schema and the
+weight draws, not timings)."""
+
+import math
+
+import torch
+
+import mla_kernels as mk
+from mla_kernels import bench, matrix
+from mla_kernels.designs.hopper_ws import fp8_route
+from mla_kernels.measurements import Measurement
+
+CEILINGS = {"copy_tbps": 4.2, "write_tbps": 3.4, "mm_tflops_bf16": 630.0, "mm_tflops_fp8": 1000.0}
+
+
+def test_every_point_draws_a_known_weight():
+    points = matrix.points()
+    assert all(p.weight_draw in bench.WEIGHT_DRAWS for p in points.values())
+    wide = matrix.select(["kimi/mxfp4/fp8/p1/*/wide"])
+    assert sorted(p.contexts[0] for p in wide.values()) == [32000, 65536, 109440]
+    assert {(p.weight_format, p.weight_draw) for p in wide.values()} == {("mxfp4", "wide")}
+    assert all(p.weight_draw == "" for k, p in points.items() if not k.endswith("/wide"))
+
+
+def test_weight_draws_put_mxfp4_items_on_the_routes_they_name(seed):
+    # The default draw: every 128-row item on hopper_ws's e4m3 route; "wide": none.
+    default = mk.build_inputs("kimi-k3-tp8", [4], weight_format="mxfp4", seed=seed)
+    wide = mk.build_inputs("kimi-k3-tp8", [4], weight_format="mxfp4", seed=seed,
+                           **bench.WEIGHT_DRAWS["wide"])
+    assert bool(fp8_route(default.kv_proj_scale).all())
+    assert not bool(fp8_route(wide.kv_proj_scale).any())
+    codes = wide.kv_proj_scale.int()
+    assert bool((codes.amin(1) == 127 - 8).all() and (codes.amax(1) == 127 + 4).all())
+    # Any other format ignores the MXFP4 options.
+    fp8 = mk.build_inputs("kimi-k3-tp8", [4], weight_format="fp8_row", seed=seed,
+                          **bench.WEIGHT_DRAWS["wide"])
+    assert fp8.kv_proj_weight.dtype == torch.float8_e4m3fn
+
+
+def test_rows_carry_the_draw_and_the_e4m3_share():
+    pt = matrix.point("kimi-k3-tp8", (32000,), "mxfp4", "fp8", 1, ("hopper_ws",),
+                      weight_draw="wide")
+    row = bench.measurement_row({f: "x" for f in ("device", "torch", "triton", "commit", "date")}
+                                | {"compute_units": 132}, pt, "hopper_ws", "graph", 400.0,
+                                "bf16", CEILINGS, 1e-3, True, design="hopper_ws",
+                                fp8_route_share=0.0)
+    assert (row.weight_draw, row.fp8_route_share) == ("wide", 0.0)
+    assert "weight_draw" in Measurement.KEY
+    other = bench.measurement_row({f: "x" for f in ("device", "torch", "triton", "commit", "date")}
+                                  | {"compute_units": 132}, matrix.point(
+                                      "kimi-k3-tp8", (32000,), "fp8_row", "fp8", 1, ()),
+                                  "tiled", "graph", 200.0, "fp8",
+                                  {**CEILINGS, "mm_tflops_fp8": 1000.0}, 1e-3, True)
+    assert other.weight_draw == "" and math.isnan(other.fp8_route_share)
