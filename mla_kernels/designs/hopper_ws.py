@@ -114,6 +114,10 @@ tma_io.store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_glo
 cp_async = types.ModuleType("cp_async")
 cp_async.load = (getattr(async_copy, "async_load", None)
                  or async_copy.async_copy_global_to_shared)
+# A shared buffer viewed as another dtype and shape: _reinterpret in 3.6, reinterpret later.
+smem = types.ModuleType("smem")
+smem.reinterpret = (getattr(gl.shared_memory_descriptor, "reinterpret", None)
+                    or gl.shared_memory_descriptor._reinterpret)
 # A barrier among one partition's warps: gl.thread_barrier in 3.6, gl.barrier later.
 partition_sync = getattr(gl, "barrier", None) or gl.thread_barrier
 
@@ -177,29 +181,20 @@ class HopperWSConfig(DesignConfig):
     _legacy = {"stages": "ring_depth", "programs": "programs"}
 
 
-if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # 3.6 names it _reinterpret
-    @gluon.jit
-    def _as_words(slot):
-        """A [128 x 128] e4m3 ring slot as the [128 x 32] int32 words the widener writes
-        (the 128-byte swizzle places the same bytes either way)."""
-        return slot.reinterpret(gl.int32, [BN, BK // 4], gl.NVMMASharedLayout(
-            swizzle_byte_width=128, element_bitwidth=32, rank=2))
+@gluon.jit
+def _as_words(slot):
+    """A [128 x 128] e4m3 ring slot as the [128 x 32] int32 words the widener writes (the
+    128-byte swizzle places the same bytes either way)."""
+    return smem.reinterpret(slot, gl.int32, [BN, BK // 4], gl.NVMMASharedLayout(
+        swizzle_byte_width=128, element_bitwidth=32, rank=2))
 
-    @gluon.jit
-    def _as_bf16(ring):
-        """The e4m3 ring as [STAGES, 128, 64] bf16 chunks (the same 16 KB a slot)."""
-        return ring.reinterpret(gl.bfloat16, [ring.shape[0], BN, BK // 2], gl.NVMMASharedLayout(
-            swizzle_byte_width=128, element_bitwidth=16, rank=2))
-else:
-    @gluon.jit
-    def _as_words(slot):
-        return slot._reinterpret(gl.int32, [BN, BK // 4], gl.NVMMASharedLayout(
-            swizzle_byte_width=128, element_bitwidth=32, rank=2))
 
-    @gluon.jit
-    def _as_bf16(ring):
-        return ring._reinterpret(gl.bfloat16, [ring.shape[0], BN, BK // 2], gl.NVMMASharedLayout(
-            swizzle_byte_width=128, element_bitwidth=16, rank=2))
+@gluon.jit
+def _as_bf16(ring):
+    """The e4m3 ring as [STAGES, 128, 64] bf16 chunks (the same 16 KB a slot)."""
+    return smem.reinterpret(ring, gl.bfloat16, [ring.shape[0], BN, BK // 2],
+                            gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                 rank=2))
 
 
 @gluon.jit
