@@ -153,12 +153,13 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
            variants: Sequence[str] | None = None,
            ragged_contexts: Sequence[int] | None = None,
            device: str | None = None, default_config: bool = True,
-           graph_as_variants: bool = True) -> pd.DataFrame:
+           default_weight: bool = True, graph_as_variants: bool = True) -> pd.DataFrame:
     """The rows of one configuration; an empty frame when nothing matches.
 
     ``device`` (a registry name or torch's device name; None or "auto" for any) keeps the
     rows measured on that device. ``default_config`` drops rows of a tuning sweep (a
-    non-empty ``config``): a figure compares designs as they ship. With
+    non-empty ``config``): a figure compares designs as they ship; ``default_weight`` drops
+    rows of another weight draw (a non-empty ``weight_draw``, e.g. MXFP4's ``wide``). With
     ``graph_as_variants``, rows timed as ``graph`` (the torch paths replayed from a CUDA
     graph) join the ``flushed`` ones as variants named ``<variant>_graph``.
     ``batch="single"`` keeps one-sequence rows; ``"ragged"`` keeps the rows whose
@@ -173,8 +174,9 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
             df.loc[graph, "variant"] = df.loc[graph, "variant"].astype(str) + "_graph"
             df.loc[graph, "timing"] = "flushed"
     keep = pd.Series(True, index=df.index)
-    if default_config and "config" in df.columns:
-        keep &= df["config"].isna() | (df["config"].astype(str).str.strip() == "")
+    for flag, col in ((default_config, "config"), (default_weight, "weight_draw")):
+        if flag and col in df.columns:
+            keep &= df[col].isna() | (df[col].astype(str).str.strip() == "")
     for col, val in (("model", shape), ("cache_dtype", cache_dtype),
                      ("weight_format", weight_format), ("timing", timing)):
         if val is not None and col in df.columns:

@@ -52,3 +52,20 @@ def test_rows_carry_the_draw_and_the_e4m3_share():
                                   "tiled", "graph", 200.0, "fp8",
                                   {**CEILINGS, "mm_tflops_fp8": 1000.0}, 1e-3, True)
     assert other.weight_draw == "" and math.isnan(other.fp8_route_share)
+
+
+def test_figures_leave_other_weight_draws_out():
+    # A matrix run holds MXFP4 at 32000 tokens twice (the default weight and "wide"): the
+    # figures compare designs on the default one unless asked.
+    import pandas as pd
+
+    from mla_kernels import analysis
+
+    rows = pd.DataFrame([
+        {"model": "kimi-k3-tp8", "weight_format": "mxfp4", "cache_dtype": "fp8", "block_size": 1,
+         "contexts": "32000", "batch": 1, "ctx": 32000, "variant": "hopper_ws",
+         "timing": "graph", "median_us": us, "config": float("nan"), "weight_draw": draw}
+        for us, draw in ((170.0, float("nan")), (435.0, "wide"))])
+    kept = analysis.select(rows, timing=None)
+    assert kept["median_us"].tolist() == [170.0]
+    assert len(analysis.select(rows, timing=None, default_weight=False)) == 2
