@@ -890,7 +890,8 @@ def _descriptors(shape, strides, dtype: torch.dtype, rows: int, cols: int) -> De
 
 def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                       config: HopperWSConfig, device: DeviceSpec):
-    if prob.scale == "e8m0" and config.ring_depth < MX_MIN_STAGES:
+    mx = prob.scale == "e8m0"
+    if mx and config.ring_depth < MX_MIN_STAGES:
         # The widener holds one slot while it waits for the next: with two, the MMA warps
         # would wait for the held one.
         raise ValueError(f"config.ring_depth: expected {MX_MIN_STAGES} or more for an MXFP4 "
@@ -901,7 +902,6 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     rows = t.k_prefix.shape[0]
     k_cols, v_cols = prob.num_heads * (prob.nope_dim + prob.pe_dim), prob.num_heads * prob.v_dim
     w, ws = t.kv_proj_weight, t.kv_proj_scale
-    mx = prob.scale == "e8m0"
     if mx:  # MXFP4: read by pointer (as uint8: Triton 3.6 takes no float4 or e8m0 dtype)
         w_view = as_uint8 if w.dtype != torch.uint8 or ws.dtype != torch.uint8 else None
         ws = as_uint8(ws)
@@ -921,12 +921,15 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.ring_depth,
-                  # The widener holds a row's 16 packed words and 32 widened ones.
+                  # The widener holds its row of an item (64 packed words) and a widened
+                  # chunk; the gatherer fits in 88 (no spills, compile-checked).
                   LOADER_REGS=160 if mx else 24, GATHER_REGS=88 if mx else 96, num_warps=4, WK=wk,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
                   SCALE=SCALE_CODES[prob.scale],
                   WS_LD=ws.stride(0) if prob.scale in ("block", "e8m0") else 0,
-                  # 4 + 1 + 4 warps launch as three warpgroups: 12 x 32 x 168 <= 64K registers.
+                  # 4 + 1 (MXFP4: 4) + 4 warps launch as three warpgroups: 12 x 32 x 168 <=
+                  # 64K registers; the partitions' register counts then move the rest to the
+                  # MMA warps.
                   maxnreg=168)
     launcher = JitLauncher(hopper_ws_kernel, grid, 17, consts)
 
