@@ -11,6 +11,7 @@ from mla_kernels.designs.hopper_ws import fp8_route
 from mla_kernels.measurements import Measurement
 
 CEILINGS = {"copy_tbps": 4.2, "write_tbps": 3.4, "mm_tflops_bf16": 630.0, "mm_tflops_fp8": 1000.0}
+PROV = {"device": "x", "torch": "x", "triton": "x", "commit": "x", "date": "x", "compute_units": 132}
 
 
 def test_every_point_draws_a_known_weight():
@@ -40,17 +41,13 @@ def test_weight_draws_put_mxfp4_items_on_the_routes_they_name(seed):
 def test_rows_carry_the_draw_and_the_e4m3_share():
     pt = matrix.point("kimi-k3-tp8", (32000,), "mxfp4", "fp8", 1, ("hopper_ws",),
                       weight_draw="wide")
-    row = bench.measurement_row({f: "x" for f in ("device", "torch", "triton", "commit", "date")}
-                                | {"compute_units": 132}, pt, "hopper_ws", "graph", 400.0,
-                                "bf16", CEILINGS, 1e-3, True, design="hopper_ws",
-                                fp8_route_share=0.0)
+    row = bench.measurement_row(PROV, pt, "hopper_ws", "graph", 400.0, "bf16", CEILINGS, 1e-3,
+                                True, design="hopper_ws", fp8_route_share=0.0)
     assert (row.weight_draw, row.fp8_route_share) == ("wide", 0.0)
     assert "weight_draw" in Measurement.KEY
-    other = bench.measurement_row({f: "x" for f in ("device", "torch", "triton", "commit", "date")}
-                                  | {"compute_units": 132}, matrix.point(
-                                      "kimi-k3-tp8", (32000,), "fp8_row", "fp8", 1, ()),
-                                  "tiled", "graph", 200.0, "fp8",
-                                  {**CEILINGS, "mm_tflops_fp8": 1000.0}, 1e-3, True)
+    other = bench.measurement_row(PROV, matrix.point("kimi-k3-tp8", (32000,), "fp8_row", "fp8",
+                                                     1, ()),
+                                  "tiled", "graph", 200.0, "fp8", CEILINGS, 1e-3, True)
     assert other.weight_draw == "" and math.isnan(other.fp8_route_share)
 
 

@@ -300,10 +300,8 @@ def _publish(bar):
 
 @gluon.jit
 def _publish2(bar0, bar1):
-    """``_publish`` for two ring slots at once."""
-    fence_async_shared()
-    partition_sync()
-    mbarrier.arrive(bar0, count=1)
+    """``_publish`` for two ring slots at once (one fence and one barrier)."""
+    _publish(bar0)
     mbarrier.arrive(bar1, count=1)
 
 
@@ -322,8 +320,7 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     c = 0
     for it in range(start, end):
-        hp = it % ITEMS_PER_TILE
-        w_row = (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
+        w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
         # Every load of the item at once. Each chunk's hand-over fences shared memory for
         # wgmma (fence.proxy.async: MEMBAR.ALL.CTA), which also waits for every load in
         # flight: loads issued chunk by chunk would each wait out L2's latency there.
@@ -424,14 +421,20 @@ def _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
 
 
 @gluon.jit
+def _item_weight_row(it, NOPE: gl.constexpr, V: gl.constexpr, ITEMS_PER_TILE: gl.constexpr):
+    """First weight row of item ``it``: its head's K-nope rows, or its V rows."""
+    hp = it % ITEMS_PER_TILE
+    return (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
+
+
+@gluon.jit
 def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                    NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
                    ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr):
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     c = 0
     for it in range(start, end):
-        hp = it % ITEMS_PER_TILE
-        w_row = (hp // 2) * (NOPE + V) + (hp % 2) * NOPE
+        w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
         for kb in gl.static_range(KV_C // WK):
             s = c % STAGES
             # A slot's first fill waits on the phase before the barrier's first: it passes.
