@@ -35,6 +35,10 @@ _PLAN_LIMIT = 512  # signatures kept; past it the cache starts afresh
 _LOCK = threading.Lock()
 
 
+def _addresses(ptrs: tuple) -> GatherArgs:
+    return tuple.__new__(GatherArgs, ptrs)  # the named tuple without its Python-level __new__
+
+
 class _Plan:
     """Everything one argument signature fixes: the problem, the design and config it runs,
     the launch, and the byte sizes the aliasing check compares."""
@@ -62,10 +66,10 @@ class _Plan:
         self.device_index = (args.k_buffer.device.index if args.k_buffer.device.type == "cuda"
                              else None)
 
-    def __call__(self, args: GatherArgs, ptrs: tuple, aligned: bool) -> None:
+    def __call__(self, args: GatherArgs, ptrs: GatherArgs, aligned: bool) -> None:
         if ptrs not in self.clear:  # a new set of addresses: compare the byte ranges
             check_aliasing(args, self.pairs, ptrs)
-            if len(self.clear) >= 64:
+            if len(self.clear) >= 256:  # a model's layers, each with its own outputs, fit
                 self.clear.clear()
             self.clear.add(ptrs)
         if self.validate:
@@ -73,9 +77,9 @@ class _Plan:
         index = self.device_index
         if index is not None and index != torch._C._cuda_getDevice():
             with torch.cuda.device(index):  # launch on the tensors' device and its stream
-                self.launch(args, aligned, index)
+                self.launch(args, aligned, index, ptrs)
         else:
-            self.launch(args, aligned, index)
+            self.launch(args, aligned, index, ptrs)
 
 
 def gather_kv_b_proj(
@@ -113,11 +117,13 @@ def gather_kv_b_proj(
     if validate is None:
         validate = _INTERPRETING
     try:
-        ptrs = (k_buffer.data_ptr(), 0 if k_scale is None else k_scale.data_ptr(),
-                kv_indptr.data_ptr(), kv_indices.data_ptr(),
-                kv_prefix_sum_context_lens.data_ptr(), kv_proj_weight.data_ptr(),
-                0 if kv_proj_scale is None else kv_proj_scale.data_ptr(), k_prefix.data_ptr(),
-                v_prefix.data_ptr())
+        # The call's addresses: compared for aliasing, and what the compiled kernel is
+        # launched with (Triton's launcher takes an int pointer as it is).
+        ptrs = _addresses((k_buffer.data_ptr(), 0 if k_scale is None else k_scale.data_ptr(),
+                           kv_indptr.data_ptr(), kv_indices.data_ptr(),
+                           kv_prefix_sum_context_lens.data_ptr(), kv_proj_weight.data_ptr(),
+                           0 if kv_proj_scale is None else kv_proj_scale.data_ptr(),
+                           k_prefix.data_ptr(), v_prefix.data_ptr()))
         # type(): a bool hint (True == 1) must not find the plan of an int one.
         aligned = not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
                        | ptrs[7] | ptrs[8]) & 15
@@ -148,7 +154,8 @@ def gather_kv_b_proj(
                 if len(_PLANS) >= _PLAN_LIMIT:
                     _PLANS.clear()
                 _PLANS[key] = plan
-        ptrs = tuple(t.data_ptr() if isinstance(t, torch.Tensor) else 0 for t in args)
+        ptrs = _addresses(tuple(t.data_ptr() if isinstance(t, torch.Tensor) else 0
+                                for t in args))
         aligned = not any(p & 15 for p in ptrs)
     plan(args, ptrs, aligned)
 

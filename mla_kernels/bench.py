@@ -309,48 +309,83 @@ def empty_kernel(p0, p1, p2, p3, p4, p5, p6, p7, p8, i0, i1, i2, i3, i4, i5, i6,
     pass
 
 
-def _host_us(fn: Callable[[], object], reps: int, rounds: int) -> float:
-    """Median over ``rounds`` of the host time per call of ``reps`` back-to-back calls (the
-    GPU runs behind; one synchronise before each round)."""
-    import statistics
+def _host_round(fn: Callable[[], object], reps: int) -> float:
+    """Host time per call of ``reps`` back-to-back calls (the GPU runs behind), in us."""
     import time
 
-    for _ in range(20):
-        fn()
-    times = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            fn()
-        times.append((time.perf_counter() - t0) / reps * 1e6)
     torch.cuda.synchronize()
-    return statistics.median(times)
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn()
+    return (time.perf_counter() - t0) / reps * 1e6
 
 
 def host_cost(variants: Sequence[str], contexts: Sequence[int] = (256, 4096),
-              shape: str = "kimi-k3-tp8", reps: int = 200, rounds: int = 5) -> list[dict]:
-    """Host time per call (``host_us``) of each variant at each context, beside two anchors
-    measured in the same process: ``empty_triton_launch`` (an empty @triton.jit kernel with
-    9 tensors, 11 ints and 4 constants, grid 132) and ``torch_add`` (``x.add_(1)``)."""
+              shape: str = "kimi-k3-tp8", reps: int = 200, rounds: int = 7,
+              trees: dict[str, Callable] | None = None) -> list[dict]:
+    """Host time per call (``host_us``) of each variant at each context, beside two anchors:
+    ``empty_triton_launch`` (an empty @triton.jit kernel with 9 tensors, 11 ints and 4
+    constants, grid 132) and ``torch_add`` (``x.add_(1)``).
+
+    Every round times the anchors and then every (tree, context, variant) once, so the
+    host's drift (1.5x between calls on the lent H200) hits all alike; ``host_us`` is the
+    median over rounds and ``x_empty_launch`` the median of each round's ratio to that
+    round's anchor. ``trees`` maps a label (the commit) to the ``gather_kv_b_proj`` it
+    times, for a before/after in one process; by default this tree's, as its commit."""
+    import statistics
+
     prov = provenance()
-    kernel = empty_kernel
+    trees = trees or {prov["commit"]: gather_kv_b_proj}
     t = [torch.empty(16, device="cuda") for _ in range(9)]
     x = torch.zeros(16, device="cuda")
-    rows = [{**prov, "model": shape, "ctx": 0, "variant": "empty_triton_launch",
-             "host_us": _host_us(lambda: kernel[(132,)](*t, *range(1, 12), C0=1, C1=2, C2=3,
-                                                        C3=4), reps, rounds)},
-            {**prov, "model": shape, "ctx": 0, "variant": "torch_add",
-             "host_us": _host_us(lambda: x.add_(1), reps, rounds)}]
+    entries: list[tuple[dict, Callable[[], object]]] = [
+        ({"ctx": 0, "variant": "empty_triton_launch", "tree": ""},
+         lambda: empty_kernel[(132,)](*t, *range(1, 12), C0=1, C1=2, C2=3, C3=4)),
+        ({"ctx": 0, "variant": "torch_add", "tree": ""}, lambda: x.add_(1))]
     for ctx in contexts:
-        inp = build_inputs(shape, [ctx], device="cuda", spare_indices=0, spare_rows=0,
-                           spare_blocks=0)
-        args = inp.args()
-        for v in variants:
-            rows.append({**prov, "model": shape, "ctx": ctx, "variant": v,
-                         "host_us": _host_us(lambda v=v, a=args: gather_kv_b_proj(*a, variant=v),
-                                             reps, rounds)})
-    return rows
+        args = build_inputs(shape, [ctx], device="cuda", spare_indices=0, spare_rows=0,
+                            spare_blocks=0).args()
+        for label, call in trees.items():
+            for v in variants:
+                entries.append(({"ctx": ctx, "variant": v, "tree": label},
+                                lambda v=v, a=args, call=call: call(*a, variant=v)))
+    for _, fn in entries:  # compile, plan, warm
+        for _ in range(20):
+            fn()
+    times: list[list[float]] = [[] for _ in entries]
+    for _ in range(rounds):
+        for i, (_, fn) in enumerate(entries):
+            times[i].append(_host_round(fn, reps))
+    torch.cuda.synchronize()
+    anchor = times[0]
+    return [{**prov, "model": shape, **key, "host_us": statistics.median(ts),
+             "x_empty_launch": statistics.median(a / b for a, b in zip(ts, anchor, strict=True))}
+            for (key, _), ts in zip(entries, times, strict=True)]
+
+
+def host_profile(variant: str, ctx: int, shape: str = "kimi-k3-tp8", calls: int = 2000,
+                 call: Callable | None = None, top: int = 10) -> str:
+    """Where one cached call's host time goes: cProfile over ``calls`` calls, the ``top``
+    functions by own time (Triton's C launch entry shows as one built-in)."""
+    import cProfile
+    import io
+    import pstats
+
+    call = call or gather_kv_b_proj
+    args = build_inputs(shape, [ctx], device="cuda", spare_indices=0, spare_rows=0,
+                        spare_blocks=0).args()
+    for _ in range(20):
+        call(*args, variant=variant)
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        call(*args, variant=variant)
+    prof.disable()
+    torch.cuda.synchronize()
+    out = io.StringIO()
+    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
+    return out.getvalue()
 
 
 def eager_layers(variants: Sequence[str], contexts: Sequence[int], shape: str = "kimi-k3-tp8",

@@ -125,3 +125,146 @@ def test_tensors_on_the_second_gpu(seed):
                 mk.gather_kv_b_proj(*inp.args(), variant=variant)
                 torch.cuda.synchronize(1)
                 assert check_outputs(inp)["correct"], variant
+
+
+# ------------------------------------------------------------------ the direct launch
+def _launcher_module(name: str, base_len: int = 13):
+    """A stand-in for a Triton backend's driver module with a launcher of Triton 3.6's
+    layout: a C entry taking ``base_len`` leading arguments, wrapped by a closure that
+    replaces each tensor-descriptor argument by its encoding."""
+    import sys
+    import types
+
+    mod = types.ModuleType(name)
+    mod._BASE_ARGS_FORMAT_LEN = base_len
+    mod.encoded = []
+
+    def make_tensordesc_arg(arg, metadata):
+        mod.encoded.append(arg)
+        return [("map", arg, metadata), 7, 8]
+    mod.make_tensordesc_arg = make_tensordesc_arg
+
+    def wrap(launcher, tensordesc_indices, tensordesc_meta):
+        def inner(*args):
+            out = list(args[:base_len])
+            for i, a in enumerate(args[base_len:]):
+                out.extend(make_tensordesc_arg(a, tensordesc_meta[sorted(tensordesc_indices)
+                                                                  .index(i)])
+                           if i in tensordesc_indices else [a])
+            return launcher(*out)
+        return inner
+
+    class Launcher:
+        global_scratch_size = profile_scratch_size = 0
+        launch_cooperative_grid, launch_pdl = False, True
+
+        def __init__(self, raw, indices, meta):
+            self.launch = wrap(raw, indices, meta) if indices else raw
+
+        def __call__(self, gx, gy, gz, stream, function, *args):
+            self.launch(gx, gy, gz, stream, function, self.launch_cooperative_grid,
+                        self.launch_pdl, None, None, *args)
+    Launcher.__module__ = name
+    mod.Launcher = Launcher
+    sys.modules[name] = mod
+    return mod
+
+
+class _Compiled:
+    function, packed_metadata = "fn", ("packed",)
+
+    def __init__(self, run):
+        self.run = run
+
+
+def test_direct_launch_calls_the_entry_as_the_wrapper_does_and_encodes_once():
+    mod = _launcher_module("fake_triton_driver_36")
+    seen = []
+    raw = print  # a builtin stands for the C entry; replaced below by a recorder
+    run = mod.Launcher(raw, {2, 4}, ["m2", "m4"])
+    # Record through the wrapper's own cell, as the C entry would receive the arguments.
+    run.launch.__closure__[[c for c in run.launch.__code__.co_freevars].index("launcher")] \
+        .cell_contents = lambda *a: seen.append(a)
+    compiled = _Compiled(run)
+    direct = base._Direct.of(compiled, (5, 2, 1), n_args=6, tail=("T",))
+    assert direct is not None
+    d2, d4 = object(), object()
+    args = [10, 11, d2, 13, d4, 15]
+    compiled.run(5, 2, 1, 99, "fn", ("packed",), None, None, None, *args, "T")
+    want = seen.pop()
+    mod.encoded.clear()
+    for _ in range(3):
+        direct(args, 99)
+        assert seen.pop() == want
+    assert sorted(map(id, mod.encoded)) == sorted([id(d2), id(d4)])  # on the first call only
+    other = object()
+    direct([10, 11, other, 13, d4, 15], 7)
+    assert len(mod.encoded) == 3 and mod.encoded[2] is other and seen.pop()[3] == 7
+
+
+def test_direct_launch_without_descriptors_and_its_refusals():
+    mod = _launcher_module("fake_triton_driver_36b")
+    seen = []
+
+    class Entry:  # a callable that is no Python function, as the C entry is
+        def __call__(self, *a):
+            seen.append(a)
+    raw = Entry()
+    run = mod.Launcher(raw, set(), [])
+    direct = base._Direct.of(_Compiled(run), (3, 1, 1), n_args=2, tail=())
+    direct([1, 2], 5)
+    assert seen == [(3, 1, 1, 5, "fn", False, True, None, None, ("packed",), None, None, None,
+                     1, 2)]
+    # Another layout, scratch buffers, a descriptor past the positional arguments: refused.
+    assert base._Direct.of(_Compiled(_launcher_module("fake_drv_other", 16).Launcher(
+        raw, set(), [])), (1, 1, 1), 2, ()) is None
+    scratch = mod.Launcher(raw, set(), [])
+    scratch.global_scratch_size = 64
+    assert base._Direct.of(_Compiled(scratch), (1, 1, 1), 2, ()) is None
+    assert base._Direct.of(_Compiled(mod.Launcher(raw, {3}, ["m"])), (1, 1, 1), 2, ()) is None
+    annotated = mod.Launcher(raw, set(), [])
+    annotated.arg_annotations = ()
+    assert base._Direct.of(_Compiled(annotated), (1, 1, 1), 2, ()) is None
+    # A Python function in the entry's place is a wrapper it does not know: refused.
+    assert base._Direct.of(_Compiled(mod.Launcher(lambda *a: None, set(), [])), (1, 1, 1), 2,
+                           ()) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant, fmt", [
+    ("chunked", "mxfp4"), ("tiled", "fp8_row"), ("tiled_tma", "fp8_row"),
+    ("hopper_ws", "fp8_row"), ("hopper_ws", "fp8_block"), ("hopper_ws", "bf16"),
+    ("hopper_ws", "mxfp4")])
+def test_cached_launch_over_many_outputs_matches_triton_s_path(variant, fmt, seed):
+    import triton
+
+    inp = mk.build_inputs("kimi-k3-tp8", [700, 1], block_size=1, device="cuda", seed=seed,
+                          weight_format=fmt)
+    api.clear_plans()
+    outs = [(torch.empty_like(inp.k_prefix), torch.empty_like(inp.v_prefix)) for _ in range(3)]
+    first = []
+    for rnd in range(2):  # Triton's path for the first call, then the cached launch
+        for i, (k, v) in enumerate(outs):
+            inp.k_prefix, inp.v_prefix = k, v
+            inp.poison_outputs()
+            mk.gather_kv_b_proj(*inp.args(), variant=variant)
+            assert check_outputs(inp)["correct"], (rnd, i)
+            if rnd == 0:
+                first.append((k.clone(), v.clone()))
+            else:
+                assert torch.equal(k, first[i][0]) and torch.equal(v, first[i][1])
+    (plan,) = api._PLANS.values()
+    launcher = plan.launch
+    if triton.__version__.startswith("3.6."):
+        direct = launcher.direct[torch.cuda.current_device()]
+        # One encoding per (descriptor, address): the weight's (TMA-read unless MXFP4) and
+        # three per output pair.
+        weight = variant == "hopper_ws" and fmt != "mxfp4"
+        outputs = 0 if variant in ("chunked", "tiled") else 9
+        assert len(direct.cache) == outputs + weight
+    launcher.direct.clear()  # the launcher's own wrapper: the same bits
+    k, v = outs[0]
+    inp.k_prefix, inp.v_prefix = k, v
+    inp.poison_outputs()
+    mk.gather_kv_b_proj(*inp.args(), variant=variant)
+    assert torch.equal(k, first[0][0]) and torch.equal(v, first[0][1])

@@ -125,9 +125,10 @@ def coerce_config(config_type: type[DesignConfig], given) -> DesignConfig:
 
 # ------------------------------------------------------------------ the design record
 GridFn = Callable[[Problem, "int | None", Any, DeviceSpec], tuple[int, ...]]
-# prepare(prob, args, max_context_len, config, device) -> launch(args): everything derived
-# from the problem and the arguments' shapes and strides is done once; the launch only
-# gathers one call's pointers and launches.
+# prepare(prob, args, max_context_len, config, device) -> launch(args, aligned, device,
+# addresses): everything derived from the problem and the arguments' shapes and strides is
+# done once; the launch only gathers one call's pointers (``addresses``: the call's
+# data_ptr()s, taken by the caller) and launches. A JitLauncher is such a launch.
 PrepareFn = Callable[[Problem, GatherArgs, "int | None", Any, DeviceSpec],
                      Callable[[GatherArgs], Any]]
 WorkFn = Callable[[Problem, Sequence[int], "int | None", Any, DeviceSpec], int]
@@ -217,7 +218,8 @@ def default_block_k(prob: Problem) -> int:
     return 128 if prob.dot_in_fp8 else 64
 
 
-def no_launch(args: GatherArgs, aligned: bool | None = None, device: int | None = None) -> None:
+def no_launch(args: GatherArgs, aligned: bool | None = None, device: int | None = None,
+              addresses: GatherArgs | None = None) -> None:
     """The launch of a problem with nothing to run (an empty grid)."""
     return None
 
@@ -225,8 +227,9 @@ def no_launch(args: GatherArgs, aligned: bool | None = None, device: int | None 
 def portable_plan(prob: Problem, t: GatherArgs, block_k: int
                   ) -> tuple[Callable[[GatherArgs], list], dict]:
     """The argument list every portable Triton design takes, as a function of one call's
-    tensors (the shape-derived ints fixed now), and the constants ``jit.py``'s bodies read.
-    ``t`` is the call the plan is made for: only its shapes and strides are read."""
+    tensors or their addresses (the shape-derived ints fixed now), and the constants
+    ``jit.py``'s bodies read. ``t`` is the call the plan is made for: only its shapes and
+    strides are read."""
     w = as_uint8(t.kv_proj_weight)
     ws = as_uint8(t.kv_proj_scale) if t.kv_proj_scale is not None else w
     k_buffer, k_out, v_out = t.k_buffer, t.k_prefix, t.v_prefix
@@ -236,11 +239,12 @@ def portable_plan(prob: Problem, t: GatherArgs, block_k: int
     fp8 = prob.cache_is_fp8
     has_scale = t.kv_proj_scale is not None
     # Whether the weight or its scale arrive as float4 / e8m0 dtypes Triton does not take:
-    # fixed by the plan's dtypes, so a call of the plan pays for no test.
+    # fixed by the plan's dtypes, so a call of the plan pays for no test. A call given as
+    # addresses (ints) needs no view.
     views = w is not t.kv_proj_weight or (has_scale and ws is not t.kv_proj_scale)
 
     def make_args(c: GatherArgs) -> list:
-        if views:
+        if views and type(c.kv_proj_weight) is not int:
             w = as_uint8(c.kv_proj_weight)
             return [c.k_buffer, c.k_scale if fp8 else c.k_buffer, c.kv_indptr, c.kv_indices,
                     c.kv_prefix_sum_context_lens, w,
@@ -283,29 +287,42 @@ DEBUG: contextvars.ContextVar[bool] = contextvars.ContextVar("mla_kernels_debug"
 
 
 class JitLauncher:
-    """Launches one kernel on one grid with its constants fixed (a plan's launch).
+    """Launches one kernel on one grid with its constants fixed: a plan's launch.
 
-    ``launcher(args, aligned, device)``: with ``aligned`` True (the caller's word that every
-    pointer argument is 16-byte aligned, the one specialisation of a plan's arguments that
-    changes from call to call) the first call on a device goes through Triton, which binds
-    the arguments, specialises, compiles and returns the compiled kernel; later calls hand
-    the arguments straight to that kernel in the order Triton's binder produces (dtypes,
-    shapes, strides and constants are fixed by the plan). Triton's own path is taken under
-    the interpreter, when ``aligned`` is not True, while a launch hook is set (a profiler),
-    and for a first call while a CUDA graph is being captured (nothing is cached then).
+    ``make(c)`` turns one call's arguments (a GatherArgs of tensors, or of their addresses
+    as ints) into the kernel's positional arguments; shapes, strides and constants are fixed
+    by the plan. ``launcher(c, aligned, device, addresses)``:
+
+    - the first call on a device with ``aligned`` True (every pointer argument 16-byte
+      aligned, the one specialisation of a plan's arguments that changes from call to call)
+      goes through Triton, which binds the arguments, specialises, compiles and returns the
+      compiled kernel;
+    - later calls hand ``make(addresses)`` straight to that kernel in the order Triton's
+      binder produces: pointers as ints, which Triton's launcher takes as they are (no
+      ``data_ptr()`` call, no driver query per pointer). Where the compiled kernel's launcher
+      has the layout ``_Direct`` knows (Triton 3.6's), the call goes to its C entry point
+      with each TMA descriptor encoded once per address; otherwise through the launcher's
+      own Python wrapper, which encodes them on every launch.
+
+    Triton's own path is taken under the interpreter, when ``aligned`` is not True, while a
+    launch hook is set (a profiler), and for a first call while a CUDA graph is being
+    captured (nothing is cached then).
     """
 
-    def __init__(self, kernel, grid: tuple[int, ...], n_args: int, consts: Mapping[str, Any]):
+    def __init__(self, kernel, grid: tuple[int, ...], n_args: int, consts: Mapping[str, Any],
+                 make: Callable[[GatherArgs], Sequence]):
         if DEBUG.get():
             consts = dict(consts, debug=True)
         self.kernel, self.grid, self.consts = kernel, tuple(grid) + (1,) * (3 - len(grid)), consts
+        self.make, self.n_args = make, n_args
         params = getattr(kernel, "params", None)
         self.tail = None
         if params is not None:  # the values Triton binds after the positional ones
             self.tail = tuple(consts[p.name] if p.name in consts else p.default
                               for p in params[n_args:])
         self.fast = FAST_LAUNCH and self.tail is not None and not _INTERPRETING
-        self.compiled: dict[int, Any] = {}
+        self.compiled: dict[int | None, Any] = {}
+        self.direct: dict[int | None, _Direct] = {}
 
     def _slow(self, args: Sequence):
         if _INTERPRETING:
@@ -313,20 +330,103 @@ class JitLauncher:
                 return self.kernel[self.grid](*args, **self.consts)
         return self.kernel[self.grid](*args, **self.consts)
 
-    def __call__(self, args: Sequence, aligned: bool | None = None, device: int | None = None):
+    def __call__(self, c: GatherArgs, aligned: bool | None = None, device: int | None = None,
+                 addresses: GatherArgs | None = None):
         if not (self.fast and aligned) or _hooks_set():
-            return self._slow(args)
+            return self._slow(self.make(c))
+        direct = self.direct.get(device)
+        if direct is not None:
+            direct(self.make(c if addresses is None else addresses),
+                   torch._C._cuda_getCurrentRawStream(device))
+            return direct.compiled
         compiled = self.compiled.get(device)
         if compiled is None:
-            compiled = self._slow(args)
+            compiled = self._slow(self.make(c))
             if (compiled is not None and hasattr(compiled, "packed_metadata")
                     and not torch.cuda.is_current_stream_capturing()):
                 self.compiled[device] = compiled
+                direct = _Direct.of(compiled, self.grid, self.n_args, self.tail)
+                if direct is not None:
+                    self.direct[device] = direct
             return compiled
         g0, g1, g2 = self.grid
         compiled.run(g0, g1, g2, torch._C._cuda_getCurrentRawStream(device), compiled.function,
-                     compiled.packed_metadata, None, None, None, *args, *self.tail)
+                     compiled.packed_metadata, None, None, None,
+                     *self.make(c if addresses is None else addresses), *self.tail)
         return compiled
+
+
+class _Direct:
+    """A compiled kernel's C launch entry called as Triton 3.6's launcher calls it, with the
+    tensor-descriptor expansion (a CUtensorMap encoded by the driver, then its shape and
+    strides) kept per descriptor object: a plan's descriptors are cached per address and
+    never change, so a repeated address costs a dictionary lookup instead of an encoding.
+
+    ``of`` recognises that launcher by its layout (the C entry taking 13 leading arguments,
+    a wrapper closing over ``launcher``, ``tensordesc_indices`` and ``tensordesc_meta``, no
+    scratch buffers) and returns None for any other, whose own wrapper is then used.
+    """
+
+    __slots__ = ("raw", "head", "descs", "encode", "cache", "tail", "compiled")
+    LIMIT = 1024  # encoded descriptors kept per kernel and device; past it, start afresh
+
+    def __init__(self, compiled, raw, head: tuple, descs: tuple, encode, tail: tuple):
+        self.compiled, self.raw, self.head, self.descs = compiled, raw, head, descs
+        self.encode, self.tail = encode, tail
+        self.cache: dict[tuple[int, int], tuple[Any, list]] = {}
+
+    @staticmethod
+    def of(compiled, grid: tuple[int, int, int], n_args: int, tail: tuple) -> _Direct | None:
+        import inspect
+        import sys
+
+        try:
+            run = compiled.run
+            module = sys.modules.get(type(run).__module__)
+            encode = getattr(module, "make_tensordesc_arg", None)
+            if (getattr(module, "_BASE_ARGS_FORMAT_LEN", None) != 13 or encode is None
+                    or len(inspect.signature(encode).parameters) != 2
+                    or hasattr(run, "arg_annotations")
+                    or run.global_scratch_size or run.profile_scratch_size):
+                return None
+            wrapper = run.launch
+            code = getattr(wrapper, "__code__", None)
+            if code is None:  # not a Python function: the C entry itself (no descriptors)
+                raw, descs = wrapper, ()
+            else:
+                cells = dict(zip(code.co_freevars,
+                                 (c.cell_contents for c in wrapper.__closure__ or ()),
+                                 strict=False))
+                if not {"launcher", "tensordesc_indices", "tensordesc_meta"} <= set(cells):
+                    return None
+                raw = cells["launcher"]
+                positions = sorted(cells["tensordesc_indices"])
+                meta = cells["tensordesc_meta"] or [None] * len(positions)
+                if len(meta) != len(positions) or any(p >= n_args for p in positions):
+                    return None
+                # Replaced from the last, so earlier positions stay where they are.
+                descs = tuple(reversed(list(zip(positions, meta, strict=True))))
+            head = (*grid, None, compiled.function, run.launch_cooperative_grid, run.launch_pdl,
+                    None, None, compiled.packed_metadata, None, None, None)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        return _Direct(compiled, raw, head, descs, encode, tail)
+
+    def __call__(self, args: Sequence, stream: int) -> None:
+        if self.descs:
+            args = list(args)
+            cache = self.cache
+            for pos, meta in self.descs:
+                desc = args[pos]
+                hit = cache.get((pos, id(desc)))
+                if hit is None or hit[0] is not desc:
+                    if len(cache) >= self.LIMIT:
+                        cache.clear()
+                    # The entry holds the descriptor, so its id is not reused while cached.
+                    hit = cache[(pos, id(desc))] = (desc, self.encode(desc, meta))
+                args[pos:pos + 1] = hit[1]
+        h = self.head
+        self.raw(h[0], h[1], h[2], stream, *h[4:], *args, *self.tail)
 
 
 def _hooks_set() -> bool:
@@ -349,20 +449,22 @@ class _Pointer:
 
 class DescriptorCache:
     """Host TMA descriptors over one plan's tensors (shape, strides and dtype fixed by the
-    plan), cached by address, least recently used first out: a repeated call (the same
-    weight, the same outputs) builds none. ``make(base, shape, strides)`` builds one; under
-    the interpreter (which reads the tensor itself) every call builds one over the tensor."""
+    plan), cached by address (a tensor or its address as an int), oldest first out: a
+    repeated call (the same weight, the same outputs) builds none, and ``size`` holds a
+    model's layers (61) each writing its own outputs. ``make(base, shape, strides)`` builds
+    one; under the interpreter (which reads the tensor itself) every call builds one over
+    the tensor."""
 
     def __init__(self, make, shape: Sequence[int], strides: Sequence[int], dtype: torch.dtype,
-                 size: int = 16):
+                 size: int = 128):
         self.make, self.shape, self.strides, self.dtype = make, list(shape), list(strides), dtype
         self.cache: OrderedDict[int, Any] = OrderedDict()
         self.size = size
 
-    def __call__(self, x: torch.Tensor):
+    def __call__(self, x: torch.Tensor | int):
         if _INTERPRETING:
             return self.make(x, self.shape, self.strides)
-        ptr = x.data_ptr()
+        ptr = x if type(x) is int else x.data_ptr()
         desc = self.cache.get(ptr)
         if desc is None:
             desc = self.cache[ptr] = self.make(_Pointer(ptr, self.dtype), self.shape,

@@ -158,10 +158,9 @@ def _prepare(kernel, grid: tuple[int, ...], prob: Problem, t: GatherArgs,
         return no_launch
     make_args, consts = portable_plan(prob, t, config.block_k_for(prob))
     tail = [_max_chunks(prob, max_context_len, config), *extra.pop("ints", ())]
-    launcher = JitLauncher(kernel, grid, len(make_args(t)) + len(tail),
-                           dict(consts, CK=config.chunk_for(prob), **extra,
-                                **config.triton_options()))
-    return lambda c, aligned=None, device=None: launcher([*make_args(c), *tail], aligned, device)
+    return JitLauncher(kernel, grid, len(make_args(t)) + len(tail),
+                       dict(consts, CK=config.chunk_for(prob), **extra, **config.triton_options()),
+                       lambda c: [*make_args(c), *tail])
 
 
 def prepare_serial(prob: Problem, t: GatherArgs, max_context_len: int | None,

@@ -934,22 +934,21 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps.
                   maxnreg=168)
-    launcher = JitLauncher(hopper_ws_kernel, grid, 17, consts)
+    has_ws = ws is not None
 
-    def launch(c: GatherArgs, aligned: bool | None = None, device: int | None = None):
+    def make(c: GatherArgs) -> list:
         w, ws = c.kv_proj_weight, c.kv_proj_scale
-        if w_view is not None:
+        if w_view is not None and type(w) is not int:  # addresses (ints) need no view
             w, ws = w_view(w), w_view(ws)
-        return launcher([c.k_buffer, c.k_scale, c.kv_indptr, c.kv_indices,
-                         c.kv_prefix_sum_context_lens,
-                         # Read by pointer for MXFP4 only (TMA otherwise).
-                         w if mx else c.k_scale,
-                         # A weight with no scale (bf16): a pointer the kernel never reads.
-                         c.k_scale if ws is None else ws,
-                         c.k_prefix, c.v_prefix,
-                         w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
-                         v_desc(c.v_prefix), *ints], aligned, device)
-    return launch
+        return [c.k_buffer, c.k_scale, c.kv_indptr, c.kv_indices, c.kv_prefix_sum_context_lens,
+                # Read by pointer for MXFP4 only (TMA otherwise).
+                w if mx else c.k_scale,
+                # A weight with no scale (bf16): a pointer the kernel never reads.
+                ws if has_ws else c.k_scale,
+                c.k_prefix, c.v_prefix,
+                w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
+                v_desc(c.v_prefix), *ints]
+    return JitLauncher(hopper_ws_kernel, grid, 17, consts, make)
 
 
 def fp8_route(scale: torch.Tensor) -> torch.Tensor:

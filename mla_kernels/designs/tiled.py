@@ -170,9 +170,8 @@ def _prepare(prob: Problem, t: GatherArgs, config: TiledConfig, device: DeviceSp
                   SPLIT=config.split, **config.triton_options())
     n_args = len(make_args(t)) + 4
     if not tma:
-        launcher = JitLauncher(tiled_kernel, grid, n_args, consts)
-        return lambda c, aligned=None, device=None: launcher(
-            [*make_args(c), prob.batch, None, None, None], aligned, device)
+        return JitLauncher(tiled_kernel, grid, n_args, consts,
+                           lambda c: [*make_args(c), prob.batch, None, None, None])
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     def desc(out: torch.Tensor, cols: int):
@@ -183,12 +182,9 @@ def _prepare(prob: Problem, t: GatherArgs, config: TiledConfig, device: DeviceSp
 
     k_desc, rope_desc = desc(t.k_prefix, prob.nope_dim), desc(t.k_prefix, prob.pe_dim)
     v_desc = desc(t.v_prefix, prob.v_dim)
-    launcher = JitLauncher(tiled_kernel, grid, n_args, dict(consts, TMA=True))
-
-    def launch(c: GatherArgs, aligned: bool | None = None, device: int | None = None):
-        return launcher([*make_args(c), prob.batch, k_desc(c.k_prefix), rope_desc(c.k_prefix),
-                         v_desc(c.v_prefix)], aligned, device)
-    return launch
+    return JitLauncher(tiled_kernel, grid, n_args, dict(consts, TMA=True),
+                       lambda c: [*make_args(c), prob.batch, k_desc(c.k_prefix),
+                                  rope_desc(c.k_prefix), v_desc(c.v_prefix)])
 
 
 def prepare_tiled(prob: Problem, t: GatherArgs, max_context_len: int | None,
