@@ -3,9 +3,10 @@
 # committed run needs. Usage (from the repository root there, .whl carried):
 #   bash scripts/device_run.sh <commit> [tests] [report] [matrix] [host] [ab]
 # Results land in $OUT: pytest_gpu.log, report_h200.tar.gz, perf_matrix_<part>.csv,
-# host_cost.csv + eager_layers.csv, ab_timing.csv.
+# host_cost.csv + host_profile.txt + eager_layers.csv, ab_timing.csv.
 # MATRIX_POINTS (glob patterns, default all) and MATRIX_PART name a part of the matrix;
-# AB_OLD=<label>=<path> is the tree timed against this one (default .ab/6a3775e); TESTS
+# AB_OLD=<label>=<path> is the tree timed against this one (default .ab/6a3775e);
+# HOST_BEFORE=<label>=<path> a tree whose host cost is timed beside this one's; TESTS
 # (files) and TESTS_K (a -k expression) choose the tests;
 # *_TIMEOUT (seconds) bound the steps.
 set -uo pipefail
@@ -32,7 +33,8 @@ for step in $steps; do
               "reports/matrix/perf_matrix_${MATRIX_PART:-all}.csv" \
               ${MATRIX_POINTS:+--points $MATRIX_POINTS} 2>&1 | tail -60
             cp reports/matrix/perf_matrix_${MATRIX_PART:-all}.csv "$OUT/" ;;
-    host)   timeout ${HOST_TIMEOUT:-150} python3 scripts/host_cost.py "$OUT" 2>&1 | tail -40 ;;
+    host)   timeout ${HOST_TIMEOUT:-300} python3 scripts/host_cost.py "$OUT" \
+              ${HOST_BEFORE:+--before "$HOST_BEFORE"} 2>&1 | tail -60 ;;
     ab)     timeout ${AB_TIMEOUT:-240} python3 scripts/ab_timing.py "$OUT/ab_timing.csv" \
               --tree "${AB_OLD:-6a3775e=.ab/6a3775e}" --tree "$sha=." 2>&1 | tail -30 ;;
     *) echo "unknown step $step"; exit 2 ;;
