@@ -429,9 +429,15 @@ class _Direct:
         self.raw(h[0], h[1], h[2], stream, *h[4:], *args, *self.tail)
 
 
+def _hook_set(hook) -> bool:
+    # Triton 3.6 and later keep a chain of hooks, empty when none is set (never None); a
+    # hook assigned in its place, or an older Triton's, is a callable or None.
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
 def _hooks_set() -> bool:
-    return _KNOBS is not None and (_KNOBS.runtime.launch_enter_hook is not None
-                                   or _KNOBS.runtime.launch_exit_hook is not None)
+    return _KNOBS is not None and (_hook_set(_KNOBS.runtime.launch_enter_hook)
+                                   or _hook_set(_KNOBS.runtime.launch_exit_hook))
 
 
 class _Pointer:
