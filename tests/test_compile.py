@@ -59,6 +59,20 @@ def test_hopper_ws_compiles_for_sm90():
     assert r["spill_bytes"] == 0
 
 
+def test_hopper_ws_lockstep_runs_compile_for_sm90():
+    # 128 heads (256 items a tile): the run-granule choice of _item_range is compiled in,
+    # and costs no registers (no spills).
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    code = ("import json; from mla_kernels.compile_check import compile_design; "
+            "print(json.dumps(compile_design('hopper_ws', 'deepseek-v3-tp1')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (r,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert r["shared_bytes"] <= HOPPER_SMEM and r["spill_bytes"] == 0 and r["wgmma"] == 32
+
+
 # The hopper_ws paths beside fp8_row: (weight format, scale kind, scale dtype, ring depth).
 # compile_check's command line draws each format's own scale; a bf16 weight's row or block
 # scale and bf16 scales are set here, on the inputs and the Problem, before compiling.

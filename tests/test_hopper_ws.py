@@ -25,6 +25,7 @@ from mla_kernels.designs.hopper_ws import (
     _widen_bf16,
     _widen_e4m3,
     fp8_route,
+    lockstep_granule,
     supports,
 )
 from mla_kernels.devices import DEVICES, INTERPRETER
@@ -68,6 +69,45 @@ def test_program_runs_and_ring_depth(programs, stages, device, seed):
     inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
                           weight_format="fp8_row", device=device, seed=seed)
     run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+
+
+def _lockstep_cases() -> dict[int, tuple[int, int]]:
+    """For each run granule the kernel can choose for 256 items a tile (DeepSeek-V3 TP1),
+    and for none, the smallest (tiles, programs) that choose it."""
+    cases: dict[int, tuple[int, int]] = {}
+    for programs in range(3, 40):
+        for tiles in range(programs // 2 + 1, 3 * programs):
+            cases.setdefault(lockstep_granule(256, tiles, programs), (tiles, programs))
+    return cases
+
+
+def test_lockstep_granule_rule():
+    # Whole tiles for DeepSeek-V3 TP1 at 32000 tokens on 132 programs (250 tiles: 2 a
+    # program at most against 1.89 on average, within 1/16), half tiles at 109440 (855
+    # tiles: whole ones would cost 8%); never for Kimi-K3 TP8's 24 items a tile, nor where
+    # the programs split tiles among themselves.
+    assert lockstep_granule(256, 250, 132) == 256
+    assert lockstep_granule(256, 855, 132) == 128
+    assert lockstep_granule(24, 250, 132) == 0
+    assert lockstep_granule(256, 60, 132) == 0
+    cases = _lockstep_cases()
+    assert set(cases) == {256, 128, 64, 32, 0}
+    for g, (tiles, programs) in cases.items():
+        if g:
+            n_g = tiles * 256 // g
+            assert 256 % g == 0 and -(-n_g // programs) * programs * 16 <= n_g * 17
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("granule", [256, 128, 64, 32, 0])
+def test_lockstep_runs_cover_every_item(granule, device, seed):
+    # A run of each granule (and equal runs), chosen through the program count; the last
+    # tile shifted back, an empty sequence beside. Poisoned outputs show a missed item.
+    tiles, programs = _lockstep_cases()[granule]
+    inp = mk.build_inputs("deepseek-v3-tp1", [tiles * 128 - 37, 0], block_size=1,
+                          cache_dtype="fp8", weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(programs=programs))
 
 
 @pytest.mark.gpu

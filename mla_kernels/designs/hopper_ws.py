@@ -141,6 +141,15 @@ WIDEN_WARPS = gl.constexpr(4)
 # runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
 MX_SPAN = gl.constexpr(11)
 MX_MIN_STAGES = 3  # ring slots the widener needs (_mx_widener)
+# Lockstep runs. Every program sweeps its tiles' items head by head; with equal runs each
+# starts at its own head, so together they keep the whole weight in use, and a weight of
+# many heads (DeepSeek-V3 TP1: 16.8 MB of fp8) falls out of L2 between two programs' reads
+# of a row. Runs of whole granules (a tile, or 1/2 ... 1/8 of one) start every program at
+# one of a few heads, so programs read each weight chunk at about the same time: 0.81 ->
+# 0.90 of the floor at 32000 tokens (docs/perf-notes.md). For Kimi-K3 TP8's 1.5 MB it
+# bought nothing and the imbalance cost 6%, so only weights of 64 heads or more.
+LOCKSTEP_ITEMS = gl.constexpr(128)  # items a tile (2 x heads) from which runs go in lockstep
+LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of one
 MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
 # prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
 # 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
@@ -372,7 +381,9 @@ def _item_range(cs_ptr, batch, ITEMS_PER_TILE: gl.constexpr):
 
     With at least two programs per token tile, each program takes an equal share of one
     tile's items, so none gathers two tiles in a row (short contexts); otherwise the items
-    of all tiles are split into contiguous, equal runs, which touch as few tiles as possible.
+    of all tiles are split into contiguous runs, which touch as few tiles as possible:
+    equal runs, or, for a weight of LOCKSTEP_ITEMS items a tile or more, runs of whole
+    granules (``lockstep_granule``).
     """
     total = gl.load(cs_ptr + batch)
     n_tiles = gl.cdiv(total, BM)
@@ -390,6 +401,18 @@ def _item_range(cs_ptr, batch, ITEMS_PER_TILE: gl.constexpr):
         n_items = n_tiles * ITEMS_PER_TILE
         start = (pid * n_items) // nprog
         end = ((pid + 1) * n_items) // nprog
+        if ITEMS_PER_TILE >= LOCKSTEP_ITEMS:
+            # The largest granule (a tile, a half, ... an eighth) whose whole-granule runs
+            # cost at most 1/16 in balance; none: the equal runs above.
+            g = 0
+            for k in gl.static_range(LOCKSTEP_SPLITS - 1, -1, -1):
+                n_g = n_items // (ITEMS_PER_TILE >> k)
+                if gl.cdiv(n_g, nprog) * nprog * 16 <= n_g * 17:
+                    g = ITEMS_PER_TILE >> k
+            if g > 0:
+                n_g = n_items // g
+                start = (pid * n_g) // nprog * g
+                end = ((pid + 1) * n_g) // nprog * g
     return total, start, end
 
 
@@ -861,10 +884,26 @@ def hopper_ws_grid(prob: Problem, max_context_len: int | None, config: HopperWSC
     return (min(items, config.programs or device.compute_units),)
 
 
+def lockstep_granule(items_per_tile: int, n_tiles: int, programs: int) -> int:
+    """The kernel's choice (``_item_range``) of a run granule in items, 0 for equal runs:
+    for LOCKSTEP_ITEMS items a tile or more, the largest of a tile, 1/2 ... 1/8 of one whose
+    whole-granule runs cost at most 1/16 in balance."""
+    if items_per_tile < LOCKSTEP_ITEMS.value or n_tiles * 2 <= programs:
+        return 0
+    n_items = n_tiles * items_per_tile
+    for k in range(LOCKSTEP_SPLITS.value):
+        g = items_per_tile >> k
+        n_g = n_items // g
+        if -(-n_g // programs) * programs * 16 <= n_g * 17:
+            return g
+    return 0
+
+
 def hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None,
                    config: HopperWSConfig, device: DeviceSpec) -> int:
     # As the kernel splits its items: at least two programs a token tile give each tile
-    # min(parts, items a tile) non-empty shares; otherwise contiguous runs of items.
+    # min(parts, items a tile) non-empty shares; otherwise contiguous runs of items (of
+    # whole granules in lockstep, where fewer granules than programs leave some idle).
     launched = hopper_ws_grid(prob, max_context_len, config, device)[0]
     tiles = -(-sum(contexts) // TILE)
     per_tile = 2 * prob.num_heads
@@ -872,7 +911,8 @@ def hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int 
         return 0
     if 2 * tiles <= launched:
         return tiles * min(launched // tiles, per_tile)
-    return min(launched, tiles * per_tile)
+    g = lockstep_granule(per_tile, tiles, launched)
+    return min(launched, tiles * per_tile // (g or 1))
 
 
 @lru_cache(maxsize=16)
