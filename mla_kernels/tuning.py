@@ -11,11 +11,13 @@ with the context.
 Source: the performance matrix of the committed run data/h200/2026-11-30-e3b5fbb6f059/
 (perf_matrix_a.csv, perf_matrix_b.csv; Kimi-K3 TP8, single sequences 4096 to 109440 tokens,
 every weight format on fp8 and bf16 caches, fp8 per-row at pages 1 to 128), scored on one
-launch replayed from a CUDA graph. tests/test_tuning.py asserts that every point of that run
-has what this table picks within 5% of its best design. The tiled configs with 128-row
-tiles and 8 warps come from data/exploration/h200/tune_2026-11-29.csv (32000 tokens).
-MXFP4 on an fp8 cache, served by hopper_ws since, from the MXFP4 matrix of a later commit
-(data/exploration/h200/mxfp4/2026-11-30-*/perf_matrix_mxfp4.csv, asserted the same way).
+launch replayed from a CUDA graph. The tiled configs with 128-row tiles and 8 warps come
+from data/exploration/h200/tune_2026-11-29.csv (32000 tokens). MXFP4 on an fp8 cache,
+served by hopper_ws since, from the MXFP4 matrix of a later commit
+(data/exploration/h200/mxfp4/2026-11-30-*/perf_matrix_mxfp4.csv). tests/test_tuning.py
+asserts that at every point of the latest committed run (now 2026-11-30-017ca0078d76, the
+same matrix with MXFP4 on hopper_ws) and of the MXFP4 runs, what this table picks is within
+5% of the best design timed there.
 """
 
 from __future__ import annotations
