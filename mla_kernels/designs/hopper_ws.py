@@ -132,15 +132,6 @@ SCALE_ROW = gl.constexpr(SCALE_CODES["row"])
 SCALE_BLOCK = gl.constexpr(SCALE_CODES["block"])
 SCALE_E8M0 = gl.constexpr(SCALE_CODES["e8m0"])
 
-# ------------------------------------------------------------- MXFP4 widening
-WIDEN_WARPS = gl.constexpr(4)
-# The e4m3 route holds a weight row whose e8m0 exponents span at most MX_SPAN binades: with
-# the row's factor 2^F, F = (largest exponent) - 6, each 32-value group is scaled by 2^d,
-# d in [-5, 6], and every e2m1 value (0.5 to 6) times 2^d is a normal e4m3 value
-# (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
-# runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
-MX_SPAN = gl.constexpr(11)
-MX_MIN_STAGES = 3  # ring slots the widener needs (_mx_widener)
 # Lockstep runs. Every program sweeps its tiles' items head by head; with equal runs each
 # starts at its own head, so together they keep the whole weight in use, and a weight of
 # many heads (DeepSeek-V3 TP1: 16.8 MB of fp8) falls out of L2 between two programs' reads
@@ -150,6 +141,16 @@ MX_MIN_STAGES = 3  # ring slots the widener needs (_mx_widener)
 # bought nothing and the imbalance cost 6%, so only weights of 64 heads or more.
 LOCKSTEP_ITEMS = gl.constexpr(128)  # items a tile (2 x heads) from which runs go in lockstep
 LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of one
+
+# ------------------------------------------------------------- MXFP4 widening
+WIDEN_WARPS = gl.constexpr(4)
+# The e4m3 route holds a weight row whose e8m0 exponents span at most MX_SPAN binades: with
+# the row's factor 2^F, F = (largest exponent) - 6, each 32-value group is scaled by 2^d,
+# d in [-5, 6], and every e2m1 value (0.5 to 6) times 2^d is a normal e4m3 value
+# (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
+# runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
+MX_SPAN = gl.constexpr(11)
+MX_MIN_STAGES = 3  # ring slots the widener needs (_mx_widener)
 MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
 # prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
 # 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
