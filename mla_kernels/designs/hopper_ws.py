@@ -33,10 +33,14 @@ bf16):
   renormalised while the other's wgmma runs and the tensor cores never wait
   (``_block_scaled_item``: why, and what it costs). Predicted: about fp8_row's time.
 - bf16, with no scale, a per-row or a per-block scale: the ring holds [128 x 64] bf16
-  chunks (two per latent chunk); the MMA warps load each [128 x 64] fp8 K slice of a latent
-  chunk from shared memory into registers in the wgmma A layout, widen it to bf16 (exact),
-  and issue a bf16 wgmma (A from registers, B the weight chunk), the next slice loaded
-  while the previous wgmma runs. Row scales apply in the epilogue (fetched behind the last
+  chunks (two per latent chunk). With no or a per-row scale (STAGE_A) the gather warps
+  widen each [128 x 64] fp8 K slice of the latent (exactly) into a two-slot bf16 staging
+  ring in shared memory, item by item, and the MMA warps issue bf16 wgmma with both
+  operands from shared memory; the 32 KB come from one output staging buffer instead of
+  two. With a block scale the MMA warps load each slice into registers in the wgmma A
+  layout and widen it there (the previous design of all three, whose widening cost 119 of
+  276 us at 32000 tokens: docs/perf-notes.md), the next slice loaded while the previous
+  wgmma runs. Row scales apply in the epilogue (fetched behind the last
   wgmma: with two widened slices live, a 32-register scale vector held across the K loop
   spills); block scales per 128-wide K step as for fp8. Cost: bf16 wgmma runs at half the
   fp8 rate (4096 cycles per item instead of 2048), the widening is ~150 instructions a
@@ -471,10 +475,20 @@ def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
 @gluon.jit
 def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                      stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready, lat_empty,
+                     a_stage, a_ready, a_empty,
                      KV_C: gl.constexpr, PE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-                     ITEMS_PER_TILE: gl.constexpr, SEARCH_STEPS: gl.constexpr):
+                     ITEMS_PER_TILE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
+                     STAGE_A: gl.constexpr):
+    """Gathers each token tile's latent rows (and rope) into shared memory by cp.async. With
+    STAGE_A (a bf16 weight) it also widens, item by item, each [128 x 64] K slice of the
+    tile's fp8 latent into the bf16 ``a_stage`` ring the MMA warps' wgmma reads: then it is
+    the latent's only reader and refills a chunk without waiting for the MMA warps."""
     # 16 contiguous bytes per thread: one cp.async each.
     lat_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [GATHER_WARPS, 1], [1, 0])
+    # A [128 x 64] slice to widen: 16 fp8 bytes a thread in, 16 bf16 values (two 16-byte
+    # stores) out, four rows of threads a row.
+    wide_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [GATHER_WARPS, 1], [1, 0])
+    SK: gl.constexpr = BK // 2  # K of a bf16 slice
     pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (PE // 16), PE // 16],
                                                [GATHER_WARPS, 1], [1, 0])
     NK: gl.constexpr = KV_C // BK
@@ -485,6 +499,7 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
     last_tile = (end + ITEMS_PER_TILE - 1) // ITEMS_PER_TILE
     if end == start:
         last_tile = first_tile  # no items: gather nothing
+    n_slices = 0  # bf16 slices staged (STAGE_A)
     rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
                              first_tile, stride_block, stride_slot, num_blocks, BLOCK_SIZE,
                              SEARCH_STEPS, lat_layout)
@@ -501,7 +516,8 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
         # Each thread's arrival lands when its own copies have: the barriers count threads.
         async_copy.mbarrier_arrive(lat_ready.index(NK), increment_count=False)
         for kb in gl.static_range(NK):
-            mbarrier.wait(lat_empty.index(kb), phase)
+            if not STAGE_A:  # else this partition was the chunk's last reader
+                mbarrier.wait(lat_empty.index(kb), phase)
             cp_async.load(lat.index(kb),
                           k_buffer_ptr + rows[:, None] + (kb * BK + k_cols)[None, :],
                           mask=tmask[:, None])
@@ -511,6 +527,22 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
         rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                                  total, tile + 1, stride_block, stride_slot, num_blocks,
                                  BLOCK_SIZE, SEARCH_STEPS, lat_layout)
+        if STAGE_A:
+            # This tile's items of the run, each K slice widened into the next staging slot
+            # (counted as the MMA warps count weight chunks: one slice a chunk).
+            t0 = gl.maximum(start, tile * ITEMS_PER_TILE)
+            t1 = gl.minimum(end, (tile + 1) * ITEMS_PER_TILE)
+            for it in range(t0, t1):
+                for kb in gl.static_range(NK):
+                    if it == t0:  # this thread sees the whole chunk landed
+                        mbarrier.wait(lat_ready.index(kb), phase ^ 1)
+                    for h in gl.static_range(2):
+                        j = n_slices % 2
+                        x = lat.index(kb).slice(h * SK, SK, dim=1).load(wide_layout)
+                        mbarrier.wait(a_empty.index(j), ((n_slices // 2) & 1) ^ 1)
+                        a_stage.index(j).store(x.to(gl.bfloat16))
+                        _publish(a_ready.index(j))
+                        n_slices += 1
 
 
 @gluon.jit
@@ -556,6 +588,30 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
                     if last_of_tile:  # the tile's last reader of that chunk is done
                         mbarrier.arrive(lat_empty.index(kb - 1), count=1)
             c += 1
+    return acc, c
+
+
+@gluon.jit
+def _staged_k_loop(a_stage, a_ready, a_empty, w_ring, w_ready, w_empty, acc, c,
+                   NK: gl.constexpr, STAGES: gl.constexpr):
+    """One item's K loop for a bf16 weight with the latent widened by the gather warps: K
+    slice i (of 2 NK) is bf16 in staging slot i % 2, multiplied by weight chunk c + i from
+    shared memory. Returns with every wgmma retired and both slots released."""
+    for i in gl.static_range(2 * NK):
+        s = c % STAGES
+        mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
+        mbarrier.wait(a_ready.index(c % 2), (c // 2) & 1)
+        acc = warpgroup_mma(a_stage.index(c % 2), w_ring.index(s).permute((1, 0)), acc,
+                            use_acc=i > 0, is_async=True)
+        if i > 0:
+            # The previous slice's wgmma is done: its weight and staging slots can refill.
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+            mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+            mbarrier.arrive(a_empty.index((c - 1) % 2), count=1)
+        c += 1
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+    mbarrier.arrive(a_empty.index((c - 1) % 2), count=1)
     return acc, c
 
 
@@ -650,10 +706,11 @@ def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_
 @gluon.jit
 def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                   k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf, pe_out,
-                  w_ready, w_empty, lat_ready, lat_empty,
+                  w_ready, w_empty, lat_ready, lat_empty, a_stage, a_ready, a_empty,
                   NOPE: gl.constexpr, V: gl.constexpr, PE: gl.constexpr, KV_C: gl.constexpr,
                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
-                  SCALE: gl.constexpr, WS_LD: gl.constexpr, num_warps: gl.constexpr):
+                  SCALE: gl.constexpr, WS_LD: gl.constexpr, STAGE_A: gl.constexpr,
+                  num_warps: gl.constexpr):
     NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
     STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
     # K of one wgmma instruction: 32 fp8 values, 16 bf16 ones.
@@ -738,6 +795,15 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             scale = _pow2(entry.load(gl.SliceLayout(0, acc_layout)) >> 1) * k_scale
             acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
             out = (acc * scale[None, :]).to(out_ty)
+        elif STAGE_A:  # a bf16 weight, the latent widened by the gather warps
+            if SCALE == SCALE_ROW:
+                scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
+            acc, c = _staged_k_loop(a_stage, a_ready, a_empty, w_ring, w_ready, w_empty, acc,
+                                    c, NK, STAGES)
+            if SCALE == SCALE_ROW:
+                out = (acc * scale[None, :]).to(out_ty)
+            else:
+                out = (acc * k_scale).to(out_ty)
         else:
             if SCALE == SCALE_ROW:
                 if STEP == 1:
@@ -758,12 +824,13 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                 out = (acc * scale[None, :]).to(out_ty)
             else:
                 out = (acc * k_scale).to(out_ty)
-        buf = out_buf.index(n_tma % 2)
+        buf = out_buf.index(n_tma % out_buf.shape[0])
         # Before reusing a staging buffer, the stores of the item that last used it (two
         # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
         # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
         # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
-        if not full:
+        # With one buffer (STAGE_A) the last item's stores must be done.
+        if not full or STAGE_A:
             tma.store_wait(0)
         elif half == 0:
             tma.store_wait(1)
@@ -816,6 +883,10 @@ def hopper_ws_kernel(
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
+    # A bf16 weight (no or a per-row scale): the gather warps widen the latent slice by
+    # slice into a shared bf16 ring, so the MMA warps' wgmma reads both operands from
+    # shared memory. Its 32 KB come from one output staging buffer instead of two.
+    STAGE_A: gl.constexpr = (WK == BK // 2) and (SCALE != SCALE_BLOCK)
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
     lat = gl.allocate_shared_memory(gl.float8e4nv, [NK, BM, BK], lat_smem)
@@ -832,15 +903,28 @@ def hopper_ws_kernel(
         # Unused (512 bytes): a partition's argument cannot be None in newer Gluon.
         info = gl.allocate_shared_memory(gl.int32, [1, BN],
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-    out_buf = gl.allocate_shared_memory(k_desc.dtype, [2, BM, BN], k_desc.layout)
+    lat_ready = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
+    lat_empty = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
+    if STAGE_A:
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [1, BM, BN], k_desc.layout)
+        a_stage = gl.allocate_shared_memory(gl.bfloat16, [2, BM, BK // 2], w_desc.layout)
+        a_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        a_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for j in gl.static_range(2):
+            mbarrier.init(a_ready.index(j), count=1)
+            mbarrier.init(a_empty.index(j), count=1)
+    else:
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [2, BM, BN], k_desc.layout)
+        # Never read without STAGE_A (a partition's argument cannot be None in newer Gluon).
+        a_stage = out_buf
+        a_ready = lat_ready
+        a_empty = lat_empty
     pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
 
     w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     w_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     # One barrier per K chunk of the latent tile and a last one for its rope part, both ways:
     # a chunk is refilled as soon as the tile's last item has multiplied it.
-    lat_ready = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
-    lat_empty = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(w_ready.index(s), count=1)
         mbarrier.init(w_empty.index(s), count=1)
@@ -854,27 +938,29 @@ def hopper_ws_kernel(
         gl.warp_specialize([
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty,
-                             NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD,
-                             num_warps)),
+                             pe_out, w_ready, w_empty, lat_ready, lat_empty, a_stage,
+                             a_ready, a_empty, NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK,
+                             SCALE, WS_LD, STAGE_A, num_warps)),
             (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                            NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
             (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                                 stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
-                                lat_empty, KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
+                                lat_empty, a_stage, a_ready, a_empty, KV_C, PE, BLOCK_SIZE,
+                                ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A)),
         ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty,
-                             NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD,
-                             num_warps)),
+                             pe_out, w_ready, w_empty, lat_ready, lat_empty, a_stage,
+                             a_ready, a_empty, NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK,
+                             SCALE, WS_LD, STAGE_A, num_warps)),
             (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                               NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
             (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                                 stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
-                                lat_empty, KV_C, PE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS)),
+                                lat_empty, a_stage, a_ready, a_empty, KV_C, PE, BLOCK_SIZE,
+                                ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A)),
         ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
 
 
