@@ -18,6 +18,7 @@ from triton.experimental.gluon import language as gl
 import mla_kernels as mk
 from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.designs.hopper_ws import (
+    _E4M3_TO_BF16,
     HopperWSConfig,
     _halves,
     _mx_chunk,
@@ -365,6 +366,34 @@ def test_mxfp4_widening_is_exact(kv_c, seed):
                        .view(torch.uint8))
     assert torch.equal(bf16.cpu().view(torch.int16),
                        (deq / factor).float().to(torch.bfloat16).view(torch.int16))
+
+
+@gluon.jit
+def _e4m3_probe(src_ptr, dst_ptr):
+    """The bf16-weight path's latent widening (_E4M3_TO_BF16) of 64 words of 4 e4m3 codes."""
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [2], [0])
+    i = gl.arange(0, 64, layout=lay)
+    lo, hi = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [gl.load(src_ptr + i)],
+                                       dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+    gl.store(dst_ptr + 2 * i, lo)
+    gl.store(dst_ptr + 2 * i + 1, hi)
+
+
+@pytest.mark.gpu
+@hopper
+def test_bf16_path_latent_widening_is_exact():
+    # Every e4m3 code, bit for bit against torch's conversion (negative zero and the
+    # subnormals included); the NaN codes come out as +-480 (the contract leaves a NaN in a
+    # row a token reads to the caller).
+    codes = torch.arange(256, dtype=torch.uint8, device="cuda")
+    out = torch.empty(128, dtype=torch.int32, device="cuda")
+    _e4m3_probe[(1,)](codes.view(torch.int32), out, num_warps=2)
+    got = out.view(torch.bfloat16).cpu()
+    want = codes.cpu().view(torch.float8_e4m3fn).to(torch.bfloat16)
+    nan = torch.isnan(want)
+    assert nan.sum() == 2
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+    assert got[nan].tolist() == [480.0, -480.0]
 
 
 def test_fp8_route_rule():

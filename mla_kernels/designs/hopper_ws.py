@@ -145,6 +145,31 @@ SCALE_E8M0 = gl.constexpr(SCALE_CODES["e8m0"])
 # bought nothing and the imbalance cost 6%, so only weights of 64 heads or more.
 LOCKSTEP_ITEMS = gl.constexpr(128)  # items a tile (2 x heads) from which runs go in lockstep
 LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of one
+# e4m3 -> bf16 for a bf16 weight's latent (STAGE_A), a word of 4 values into two of 2: each
+# byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 (its value 2^-120 times the
+# e4m3 value, subnormals included), then multiplied by 2^120 (exact). Integer and bf16x2
+# arithmetic, 3.5 instructions a value, instead of the conversion units' two conversions
+# a value (e4m3x2 -> f16x2 -> bf16), which set the gather warps' pace. e4m3fn's NaN code
+# comes out as 480: a NaN in a cache row a token reads is outside the contract.
+_E4M3_TO_BF16 = gl.constexpr("""{
+.reg .b32 z, k, t, a, b;
+mov.b32 z, 0;
+mov.b32 k, 0x7B807B80;
+prmt.b32 t, $2, z, 0x4140;
+shl.b32 a, t, 4;
+shl.b32 b, t, 8;
+and.b32 a, a, 0x07F007F0;
+and.b32 b, b, 0x80008000;
+or.b32 a, a, b;
+mul.rn.bf16x2 $0, a, k;
+prmt.b32 t, $2, z, 0x4342;
+shl.b32 a, t, 4;
+shl.b32 b, t, 8;
+and.b32 a, a, 0x07F007F0;
+and.b32 b, b, 0x80008000;
+or.b32 a, a, b;
+mul.rn.bf16x2 $1, a, k;
+}""")
 
 # ------------------------------------------------------------- MXFP4 widening
 WIDEN_WARPS = gl.constexpr(4)
@@ -197,8 +222,9 @@ class HopperWSConfig(DesignConfig):
 
 @gluon.jit
 def _as_words(slot):
-    """A [128 x 128] e4m3 ring slot as the [128 x 32] int32 words the widener writes (the
-    128-byte swizzle places the same bytes either way)."""
+    """A slot of 128 rows of 128 bytes ([128 x 128] e4m3: a ring slot or a latent chunk;
+    [128 x 64] bf16: a staging slot) as [128 x 32] int32 words (the 128-byte swizzle places
+    the same bytes either way)."""
     return smem.reinterpret(slot, gl.int32, [BN, BK // 4], gl.NVMMASharedLayout(
         swizzle_byte_width=128, element_bitwidth=32, rank=2))
 
@@ -485,10 +511,10 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
     the latent's only reader and refills a chunk without waiting for the MMA warps."""
     # 16 contiguous bytes per thread: one cp.async each.
     lat_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [GATHER_WARPS, 1], [1, 0])
-    # A [128 x 64] slice to widen: 16 fp8 bytes a thread in, 16 bf16 values (two 16-byte
-    # stores) out, four rows of threads a row.
-    wide_layout: gl.constexpr = gl.BlockedLayout([1, 16], [8, 4], [GATHER_WARPS, 1], [1, 0])
-    SK: gl.constexpr = BK // 2  # K of a bf16 slice
+    # A [128 x 64] slice to widen as [128 x 16] words of 4 fp8 values: 4 words (16 bytes)
+    # a thread in, 8 words of 2 bf16 (two 16-byte stores) out, four threads a row.
+    word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [GATHER_WARPS, 1], [1, 0])
+    SW: gl.constexpr = BK // 8  # words of a slice's row
     pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (PE // 16), PE // 16],
                                                [GATHER_WARPS, 1], [1, 0])
     NK: gl.constexpr = KV_C // BK
@@ -538,9 +564,13 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                         mbarrier.wait(lat_ready.index(kb), phase ^ 1)
                     for h in gl.static_range(2):
                         j = n_slices % 2
-                        x = lat.index(kb).slice(h * SK, SK, dim=1).load(wide_layout)
+                        w = _as_words(lat.index(kb)).slice(h * SW, SW, dim=1).load(word_layout)
+                        lo, hi = gl.inline_asm_elementwise(
+                            _E4M3_TO_BF16, "=r,=r,r", [w], dtype=(gl.int32, gl.int32),
+                            is_pure=True, pack=1)
                         mbarrier.wait(a_empty.index(j), ((n_slices // 2) & 1) ^ 1)
-                        a_stage.index(j).store(x.to(gl.bfloat16))
+                        _as_words(a_stage.index(j)).store(
+                            gl.join(lo, hi).reshape([BM, 2 * SW]))
                         _publish(a_ready.index(j))
                         n_slices += 1
 
