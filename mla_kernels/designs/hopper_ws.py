@@ -40,15 +40,13 @@ bf16):
   two. With a block scale the MMA warps load each slice into registers in the wgmma A
   layout and widen it there (the previous design of all three, whose widening cost 119 of
   276 us at 32000 tokens: docs/perf-notes.md), the next slice loaded while the previous
-  wgmma runs. Row scales apply in the epilogue (fetched behind the last
-  wgmma: with two widened slices live, a 32-register scale vector held across the K loop
-  spills); block scales per 128-wide K step as for fp8. Cost: bf16 wgmma runs at half the
-  fp8 rate (4096 cycles per item instead of 2048), the widening is ~150 instructions a
-  warp per slice (hidden behind the wgmma), and the weight stream from L2 doubles (786 MB at
-  32k tokens, Kimi-K3 TP8). The MMA warps (about 52 us at 32k on fp8_row, under the ~76 us
-  store stream plus the gather's ~20) would need about 100-110 us: no longer hidden, they
-  set the time, about 1.0-1.3x fp8_row at 32k (more if L2 cannot feed ~7 TB/s). Row and
-  block scales should cost little beyond that. Not yet measured.
+  wgmma runs. Row scales apply in the epilogue (on the register path fetched behind the
+  last wgmma: with two widened slices live, a 32-register scale vector held across the K
+  loop spills); block scales per 128-wide K step as for fp8. Measured at 32000 tokens (Kimi-K3
+  TP8, docs/perf-notes.md): 276 us with the widening in the MMA warps (157 us with it
+  removed, so it set the pace); 265 us with the gather warps widening through the
+  conversion units (two conversions a value); 219 us (0.72 of the bf16 floor) with the
+  integer widening (_E4M3_TO_BF16). The register-A block-scaled path is as it was.
 
 - MXFP4 (packed e2m1, e8m0 scales per 32 values along K; SCALE_E8M0): no copy of the
   weight in another format exists before or after the call. A widener partition (four
