@@ -130,7 +130,7 @@ GridFn = Callable[[Problem, "int | None", Any, DeviceSpec], tuple[int, ...]]
 # done once; the launch only gathers one call's pointers (``addresses``: the call's
 # data_ptr()s, taken by the caller) and launches. A JitLauncher is such a launch.
 PrepareFn = Callable[[Problem, GatherArgs, "int | None", Any, DeviceSpec],
-                     Callable[[GatherArgs], Any]]
+                     Callable[..., Any]]
 WorkFn = Callable[[Problem, Sequence[int], "int | None", Any, DeviceSpec], int]
 
 
