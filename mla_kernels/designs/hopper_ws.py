@@ -72,6 +72,16 @@ bf16 weight's L2 stream is 4x fp8_row's (~1.6 GB at 32k tokens) and likely the b
 224 KiB), which fits only if the rope skips shared memory (the gather warps store it to
 every head's K straight from registers); a 2-deep ring cost fp8_row 136 us against 107 at
 32k. (b) keeps the weight reuse and is the one to try first.
+
+Not written either: GLM-5-style heads (nope 192, v 256; ``supports`` asks nope = v = 128).
+A head's 448 weight rows are 3.5 items of 128 columns: K-nope straddles an item boundary.
+What it would take: items of a head as K-nope[0:128], K-nope[128:192], V[0:128],
+V[128:256], the second an n64 item (m64n64 wgmma, a [128 x 64] accumulator and staging
+half, the weight chunk [64 x 128]): the item kind chosen per item at run time, both MMA
+shapes compiled in, the rope stored beside the n64 item. All-n64 items (7 a head) would be
+simpler but read the latent operand from shared memory twice per FLOP, at about the SM's
+128 bytes a cycle for fp8. Expected about fp8_row's time per output column (512 columns
+a head against Kimi's 320), plus the n64 item's lower rate.
 """
 
 from __future__ import annotations
