@@ -159,25 +159,20 @@ LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of on
 # arithmetic, 3.5 instructions a value, instead of the conversion units' two conversions
 # a value (e4m3x2 -> f16x2 -> bf16), which set the gather warps' pace. e4m3fn's NaN code
 # comes out as 480: a NaN in a cache row a token reads is outside the contract.
-_E4M3_TO_BF16 = gl.constexpr("""{
-.reg .b32 z, k, t, a, b;
-mov.b32 z, 0;
-mov.b32 k, 0x7B807B80;
-prmt.b32 t, $2, z, 0x4140;
+# One output word: input bytes picked by a prmt selector into the low bytes of two halves.
+_E4M3_PAIR = """prmt.b32 t, $2, z, {sel};
 shl.b32 a, t, 4;
 shl.b32 b, t, 8;
 and.b32 a, a, 0x07F007F0;
 and.b32 b, b, 0x80008000;
 or.b32 a, a, b;
-mul.rn.bf16x2 $0, a, k;
-prmt.b32 t, $2, z, 0x4342;
-shl.b32 a, t, 4;
-shl.b32 b, t, 8;
-and.b32 a, a, 0x07F007F0;
-and.b32 b, b, 0x80008000;
-or.b32 a, a, b;
-mul.rn.bf16x2 $1, a, k;
-}""")
+mul.rn.bf16x2 ${out}, a, k;
+"""
+_E4M3_TO_BF16 = gl.constexpr(
+    "{\n.reg .b32 z, k, t, a, b;\nmov.b32 z, 0;\nmov.b32 k, 0x7B807B80;\n"
+    + _E4M3_PAIR.format(sel="0x4140", out=0)  # values 0 and 1 of the word
+    + _E4M3_PAIR.format(sel="0x4342", out=1)  # values 2 and 3
+    + "}")
 
 # ------------------------------------------------------------- MXFP4 widening
 WIDEN_WARPS = gl.constexpr(4)
