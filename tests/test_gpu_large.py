@@ -17,8 +17,8 @@ from mla_kernels.inputs import random_weight
 from mla_kernels.problem import check_arguments
 
 
-def _big_cache_inputs(seed):
-    inp = mk.build_inputs("kimi-k3-tp8", [300, 77], block_size=16, cache_dtype="fp8",
+def _big_cache_inputs(seed, cache="fp8"):
+    inp = mk.build_inputs("kimi-k3-tp8", [300, 77], block_size=16, cache_dtype=cache,
                           weight_format="fp8_row", device="cuda", seed=seed)
     width = inp.k_buffer.shape[2]
     num_blocks = (2**31) // (16 * width) + 4096  # about 2.4e9 elements, 2.4 GB in fp8
@@ -34,9 +34,10 @@ def _big_cache_inputs(seed):
     return inp
 
 
-@pytest.fixture(scope="module")
-def big_inputs():
-    return _big_cache_inputs(12345)
+@pytest.fixture(scope="module", params=["fp8", "bf16"])
+def big_inputs(request):
+    # One cache at a time (a bf16 one takes 4.8 GB): pytest groups the tests by it.
+    return _big_cache_inputs(12345, request.param)
 
 
 @pytest.mark.gpu

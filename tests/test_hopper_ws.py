@@ -140,12 +140,13 @@ def _path_id(path):
     return "-".join([fmt, kind or "own", str(dtype).replace("torch.", "")])
 
 
-def _inputs(shape, contexts, block_size, path, device, seed, **kw):
-    """Inputs over an fp8 cache with the path's weight and scale. A bf16 weight's scale is
-    drawn log-uniform in [1e-3, 1e2] (as build_inputs draws fp8 weight scales), from the
-    test's seed; a bf16 scale is rounded from it (the reference reads the rounded values)."""
+def _inputs(shape, contexts, block_size, path, device, seed, cache="fp8", **kw):
+    """Inputs over an fp8 (or ``cache``) cache with the path's weight and scale. A bf16
+    weight's scale is drawn log-uniform in [1e-3, 1e2] (as build_inputs draws fp8 weight
+    scales), from the test's seed; a bf16 scale is rounded from it (the reference reads the
+    rounded values)."""
     fmt, kind, dtype = path
-    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache,
                           weight_format=fmt, device=device, seed=seed, **kw)
     if fmt == "bf16" and kind is not None:
         n, k = inp.kv_proj_weight.shape
@@ -154,7 +155,7 @@ def _inputs(shape, contexts, block_size, path, device, seed, **kw):
         g = torch.Generator().manual_seed(seed + 1)
         u = torch.rand(size, generator=g, dtype=torch.float64)
         inp.kv_proj_scale = torch.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))).float()
-    if inp.kv_proj_scale is not None:
+    if inp.kv_proj_scale is not None and dtype is not None:
         inp.kv_proj_scale = inp.kv_proj_scale.to(device=device, dtype=dtype)
     return inp
 
@@ -222,6 +223,110 @@ def test_block_scales_far_apart_along_k(device, seed):
     s[:, 0::2], s[:, 1::2] = 1e2, 1e-3
     s[1::2] = s[1::2].flip(1)
     run_and_check(inp, "hopper_ws")
+
+
+# ------------------------------------------------ a bf16 cache
+# Every weight format over a bf16 cache: the bf16 latent tile is wgmma's A operand as it is;
+# the weight TMA-loaded (bf16) or widened exactly to bf16 in the kernel (fp8 per row or per
+# block: _fp8_widener; MXFP4: every item on its bf16 route); the rope stored from registers.
+CACHE16_PATHS = [
+    ("fp8_row", None, torch.float32),
+    ("fp8_row", None, torch.bfloat16),
+    ("fp8_block", None, torch.float32),
+    ("fp8_block", None, torch.bfloat16),
+    ("bf16", None, None),
+    ("bf16", "row", torch.float32),
+    ("bf16", "block", torch.float32),
+    ("mxfp4", None, None),
+]
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", CACHE16_PATHS, ids=_path_id)
+@pytest.mark.parametrize(("contexts", "block_size"), [
+    ([37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
+    ([1000], 1),  # the last tile shifted back to end at the last token
+    ([100], 1),  # fewer tokens than a tile: the one partial tile (masked stores)
+    ([513, 0, 2048, 70], 64),
+    ([200, 0, 517, 128], 128),
+])
+def test_bf16_cache_matches_reference(path, contexts, block_size, device, seed):
+    inp = _inputs(KIMI, contexts, block_size, path, device, seed, cache="bf16")
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [CACHE16_PATHS[0], CACHE16_PATHS[2], CACHE16_PATHS[4],
+                                  CACHE16_PATHS[7]], ids=_path_id)
+@pytest.mark.parametrize(("shape", "contexts"), [
+    ("deepseek-v3-tp8", [2000, 0, 77]),
+    ("deepseek-v3-tp1", [700]),  # 256 items a tile
+    (KIMI, [32000]),
+])
+def test_bf16_cache_at_model_shapes(path, shape, contexts, device, seed):
+    inp = _inputs(shape, contexts, 1, path, device, seed, cache="bf16")
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [CACHE16_PATHS[0], CACHE16_PATHS[3], CACHE16_PATHS[5],
+                                  CACHE16_PATHS[7]], ids=_path_id)
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_bf16_cache_program_runs_and_ring_depth(path, programs, stages, device, seed):
+    # Runs that start and end mid-tile and mid-head (each program stores the rope of its
+    # own heads only); an item takes 8 ring slots, so every depth wraps within one item.
+    # The wideners take 3 slots or more (test_widened_weights_refuse_a_two_slot_ring).
+    if stages == 2 and path[0] != "bf16":
+        pytest.skip("a widened weight needs three ring slots")
+    inp = _inputs(KIMI, [900, 333], 1, path, device, seed, cache="bf16")
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [CACHE16_PATHS[0], CACHE16_PATHS[5]], ids=_path_id)
+def test_bf16_cache_fp16_outputs(path, device, seed):
+    # The rope is rounded from bf16 to fp16 on its way from the cache.
+    inp = _inputs(KIMI, [600, 0, 77], 1, path, device, seed, cache="bf16",
+                  out_dtype=torch.float16, weight_scale_range=(1e-3, 1e-1))
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+def test_bf16_cache_block_scales_far_apart_along_k(device, seed):
+    inp = _inputs(KIMI, [300], 1, CACHE16_PATHS[2], device, seed, cache="bf16")
+    s = inp.kv_proj_scale
+    s[:, 0::2], s[:, 1::2] = 1e2, 1e-3
+    s[1::2] = s[1::2].flip(1)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+def test_bf16_cache_ignores_k_scale(device, seed):
+    # A bf16 cache has nothing to dequantise: k_scale None, or any value, changes nothing.
+    inp = _inputs(KIMI, [300, 0, 129], 16, CACHE16_PATHS[0], device, seed, cache="bf16")
+    inp.k_scale = None
+    run_and_check(inp, "hopper_ws")
+    inp.k_scale = torch.full((1,), 7.0, device=device)
+    run_and_check(inp, "hopper_ws")
+
+
+def test_widened_weights_refuse_a_two_slot_ring():
+    # An fp8 weight over a bf16 cache is widened in the kernel and handed over in pairs, as
+    # MXFP4 is: refused with two slots when the plan is made; a bf16 weight (TMA) is not.
+    from mla_kernels.designs.hopper_ws import HOPPER_WS
+
+    for fmt in ("fp8_row", "fp8_block", "mxfp4"):
+        inp = mk.build_inputs(KIMI, [10], cache_dtype="bf16", weight_format=fmt)
+        with pytest.raises(ValueError, match="config.ring_depth: expected 3 or more"):
+            HOPPER_WS.prepare(_prob(fmt=fmt, cache="bf16"), inp.args(), None,
+                              HopperWSConfig(ring_depth=2), DEVICES["H200"])
 
 
 # ------------------------------------------------ MXFP4, widened in the kernel
@@ -414,9 +519,11 @@ def test_supported_problems():
     assert supports(_prob())
     assert supports(_prob(shape="deepseek-v3-tp1", out_dtype=torch.float16))
     assert supports(_prob(fmt="mxfp4"))
-    for kw in (dict(fmt="mxfp4", cache="bf16"), dict(cache="bf16"), dict(fmt="bf16", cache="bf16"),
-               dict(fmt="fp8_block", cache="bf16"), dict(out_dtype=torch.float32),
-               dict(fmt="bf16", out_dtype=torch.float32)):
+    for fmt in ("fp8_row", "fp8_block", "bf16", "mxfp4"):  # a bf16 cache, every weight
+        assert supports(_prob(fmt=fmt, cache="bf16")), fmt
+        assert supports(_prob(fmt=fmt, cache="bf16", out_dtype=torch.float16)), fmt
+    for kw in (dict(out_dtype=torch.float32), dict(fmt="bf16", out_dtype=torch.float32),
+               dict(cache="bf16", out_dtype=torch.float32)):
         assert not supports(_prob(**kw)), kw
     assert not supports(replace(_prob(), pe_dim=32))
     assert not supports(replace(_prob(), v_dim=64))
@@ -441,9 +548,9 @@ def test_supported_weights_and_scales():
 
 def test_refused_weights_and_shapes():
     refused = [
-        _prob(fmt="fp8_block", cache="bf16"),  # needs an fp8 latent in shared memory
-        _prob(fmt="bf16", cache="bf16"),  # a bf16 cache: not written (module docstring)
         _prob(fmt="bf16", weight_scale="row", cache="fp8_fnuz"),
+        replace(_prob(fmt="fp8_row", cache="bf16"), kv_c_dim=640),  # 160 KB of latent
+        replace(_prob(fmt="bf16", cache="bf16"), aligned16=False),
         _prob(fmt="fp8_block", scale_dtype=torch.float16),  # not a scale dtype the call takes
         _prob(fmt="fp8_block", weight_scale="row"),  # a format/scale pair that cannot occur
         _prob(fmt="bf16", weight_scale="e8m0"),
@@ -469,12 +576,13 @@ def test_offered_on_sm90_only():
 
 
 def test_new_formats_resolve_on_h200():
-    # By name on the H200 model; auto keeps its tuned entries (not re-measured yet).
+    # By name on the H200 model, over either cache; off sm_90 refused.
     for fmt in ("fp8_block", "bf16"):
-        design, _ = resolve("hopper_ws", _prob(fmt=fmt), DEVICES["H200"])
-        assert design.name == "hopper_ws"
-        with pytest.raises(ValueError, match="variant: expected one of"):
-            resolve("hopper_ws", _prob(fmt=fmt, cache="bf16"), DEVICES["H200"])
+        for cache in ("fp8", "bf16"):
+            design, _ = resolve("hopper_ws", _prob(fmt=fmt, cache=cache), DEVICES["H200"])
+            assert design.name == "hopper_ws"
+            with pytest.raises(ValueError, match="variant: expected one of"):
+                resolve("hopper_ws", _prob(fmt=fmt, cache=cache), DEVICES["MI355X"])
 
 
 def test_auto_falls_back_when_the_tuned_design_cannot_run_it():

@@ -351,12 +351,14 @@ def _publish2(bar0, bar1):
 @gluon.jit
 def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                 NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
-                ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr):
+                ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr,
+                BF16_ONLY: gl.constexpr):
     """MXFP4's weight partition (in place of the TMA loader): reads the packed e2m1 bytes and
     e8m0 scales of each item's 128 weight rows from global memory and writes them into the
     ring widened, as [128 x 128] e4m3 chunks when every row fits, else as [128 x 64] bf16
     chunks, with one factor 2^F a row (undone in the epilogue). The item's F and route go
-    to ``info`` before its first chunk is published."""
+    to ``info`` before its first chunk is published. BF16_ONLY (a bf16 cache): every item
+    as bf16 chunks."""
     NK: gl.constexpr = KV_C // BK
     info_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
@@ -370,13 +372,17 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
         words, packed, top, fits = _mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
+        if BF16_ONLY:
+            route = 1
+        else:
+            route = 1 - fits.to(gl.int32)
         mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
         info.index((it - start) % (STAGES + 1)).store(
-            gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
+            gl.convert_layout((top - MX_BIAS) * 2 + route, info_layout))
         # Chunks are handed over two at a time: one fence and one barrier for two slots. The
         # first is held while the second's slot frees, which takes the MMA warps' next
         # chunk only with three slots or more (MX_MIN_STAGES).
-        if fits:
+        if route == 0:
             for kb in gl.static_range(0, NK, 2):
                 chunk, d = _mx_chunk(words, packed, top, kb)
                 e4m3 = _widen_e4m3(chunk, d)
@@ -407,6 +413,63 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                 ring16.index(s1).store(_widen_bf16(w_hi, d_hi))
                 _publish2(w_ready.index(s), w_ready.index(s1))
                 c += 2
+
+
+@gluon.jit
+def _fp8_widener(w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch,
+                 NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
+                 ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr):
+    """An fp8 weight over a bf16 cache (in place of the TMA loader): each item's 128 weight
+    rows read from global memory, 64 values a row at a time, and written into the ring
+    widened exactly to bf16 [128 x 64] chunks (_E4M3_TO_BF16; the row or block scales apply
+    in the MMA warps, as over an fp8 cache), two chunks a hand-over. The next pair's loads
+    are issued before this pair waits for its slots, so their latency passes in that wait
+    while the ring is full; the hand-over's proxy fence waits for them otherwise (what sets
+    this path's pace, and why TMA staging was tried and measured slower: docs/perf-notes.md)."""
+    # [128 x 16] words of 4 values: 4 words (16 bytes) a thread, four threads a row.
+    word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [WIDEN_WARPS, 1], [1, 0])
+    SW: gl.constexpr = BK // 8  # words of a bf16 chunk's row
+    NK: gl.constexpr = KV_C // BK
+    w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    r = gl.arange(0, BN, layout=gl.SliceLayout(1, word_layout))
+    k = gl.arange(0, SW, layout=gl.SliceLayout(0, word_layout))
+    _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
+    c = 0
+    for it in range(start, end):
+        rows = w32_ptr + (_item_weight_row(it, NOPE, V, ITEMS_PER_TILE) + r)[:, None] * (KV_C // 4)
+        x0 = gl.load(rows + k[None, :])
+        x1 = gl.load(rows + (SW + k)[None, :])
+        for kb in gl.static_range(NK):
+            lo0, hi0 = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [x0],
+                                                 dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+            lo1, hi1 = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [x1],
+                                                 dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+            if kb + 1 < NK:
+                x0 = gl.load(rows + ((2 * kb + 2) * SW + k)[None, :])
+                x1 = gl.load(rows + ((2 * kb + 3) * SW + k)[None, :])
+            s = c % STAGES
+            mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
+            _as_words(w_ring.index(s)).store(gl.join(lo0, hi0).reshape([BN, 2 * SW]))
+            s1 = (c + 1) % STAGES
+            mbarrier.wait(w_empty.index(s1), (((c + 1) // STAGES) & 1) ^ 1)
+            _as_words(w_ring.index(s1)).store(gl.join(lo1, hi1).reshape([BN, 2 * SW]))
+            _publish2(w_ready.index(s), w_ready.index(s1))
+            c += 2
+
+
+@gluon.jit
+def _weight_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
+                    NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
+                    ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr,
+                    SCALE: gl.constexpr, LAT16: gl.constexpr):
+    """The four-warp weight partition: MXFP4's widener, or an fp8 weight's over a bf16
+    cache."""
+    if SCALE == SCALE_E8M0:
+        _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch, NOPE, V,
+                    KV_C, ITEMS_PER_TILE, STAGES, WS_LD, LAT16)
+    else:
+        _fp8_widener(w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch, NOPE, V, KV_C,
+                     ITEMS_PER_TILE, STAGES)
 
 
 @gluon.jit
@@ -502,27 +565,54 @@ def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
 
 
 @gluon.jit
-def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+def _store_rope(pe_ptrs, pe_mask, k_out_ptr, total, tile, start, end, pe_cols,
+                NOPE: gl.constexpr, PE: gl.constexpr, ITEMS_PER_TILE: gl.constexpr,
+                pe_layout: gl.constexpr):
+    """A bf16 cache's rope for one tile, from registers: stored into the K rows of every head
+    whose K-nope item of this tile is in the run [start, end) (the program that stores a
+    head's K-nope stores its rope), 16 bytes a thread. The tile's rows past the last token
+    are masked; a shifted last tile writes its first rows again with the same bits."""
+    out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
+    KROW: gl.constexpr = NOPE + PE
+    pe = gl.load(pe_ptrs, mask=pe_mask[:, None], other=0.0).to(gl.float32).to(out_ty)
+    r = _tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, pe_layout))
+    out = k_out_ptr + (r.to(gl.int64) * (KROW * (ITEMS_PER_TILE // 2)) + NOPE)[:, None] \
+        + pe_cols[None, :]
+    # Heads h whose K item tile * ITEMS_PER_TILE + 2h lies in the run.
+    t0 = gl.maximum(start - tile * ITEMS_PER_TILE, 0)
+    t1 = gl.minimum(end - tile * ITEMS_PER_TILE, ITEMS_PER_TILE)
+    for head in range((t0 + 1) // 2, (t1 + 1) // 2):
+        gl.store(out + head * KROW, pe, mask=pe_mask[:, None])
+
+
+@gluon.jit
+def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, k_out_ptr,
                      stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready, lat_empty,
                      a_stage, a_ready, a_empty,
-                     KV_C: gl.constexpr, PE: gl.constexpr, BLOCK_SIZE: gl.constexpr,
-                     ITEMS_PER_TILE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
-                     STAGE_A: gl.constexpr):
+                     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr,
+                     BLOCK_SIZE: gl.constexpr, ITEMS_PER_TILE: gl.constexpr,
+                     SEARCH_STEPS: gl.constexpr, STAGE_A: gl.constexpr, LAT16: gl.constexpr):
     """Gathers each token tile's latent rows (and rope) into shared memory by cp.async. With
     STAGE_A (a bf16 weight) it also widens, item by item, each [128 x 64] K slice of the
     tile's fp8 latent into the bf16 ``a_stage`` ring the MMA warps' wgmma reads: then it is
-    the latent's only reader and refills a chunk without waiting for the MMA warps."""
-    # 16 contiguous bytes per thread: one cp.async each.
-    lat_layout: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [GATHER_WARPS, 1], [1, 0])
+    the latent's only reader and refills a chunk without waiting for the MMA warps.
+
+    A bf16 cache (LAT16): the latent tile is [2 NK, 128, 64] bf16 K slices, two a chunk
+    barrier, and the rope skips shared memory: loaded into registers and stored from them to
+    the K rows of every head of the run's items in the tile (a bf16 cache has no k_scale)."""
+    # 16 contiguous bytes per thread: one cp.async each; a row of a K slice (LK values).
+    VEC: gl.constexpr = 8 if LAT16 else 16
+    LK: gl.constexpr = BK // 2 if LAT16 else BK
+    lat_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [4, 8], [GATHER_WARPS, 1], [1, 0])
     # A [128 x 64] slice to widen as [128 x 16] words of 4 fp8 values: 4 words (16 bytes)
     # a thread in, 8 words of 2 bf16 (two 16-byte stores) out, four threads a row.
     word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [GATHER_WARPS, 1], [1, 0])
     SW: gl.constexpr = BK // 8  # words of a slice's row
-    pe_layout: gl.constexpr = gl.BlockedLayout([1, 16], [32 // (PE // 16), PE // 16],
+    pe_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (PE // VEC), PE // VEC],
                                                [GATHER_WARPS, 1], [1, 0])
     NK: gl.constexpr = KV_C // BK
     total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
-    k_cols = gl.arange(0, BK, layout=gl.SliceLayout(0, lat_layout))
+    k_cols = gl.arange(0, LK, layout=gl.SliceLayout(0, lat_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     first_tile = start // ITEMS_PER_TILE
     last_tile = (end + ITEMS_PER_TILE - 1) // ITEMS_PER_TILE
@@ -539,18 +629,23 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
         # each on its own barrier so the first wgmma starts as soon as its chunk has landed.
         pe_rows = gl.convert_layout(rows, gl.SliceLayout(1, pe_layout))
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
-        mbarrier.wait(lat_empty.index(NK), phase)
-        cp_async.load(pe_raw, k_buffer_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :],
-                      mask=pe_mask[:, None])
-        # Each thread's arrival lands when its own copies have: the barriers count threads.
-        async_copy.mbarrier_arrive(lat_ready.index(NK), increment_count=False)
+        pe_ptrs = k_buffer_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :]
+        if not LAT16:
+            mbarrier.wait(lat_empty.index(NK), phase)
+            cp_async.load(pe_raw, pe_ptrs, mask=pe_mask[:, None])
+            # Each thread's arrival lands when its own copies have: the barriers count threads.
+            async_copy.mbarrier_arrive(lat_ready.index(NK), increment_count=False)
         for kb in gl.static_range(NK):
             if not STAGE_A:  # else this partition was the chunk's last reader
                 mbarrier.wait(lat_empty.index(kb), phase)
-            cp_async.load(lat.index(kb),
-                          k_buffer_ptr + rows[:, None] + (kb * BK + k_cols)[None, :],
-                          mask=tmask[:, None])
+            for h in gl.static_range(BK // LK):
+                cp_async.load(lat.index(kb * (BK // LK) + h),
+                              k_buffer_ptr + rows[:, None] + (kb * BK + h * LK + k_cols)[None, :],
+                              mask=tmask[:, None])
             async_copy.mbarrier_arrive(lat_ready.index(kb), increment_count=False)
+        if LAT16:
+            _store_rope(pe_ptrs, pe_mask, k_out_ptr, total, tile, start, end, pe_cols,
+                        NOPE, PE, ITEMS_PER_TILE, pe_layout)
         # The next tile's row offsets (dependent index loads) are fetched while this
         # tile's matrix work runs, off the MMA warps' critical path.
         rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
@@ -595,10 +690,11 @@ def _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES: 
 @gluon.jit
 def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, new_tile,
                  last_of_tile, tiles_seen, NK: gl.constexpr, STEP: gl.constexpr,
-                 STAGES: gl.constexpr, a_layout: gl.constexpr):
+                 STAGES: gl.constexpr, a_layout: gl.constexpr, LAT16: gl.constexpr):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
-    chunk, the fp8 latent slice widened to a bf16 A operand in registers). Returns with the
+    chunk, the fp8 latent slice widened to a bf16 A operand in registers, or with a bf16
+    cache (LAT16) the latent's bf16 slice kb * 2 + h from shared memory). Returns with the
     last wgmma in flight (``_item_done`` retires it) and the weight-chunk count."""
     WK: gl.constexpr = BK // STEP
     for kb in gl.static_range(NK):
@@ -606,6 +702,8 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
             s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
             if STEP == 1:
                 a = lat.index(kb)
+            elif LAT16:
+                a = lat.index(kb * STEP + h)
             else:
                 # This K slice of the fp8 latent chunk, widened (exactly) in registers while
                 # the previous slice's wgmma runs.
@@ -663,7 +761,7 @@ def _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK: gl.constexpr,
 def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
                        ws_row, c, new_tile, last_of_tile, tiles_seen,
                        KV_C: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
-                       num_warps: gl.constexpr):
+                       LAT16: gl.constexpr, num_warps: gl.constexpr):
     """One item's K loop with a per-128x128-block weight scale: its 128 weight rows are one
     block row and each 128-wide latent chunk one block column, so chunk kb has one scalar
     scale s[kb] (row ``ws_row`` of the scale). Returns the two halves of the product
@@ -696,9 +794,13 @@ def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
             w = w_ring.index(s).permute((1, 0))
-            top = lat.index(kb).slice(0, HM, dim=0)
-            bottom = lat.index(kb).slice(HM, HM, dim=0)
-            if STEP == 1:
+            if LAT16:
+                sl = lat.index(kb * STEP + h)
+            else:
+                sl = lat.index(kb)
+            top = sl.slice(0, HM, dim=0)
+            bottom = sl.slice(HM, HM, dim=0)
+            if STEP == 1 or LAT16:  # both operands from shared memory
                 a_t = top
                 a_b = bottom
             else:  # a bf16 weight: the latent slices widened in registers
@@ -743,7 +845,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                   NOPE: gl.constexpr, V: gl.constexpr, PE: gl.constexpr, KV_C: gl.constexpr,
                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
                   SCALE: gl.constexpr, WS_LD: gl.constexpr, STAGE_A: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  LAT16: gl.constexpr, num_warps: gl.constexpr):
     NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
     STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
     # K of one wgmma instruction: 32 fp8 values, 16 bf16 ones.
@@ -763,7 +865,10 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
     KROW: gl.constexpr = NOPE + PE  # one head's columns in k_out
     HEADS: gl.constexpr = ITEMS_PER_TILE // 2
     total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
-    k_scale = gl.load(k_scale_ptr)
+    if LAT16:  # a bf16 cache has nothing to dequantise
+        k_scale = 1.0
+    else:
+        k_scale = gl.load(k_scale_ptr)
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     pe_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, pe_layout))
@@ -791,6 +896,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         new_tile = (it == start) | (hp == 0)
         if new_tile:
             tiles_seen += 1
+        if new_tile and not LAT16:  # a bf16 cache's rope is the gather warps' (_store_rope)
             mbarrier.wait(lat_ready.index(NK), (tiles_seen - 1) & 1)
             # cp.async wrote through the generic proxy; wgmma and TMA read through the async one.
             fence_async_shared()
@@ -805,7 +911,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             acc_t, acc_b, s_last, c = _block_scaled_item(
                 lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
                 ws_ptr + (w_row // BN) * WS_LD, c, new_tile, last_of_tile, tiles_seen,
-                KV_C, STAGES, WK, num_warps)
+                KV_C, STAGES, WK, LAT16, num_warps)
             f = s_last * k_scale
             out_t = (acc_t * f).to(out_ty)
             out_b = (acc_b * f).to(out_ty)
@@ -813,16 +919,22 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             # The item's first chunk is published with its info entry (_mx_widener).
             mbarrier.wait(w_ready.index(c % STAGES), (c // STAGES) & 1)
             entry = info.index((it - start) % (STAGES + 1))
-            route = gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1
-            if route == 0:  # e4m3 chunks: fp8 x fp8, as fp8_row
+            if LAT16:  # every item on bf16 chunks (_mx_widener), the latent bf16 already
+                acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
+                acc16, c = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty, lat_ready,
+                                        lat_empty, acc16, c, new_tile, last_of_tile,
+                                        tiles_seen, NK, 2, STAGES, a16_layout, LAT16)
+                acc = gl.convert_layout(acc16, acc_layout)
+            elif (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
+                # e4m3 chunks: fp8 x fp8, as fp8_row
                 acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty,
                                       acc, c, new_tile, last_of_tile, tiles_seen, NK, 1,
-                                      STAGES, a_layout)
+                                      STAGES, a_layout, LAT16)
             else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
                 acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
                 acc16, c = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty, lat_ready,
                                         lat_empty, acc16, c, new_tile, last_of_tile,
-                                        tiles_seen, NK, 2, STAGES, a16_layout)
+                                        tiles_seen, NK, 2, STAGES, a16_layout, LAT16)
                 acc = gl.convert_layout(acc16, acc_layout)
             # Each column's 2^F x k_scale, read behind the last wgmma.
             scale = _pow2(entry.load(gl.SliceLayout(0, acc_layout)) >> 1) * k_scale
@@ -844,7 +956,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                     scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
             acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c,
                                   new_tile, last_of_tile, tiles_seen, NK, STEP, STAGES,
-                                  a_layout)
+                                  a_layout, LAT16)
             if SCALE == SCALE_ROW:
                 if STEP > 1:
                     # A bf16 weight: fetched behind the last wgmma instead. While two
@@ -862,8 +974,8 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
         # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
         # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
-        # With one buffer (STAGE_A) the last item's stores must be done.
-        if not full or STAGE_A:
+        # With one buffer (STAGE_A, LAT16) the last item's stores must be done.
+        if not full or STAGE_A or LAT16:
             tma.store_wait(0)
         elif half == 0:
             tma.store_wait(1)
@@ -878,7 +990,8 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         if full:
             fence_async_shared()
             if half == 0:
-                tma_io.store(pe_desc, [row0, head * KROW + NOPE], pe_out)
+                if not LAT16:
+                    tma_io.store(pe_desc, [row0, head * KROW + NOPE], pe_out)
                 tma_io.store(k_desc, [row0, head * KROW], buf)
             else:
                 tma_io.store(v_desc, [row0, head * V], buf)
@@ -891,15 +1004,16 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             if half == 0:
                 gl.store(k_out_ptr + r * (KROW * HEADS) + head * KROW + st_cols[None, :], val,
                          mask=rmask)
-                pr = row0 + pe_rows
-                pe = (pe_raw.load(pe_layout).to(gl.float32) * k_scale).to(out_ty)
-                gl.store(k_out_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
-                         + head * KROW + NOPE + pe_cols[None, :], pe,
-                         mask=(pr < total)[:, None])
+                if not LAT16:
+                    pr = row0 + pe_rows
+                    pe = (pe_raw.load(pe_layout).to(gl.float32) * k_scale).to(out_ty)
+                    gl.store(k_out_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
+                             + head * KROW + NOPE + pe_cols[None, :], pe,
+                             mask=(pr < total)[:, None])
             else:
                 gl.store(v_out_ptr + r * (V * HEADS) + head * V + st_cols[None, :], val,
                          mask=rmask)
-            if last_of_tile:  # the partial tile's rope was read from pe_raw until now
+            if last_of_tile and not LAT16:  # its rope was read from pe_raw until now
                 mbarrier.arrive(lat_empty.index(NK), count=1)
     tma.store_wait(0)
 
@@ -912,33 +1026,58 @@ def hopper_ws_kernel(
     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
     HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
-    WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, num_warps: gl.constexpr,
+    WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
+    WIDEN_FP8: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
-    # A bf16 weight (no or a per-row scale): the gather warps widen the latent slice by
-    # slice into a shared bf16 ring, so the MMA warps' wgmma reads both operands from
-    # shared memory. Its 32 KB come from one output staging buffer instead of two.
-    STAGE_A: gl.constexpr = (WK == BK // 2) and (SCALE != SCALE_BLOCK)
+    # A bf16 weight (no or a per-row scale) over an fp8 cache: the gather warps widen the
+    # latent slice by slice into a shared bf16 ring, so the MMA warps' wgmma reads both
+    # operands from shared memory. Its 32 KB come from one output staging buffer instead of
+    # two.
+    STAGE_A: gl.constexpr = (WK == BK // 2) and (SCALE != SCALE_BLOCK) and not LAT16
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
-    lat = gl.allocate_shared_memory(gl.float8e4nv, [NK, BM, BK], lat_smem)
-    pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
-                                       gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
+                                                   element_bitwidth=16, rank=2)
+    if LAT16:
+        # A bf16 cache: the tile's latent as 2 NK bf16 K slices of [128 x 64] (128 KB at
+        # kv_c = 512), wgmma's A operand as they are; with a 4-deep ring and one output
+        # staging buffer 224 KB, so the rope skips shared memory (_store_rope). The rope
+        # buffers below are stand-ins, never read.
+        lat = gl.allocate_shared_memory(gl.bfloat16, [2 * NK, BM, BK // 2], bf16_smem)
+        pe_raw = lat
+    else:
+        lat = gl.allocate_shared_memory(gl.float8e4nv, [NK, BM, BK], lat_smem)
+        pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
+                                           gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     if SCALE == SCALE_E8M0:
         # MXFP4: no TMA, the widener writes [128 x 128] e4m3 (or [128 x 64] bf16) chunks,
         # each item's factors and route in its info entry. w_desc is None.
         w_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, BK], lat_smem)
         info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],  # rank-1 entries
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    elif WIDEN_FP8:
+        # An fp8 weight over a bf16 cache: widened into bf16 chunks (_fp8_widener).
+        w_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK // 2], bf16_smem)
     else:
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
-        # Unused (512 bytes): a partition's argument cannot be None in newer Gluon.
-        info = gl.allocate_shared_memory(gl.int32, [1, BN],
-                                         gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     lat_ready = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
     lat_empty = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
-    if STAGE_A:
+    if SCALE != SCALE_E8M0:
+        if LAT16:
+            info = lat_ready  # a stand-in, never read (a partition's argument cannot be None)
+        else:
+            # Unused (512 bytes): a partition's argument cannot be None in newer Gluon.
+            info = gl.allocate_shared_memory(gl.int32, [1, BN],
+                                             gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    if LAT16:
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [1, BM, BN], k_desc.layout)
+        a_stage = out_buf
+        a_ready = lat_ready
+        a_empty = lat_empty
+        pe_out = out_buf
+    elif STAGE_A:
         out_buf = gl.allocate_shared_memory(k_desc.dtype, [1, BM, BN], k_desc.layout)
         a_stage = gl.allocate_shared_memory(gl.bfloat16, [2, BM, BK // 2], w_desc.layout)
         a_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -952,7 +1091,8 @@ def hopper_ws_kernel(
         a_stage = out_buf
         a_ready = lat_ready
         a_empty = lat_empty
-    pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
+    if not LAT16:
+        pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
 
     w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     w_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -966,20 +1106,22 @@ def hopper_ws_kernel(
     for kb in gl.static_range(NK + 1):
         mbarrier.init(lat_empty.index(kb), count=1)
 
-    # The weight partition: MXFP4's widener (four warps) or the TMA loader (one).
-    if SCALE == SCALE_E8M0:
+    # The weight partition: a widener (four warps: MXFP4, or fp8 over a bf16 cache) or the
+    # TMA loader (one).
+    if SCALE == SCALE_E8M0 or WIDEN_FP8:
         gl.warp_specialize([
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, a_stage,
                              a_ready, a_empty, NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK,
-                             SCALE, WS_LD, STAGE_A, num_warps)),
-            (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
-                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
+                             SCALE, WS_LD, STAGE_A, LAT16, num_warps)),
+            (_weight_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
+                               NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD, SCALE, LAT16)),
             (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                                stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
-                                lat_empty, a_stage, a_ready, a_empty, KV_C, PE, BLOCK_SIZE,
-                                ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A)),
+                                k_out_ptr, stride_block, stride_slot, num_blocks, lat, pe_raw,
+                                lat_ready, lat_empty, a_stage, a_ready, a_empty, KV_C, PE,
+                                NOPE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A,
+                                LAT16)),
         ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
@@ -987,13 +1129,14 @@ def hopper_ws_kernel(
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, a_stage,
                              a_ready, a_empty, NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK,
-                             SCALE, WS_LD, STAGE_A, num_warps)),
+                             SCALE, WS_LD, STAGE_A, LAT16, num_warps)),
             (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                               NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
             (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                                stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
-                                lat_empty, a_stage, a_ready, a_empty, KV_C, PE, BLOCK_SIZE,
-                                ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A)),
+                                k_out_ptr, stride_block, stride_slot, num_blocks, lat, pe_raw,
+                                lat_ready, lat_empty, a_stage, a_ready, a_empty, KV_C, PE,
+                                NOPE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A,
+                                LAT16)),
         ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
 
 
@@ -1054,11 +1197,14 @@ def _descriptors(shape, strides, dtype: torch.dtype, rows: int, cols: int) -> De
 def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                       config: HopperWSConfig, device: DeviceSpec):
     mx = prob.scale == "e8m0"
-    if mx and config.ring_depth < MX_MIN_STAGES:
-        # The widener holds one slot while it waits for the next: with two, the MMA warps
+    lat16 = not prob.cache_is_fp8  # a bf16 cache
+    widen_fp8 = lat16 and prob.weight_dtype == torch.float8_e4m3fn
+    if (mx or widen_fp8) and config.ring_depth < MX_MIN_STAGES:
+        # A widener holds one slot while it waits for the next: with two, the MMA warps
         # would wait for the held one.
-        raise ValueError(f"config.ring_depth: expected {MX_MIN_STAGES} or more for an MXFP4 "
-                         f"weight (its chunks are handed over in pairs), got {config.ring_depth}")
+        what = "an MXFP4 weight" if mx else "an fp8 weight over a bf16 cache"
+        raise ValueError(f"config.ring_depth: expected {MX_MIN_STAGES} or more for {what} "
+                         f"(its chunks are handed over in pairs), got {config.ring_depth}")
     grid = hopper_ws_grid(prob, max_context_len, config, device)
     if 0 in grid or prob.batch == 0:
         return no_launch
@@ -1072,6 +1218,12 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         def w_desc(_):
             return None
         wk = TILE  # e4m3 chunks in the ring
+    elif widen_fp8:  # read by pointer, widened into [128 x 64] bf16 chunks
+        w_view = None
+
+        def w_desc(_):
+            return None
+        wk = TILE // 2
     else:
         w_view = None
         # Weight chunks of 128-byte rows: [128 x 128] fp8 or [128 x 64] bf16, 16 KB either way.
@@ -1083,10 +1235,13 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
-                  SEARCH_STEPS=max(1, prob.batch.bit_length()), STAGES=config.ring_depth,
+                  SEARCH_STEPS=max(1, prob.batch.bit_length()),
+                  STAGES=config.ring_depth,
                   # The widener holds its row of an item (64 packed words) and a widened
                   # chunk; the gatherer fits in 88 (no spills, compile-checked).
-                  LOADER_REGS=160 if mx else 24, GATHER_REGS=88 if mx else 96, num_warps=4, WK=wk,
+                  LOADER_REGS=160 if mx else 144 if widen_fp8 else 24,
+                  GATHER_REGS=88 if mx and not lat16 else 96, num_warps=4, WK=wk, LAT16=lat16,
+                  WIDEN_FP8=widen_fp8,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
                   SCALE=SCALE_CODES[prob.scale],
                   WS_LD=ws.stride(0) if prob.scale in ("block", "e8m0") else 0,
@@ -1095,16 +1250,19 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # MMA warps.
                   maxnreg=168)
     has_ws = ws is not None
+    by_pointer = mx or widen_fp8
 
     def make(c: GatherArgs) -> list:
         w, ws = c.kv_proj_weight, c.kv_proj_scale
         if w_view is not None and type(w) is not int:  # addresses (ints) need no view
             w, ws = w_view(w), w_view(ws)
-        return [c.k_buffer, c.k_scale, c.kv_indptr, c.kv_indices, c.kv_prefix_sum_context_lens,
-                # Read by pointer for MXFP4 only (TMA otherwise).
-                w if mx else c.k_scale,
+        # A bf16 cache's k_scale (it may be None) is never read: a stand-in pointer.
+        ks = c.k_buffer if lat16 else c.k_scale
+        return [c.k_buffer, ks, c.kv_indptr, c.kv_indices, c.kv_prefix_sum_context_lens,
+                # Read by pointer by the wideners only (TMA otherwise).
+                w if by_pointer else ks,
                 # A weight with no scale (bf16): a pointer the kernel never reads.
-                ws if has_ws else c.k_scale,
+                ws if has_ws else ks,
                 c.k_prefix, c.v_prefix,
                 w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
                 v_desc(c.v_prefix), *ints]
@@ -1137,7 +1295,7 @@ def supports(prob: Problem) -> bool:
                  or (prob.weight_format == "mxfp4" and prob.scale == "e8m0"))
     return (weight_ok and prob.nope_dim == prob.v_dim == TILE and prob.pe_dim == 64
             and prob.kv_c_dim % TILE == 0 and prob.kv_c_dim <= 4 * TILE
-            and prob.cache_dtype == torch.float8_e4m3fn
+            and prob.cache_dtype in (torch.float8_e4m3fn, torch.bfloat16)
             and prob.scale_dtype in (None, torch.bfloat16)
             and prob.out_dtype in (torch.bfloat16, torch.float16)
             and prob.aligned16)
