@@ -14,10 +14,10 @@ every weight format on fp8 and bf16 caches, fp8 per-row at pages 1 to 128), scor
 launch replayed from a CUDA graph. The tiled configs with 128-row tiles and 8 warps come
 from data/exploration/h200/tune_2026-11-29.csv (32000 tokens). MXFP4 on an fp8 cache,
 served by hopper_ws since, from the MXFP4 matrix of a later commit
-(data/exploration/h200/mxfp4/2026-11-30-*/perf_matrix_mxfp4.csv). tests/test_tuning.py
-asserts that at every point of the latest committed run (now 2026-11-30-017ca0078d76, the
-same matrix with MXFP4 on hopper_ws) and of the MXFP4 runs, what this table picks is within
-5% of the best design timed there.
+(data/exploration/h200/mxfp4/2026-11-30-*/perf_matrix_mxfp4.csv). The bf16-cache entries
+from the run data/h200/2026-11-30-177caec6c2f1/ (hopper_ws on bf16 caches). tests/test_tuning.py
+asserts that at every point of the latest committed run (now that one) and of the MXFP4
+runs, what this table picks is within 5% of the best design timed there.
 """
 
 from __future__ import annotations

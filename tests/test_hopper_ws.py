@@ -2,9 +2,10 @@
 offered. Correctness runs need the GPU (it is compiled, never interpreted); the CPU checks
 its availability rules and, in test_compile.py, that it compiles for sm_90.
 
-Weights it runs (over an fp8 cache): fp8 per-row (the original path), fp8 per 128x128 block,
+Weights it runs over an fp8 cache: fp8 per-row (the original path), fp8 per 128x128 block,
 bf16 with no scale, a per-row or a per-block scale (float32 or bf16 scales), and MXFP4
-widened in the kernel to e4m3 or, item by item where a row's scales span too much, bf16."""
+widened in the kernel to e4m3 or, item by item where a row's scales span too much, bf16.
+Over a bf16 cache: every one of them, widened to bf16 where it is not."""
 
 import math
 from dataclasses import replace

@@ -20,9 +20,9 @@ each head's K-nope block. The last tile is shifted back to end at the last token
 past it are never written; only a batch of fewer than 128 tokens has a partial tile, stored
 with row-masked stores.
 
-Supported (``supports``): an fp8 e4m3fn cache, nope = v = 128, pe = 64, kv_c a multiple of
-128 up to 512, bf16 or fp16 outputs, and one of these weights (float scales float32 or
-bf16):
+Supported (``supports``): an fp8 e4m3fn or a bf16 cache (below), nope = v = 128, pe = 64,
+kv_c a multiple of 128 up to 512, bf16 or fp16 outputs, and one of these weights (float
+scales float32 or bf16):
 
 - fp8 e4m3fn per output row (SCALE_ROW): fp8 x fp8 wgmma, the row scale x k_scale in the
   epilogue.
@@ -62,16 +62,18 @@ bf16):
   floor from 32k tokens with every item on e4m3, about 1.5x fp8_row's time (the widener
   sets the pace); 0.36-0.38 with every item on bf16.
 
-Not written: a bf16 cache (with a bf16 weight). Its [128 x 512] bf16 latent tile is 128 KB
-of the 227 KiB. Two ways, each a new variant of the partitions (a bf16 gather and latent
-layout, both wgmma operands from shared memory, the ring indexed by STEP = 2 as here), not
-a constexpr switch: (a) 64-token tiles: 64 KB of latent, m64 wgmma, room for the 4-deep
-ring and both staging buffers, but each weight chunk serves half as many tokens, so the
-bf16 weight's L2 stream is 4x fp8_row's (~1.6 GB at 32k tokens) and likely the bound;
-(b) 128-token tiles with a 2-deep ring and both staging buffers (128 + 32 + 64 KB =
-224 KiB), which fits only if the rope skips shared memory (the gather warps store it to
-every head's K straight from registers); a 2-deep ring cost fp8_row 136 us against 107 at
-32k. (b) keeps the weight reuse and is the one to try first.
+A bf16 cache (LAT16), every weight: the tile's latent is 2 NK bf16 [128 x 64] K slices
+(128 KB at kv_c = 512), wgmma's A operand as they are, so every item is bf16 x bf16. With a
+4-deep ring (64 KB) and one output staging buffer (32 KB) that is 224 KB, so the rope skips
+shared memory: the gather warps load it into registers and store it into the K rows of
+the heads whose K-nope items their program runs (a bf16 cache has no k_scale). The weight:
+bf16 by TMA as over an fp8 cache; fp8 (per row or per block) widened exactly to bf16 by a
+four-warp widener in place of the TMA loader (_fp8_widener, 3 ring slots or more); MXFP4
+on its bf16 route for every item. Measured at 32000 / 65536 / 109440 tokens (Kimi-K3 TP8,
+docs/perf-notes.md): 0.93 / 0.90 / 0.85 of the bf16 floor with a bf16 weight; 0.69 / 0.69 /
+0.68 (fp8 per row) and 0.66 / 0.66 / 0.56 (per block), where the widener's loads, waited
+for at each hand-over's proxy fence, set the pace; MXFP4 0.36-0.39, as its bf16 route on an
+fp8 cache.
 
 Not written either: GLM-5-style heads (nope 192, v 256; ``supports`` asks nope = v = 128).
 A head's 448 weight rows are 3.5 items of 128 columns: K-nope straddles an item boundary.
@@ -1280,9 +1282,9 @@ def fp8_route(scale: torch.Tensor) -> torch.Tensor:
 
 
 def supports(prob: Problem) -> bool:
-    """The shapes and formats the kernel was written for: an fp8 e4m3fn cache; an fp8
-    e4m3fn weight with a per-row or per-128x128-block scale, or a bf16 weight with none, a
-    per-row or a per-block scale (scales float32 or bf16); nope = v = 128, pe = 64, kv_c a
+    """The shapes and formats the kernel was written for: an fp8 e4m3fn or a bf16 cache;
+    an fp8 e4m3fn weight with a per-row or per-128x128-block scale, a bf16 weight with
+    none, a per-row or a per-block scale (scales float32 or bf16), or MXFP4; nope = v = 128, pe = 64, kv_c a
     multiple of 128 up to 512, bf16 or fp16 outputs, and a 16-byte aligned weight and
     outputs (TMA's rule). The whole latent tile lives in shared memory: at kv_c = 640 it
     takes 238,760 bytes with a 4-deep ring (over the 227 KiB an SM gives) and the MMA warps
