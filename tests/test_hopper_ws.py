@@ -136,6 +136,16 @@ NEW_PATHS = [
 ]
 
 
+# Batch layouts every weight path runs: (contexts, page size).
+LAYOUTS = [
+    ([37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
+    ([1000], 1),  # the last tile shifted back to end at the last token
+    ([100], 1),  # fewer tokens than a tile: the one partial tile (masked stores)
+    ([513, 0, 2048, 70], 64),
+    ([200, 0, 517, 128], 128),
+]
+
+
 def _path_id(path):
     fmt, kind, dtype = path
     return "-".join([fmt, kind or "own", str(dtype).replace("torch.", "")])
@@ -164,13 +174,7 @@ def _inputs(shape, contexts, block_size, path, device, seed, cache="fp8", **kw):
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("path", NEW_PATHS, ids=_path_id)
-@pytest.mark.parametrize(("contexts", "block_size"), [
-    ([37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
-    ([1000], 1),  # the last tile shifted back to end at the last token
-    ([100], 1),  # fewer tokens than a tile: the one partial tile (masked stores)
-    ([513, 0, 2048, 70], 64),
-    ([200, 0, 517, 128], 128),
-])
+@pytest.mark.parametrize(("contexts", "block_size"), LAYOUTS)
 def test_new_paths_match_reference(path, contexts, block_size, device, seed):
     inp = _inputs(KIMI, contexts, block_size, path, device, seed)
     run_and_check(inp, "hopper_ws")
@@ -245,13 +249,7 @@ CACHE16_PATHS = [
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("path", CACHE16_PATHS, ids=_path_id)
-@pytest.mark.parametrize(("contexts", "block_size"), [
-    ([37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
-    ([1000], 1),  # the last tile shifted back to end at the last token
-    ([100], 1),  # fewer tokens than a tile: the one partial tile (masked stores)
-    ([513, 0, 2048, 70], 64),
-    ([200, 0, 517, 128], 128),
-])
+@pytest.mark.parametrize(("contexts", "block_size"), LAYOUTS)
 def test_bf16_cache_matches_reference(path, contexts, block_size, device, seed):
     inp = _inputs(KIMI, contexts, block_size, path, device, seed, cache="bf16")
     run_and_check(inp, "hopper_ws")
