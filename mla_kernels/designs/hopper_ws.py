@@ -417,51 +417,61 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                 c += 2
 
 
-FP8_WIDENERS = 2  # fp8-weight widener partitions over a bf16 cache, taking pairs in turn
-FP8_WIDEN_WARPS = gl.constexpr(2)  # warps of each
-
-
 @gluon.jit
 def _fp8_widener(w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch,
                  NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
-                 ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, PART: gl.constexpr):
-    """An fp8 weight over a bf16 cache (in place of the TMA loader), one of two partitions
-    that take the run's pairs of [128 x 64] chunks in turn (this one pairs g with g % 2 ==
-    PART): a pair's 128 weight rows x 128 values read from global memory, widened exactly
-    to bf16 (_E4M3_TO_BF16; the row or block scales apply in the MMA warps, as over an fp8
-    cache), written into the ring and handed over together. A hand-over's proxy fence waits
-    for the loads in flight, so one widener spends L2's latency plus its widening on each
-    pair (about 1.2 us against 0.93 us of MMA, with four warps: docs/perf-notes.md); two,
-    each on every other pair, overlap one's wait with the other's work."""
+                 ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr):
+    """An fp8 weight over a bf16 cache (in place of the TMA loader): each item's 128 weight
+    rows read from global memory, 64 values a row at a time, and written into the ring
+    widened exactly to bf16 [128 x 64] chunks (_E4M3_TO_BF16; the row or block scales apply
+    in the MMA warps, as over an fp8 cache), two chunks a hand-over. The next pair's loads
+    are issued before this pair waits for its slots, so their latency passes in that wait
+    while the ring is full; the hand-over's proxy fence waits for them otherwise (what sets
+    this path's pace, and why TMA staging was tried and measured slower: docs/perf-notes.md)."""
     # [128 x 16] words of 4 values: 4 words (16 bytes) a thread, four threads a row.
-    word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [FP8_WIDEN_WARPS, 1], [1, 0])
+    word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [WIDEN_WARPS, 1], [1, 0])
     SW: gl.constexpr = BK // 8  # words of a bf16 chunk's row
-    NK: gl.constexpr = KV_C // BK  # pairs an item
+    NK: gl.constexpr = KV_C // BK
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     r = gl.arange(0, BN, layout=gl.SliceLayout(1, word_layout))
     k = gl.arange(0, SW, layout=gl.SliceLayout(0, word_layout))
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
+    c = 0
     for it in range(start, end):
         rows = w32_ptr + (_item_weight_row(it, NOPE, V, ITEMS_PER_TILE) + r)[:, None] * (KV_C // 4)
+        x0 = gl.load(rows + k[None, :])
+        x1 = gl.load(rows + (SW + k)[None, :])
         for kb in gl.static_range(NK):
-            g = (it - start) * NK + kb  # the pair's number in the run: chunks 2g, 2g + 1
-            if g % 2 == PART:
-                x0 = gl.load(rows + ((2 * kb) * SW + k)[None, :])
-                x1 = gl.load(rows + ((2 * kb + 1) * SW + k)[None, :])
-                c = 2 * g
-                s = c % STAGES
-                lo, hi = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [x0],
-                                                   dtype=(gl.int32, gl.int32), is_pure=True,
-                                                   pack=1)
-                mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
-                _as_words(w_ring.index(s)).store(gl.join(lo, hi).reshape([BN, 2 * SW]))
-                s1 = (c + 1) % STAGES
-                lo, hi = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [x1],
-                                                   dtype=(gl.int32, gl.int32), is_pure=True,
-                                                   pack=1)
-                mbarrier.wait(w_empty.index(s1), (((c + 1) // STAGES) & 1) ^ 1)
-                _as_words(w_ring.index(s1)).store(gl.join(lo, hi).reshape([BN, 2 * SW]))
-                _publish2(w_ready.index(s), w_ready.index(s1))
+            lo0, hi0 = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [x0],
+                                                 dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+            lo1, hi1 = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [x1],
+                                                 dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+            if kb + 1 < NK:
+                x0 = gl.load(rows + ((2 * kb + 2) * SW + k)[None, :])
+                x1 = gl.load(rows + ((2 * kb + 3) * SW + k)[None, :])
+            s = c % STAGES
+            mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
+            _as_words(w_ring.index(s)).store(gl.join(lo0, hi0).reshape([BN, 2 * SW]))
+            s1 = (c + 1) % STAGES
+            mbarrier.wait(w_empty.index(s1), (((c + 1) // STAGES) & 1) ^ 1)
+            _as_words(w_ring.index(s1)).store(gl.join(lo1, hi1).reshape([BN, 2 * SW]))
+            _publish2(w_ready.index(s), w_ready.index(s1))
+            c += 2
+
+
+@gluon.jit
+def _weight_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
+                    NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
+                    ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr,
+                    SCALE: gl.constexpr, LAT16: gl.constexpr):
+    """The four-warp weight partition: MXFP4's widener, or an fp8 weight's over a bf16
+    cache."""
+    if SCALE == SCALE_E8M0:
+        _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch, NOPE, V,
+                    KV_C, ITEMS_PER_TILE, STAGES, WS_LD, LAT16)
+    else:
+        _fp8_widener(w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch, NOPE, V, KV_C,
+                     ITEMS_PER_TILE, STAGES)
 
 
 @gluon.jit
@@ -1100,33 +1110,15 @@ def hopper_ws_kernel(
 
     # The weight partition: a widener (four warps: MXFP4, or fp8 over a bf16 cache) or the
     # TMA loader (one).
-    if WIDEN_FP8:
+    if SCALE == SCALE_E8M0 or WIDEN_FP8:
         gl.warp_specialize([
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, a_stage,
                              a_ready, a_empty, NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK,
                              SCALE, WS_LD, STAGE_A, LAT16, num_warps)),
-            (_fp8_widener, (w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch, NOPE, V, KV_C,
-                            ITEMS_PER_TILE, STAGES, 0)),
-            (_fp8_widener, (w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch, NOPE, V, KV_C,
-                            ITEMS_PER_TILE, STAGES, 1)),
-            (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                                k_out_ptr, stride_block, stride_slot, num_blocks, lat, pe_raw,
-                                lat_ready, lat_empty, a_stage, a_ready, a_empty, KV_C, PE,
-                                NOPE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A,
-                                LAT16)),
-        ], [FP8_WIDEN_WARPS, FP8_WIDEN_WARPS, GATHER_WARPS],
-            [LOADER_REGS, LOADER_REGS, GATHER_REGS])
-    elif SCALE == SCALE_E8M0:
-        gl.warp_specialize([
-            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
-                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty, a_stage,
-                             a_ready, a_empty, NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK,
-                             SCALE, WS_LD, STAGE_A, LAT16, num_warps)),
-            (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
-                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD, LAT16)),
+            (_weight_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
+                               NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD, SCALE, LAT16)),
             (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                                 k_out_ptr, stride_block, stride_slot, num_blocks, lat, pe_raw,
                                 lat_ready, lat_empty, a_stage, a_ready, a_empty, KV_C, PE,
