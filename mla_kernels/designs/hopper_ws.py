@@ -71,9 +71,8 @@ bf16 by TMA as over an fp8 cache; fp8 (per row or per block) widened exactly to 
 four-warp widener in place of the TMA loader (_fp8_widener, 3 ring slots or more); MXFP4
 on its bf16 route for every item. Measured at 32000 / 65536 / 109440 tokens (Kimi-K3 TP8,
 docs/perf-notes.md): 0.93 / 0.90 / 0.85 of the bf16 floor with a bf16 weight; 0.69 / 0.69 /
-0.68 (fp8 per row) and 0.66 / 0.66 / 0.56 (per block), where the widener's loads, waited
-for at each hand-over's proxy fence, set the pace; MXFP4 0.36-0.39, as its bf16 route on an
-fp8 cache.
+0.68 (fp8 per row) and 0.66 / 0.66 / 0.56 (per block), where the widener sets the pace;
+MXFP4 0.36-0.39, as its bf16 route on an fp8 cache.
 
 Not written either: GLM-5-style heads (nope 192, v 256; ``supports`` asks nope = v = 128).
 A head's 448 weight rows are 3.5 items of 128 columns: K-nope straddles an item boundary.
@@ -426,8 +425,9 @@ def _fp8_widener(w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch,
     widened exactly to bf16 [128 x 64] chunks (_E4M3_TO_BF16; the row or block scales apply
     in the MMA warps, as over an fp8 cache), two chunks a hand-over. The next pair's loads
     are issued before this pair waits for its slots, so their latency passes in that wait
-    while the ring is full; the hand-over's proxy fence waits for them otherwise (what sets
-    this path's pace, and why TMA staging was tried and measured slower: docs/perf-notes.md)."""
+    while the ring is full. This partition sets the path's pace (0.69 of the floor against
+    0.93 for a TMA-loaded bf16 weight); TMA staging and two half-width wideners were tried
+    and measured slower (docs/perf-notes.md)."""
     # [128 x 16] words of 4 values: 4 words (16 bytes) a thread, four threads a row.
     word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [WIDEN_WARPS, 1], [1, 0])
     SW: gl.constexpr = BK // 8  # words of a bf16 chunk's row
