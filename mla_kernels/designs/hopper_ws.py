@@ -234,6 +234,15 @@ def _as_words(slot):
 
 
 @gluon.jit
+def _widen_words(w):
+    """[rows x n] int32 words of 4 e4m3 values as [rows x 2n] words of 2 bf16 values, in
+    order, exactly (_E4M3_TO_BF16)."""
+    lo, hi = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [w],
+                                       dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+    return gl.join(lo, hi).reshape([w.shape[0], 2 * w.shape[1]])
+
+
+@gluon.jit
 def _as_bf16(ring):
     """The e4m3 ring as [STAGES, 128, 64] bf16 chunks (the same 16 KB a slot)."""
     return smem.reinterpret(ring, gl.bfloat16, [ring.shape[0], BN, BK // 2],
@@ -442,19 +451,17 @@ def _fp8_widener(w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch,
         x0 = gl.load(rows + k[None, :])
         x1 = gl.load(rows + (SW + k)[None, :])
         for kb in gl.static_range(NK):
-            lo0, hi0 = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [x0],
-                                                 dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
-            lo1, hi1 = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [x1],
-                                                 dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+            y0 = _widen_words(x0)
+            y1 = _widen_words(x1)
             if kb + 1 < NK:
                 x0 = gl.load(rows + ((2 * kb + 2) * SW + k)[None, :])
                 x1 = gl.load(rows + ((2 * kb + 3) * SW + k)[None, :])
             s = c % STAGES
             mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
-            _as_words(w_ring.index(s)).store(gl.join(lo0, hi0).reshape([BN, 2 * SW]))
+            _as_words(w_ring.index(s)).store(y0)
             s1 = (c + 1) % STAGES
             mbarrier.wait(w_empty.index(s1), (((c + 1) // STAGES) & 1) ^ 1)
-            _as_words(w_ring.index(s1)).store(gl.join(lo1, hi1).reshape([BN, 2 * SW]))
+            _as_words(w_ring.index(s1)).store(y1)
             _publish2(w_ready.index(s), w_ready.index(s1))
             c += 2
 
@@ -665,12 +672,9 @@ def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                     for h in gl.static_range(2):
                         j = n_slices % 2
                         w = _as_words(lat.index(kb)).slice(h * SW, SW, dim=1).load(word_layout)
-                        lo, hi = gl.inline_asm_elementwise(
-                            _E4M3_TO_BF16, "=r,=r,r", [w], dtype=(gl.int32, gl.int32),
-                            is_pure=True, pack=1)
+                        y = _widen_words(w)
                         mbarrier.wait(a_empty.index(j), ((n_slices // 2) & 1) ^ 1)
-                        _as_words(a_stage.index(j)).store(
-                            gl.join(lo, hi).reshape([BM, 2 * SW]))
+                        _as_words(a_stage.index(j)).store(y)
                         _publish(a_ready.index(j))
                         n_slices += 1
 
@@ -908,7 +912,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                 pe_out.store(pe.to(out_ty))
                 fence_async_shared()
                 mbarrier.arrive(lat_empty.index(NK), count=1)  # the next tile's rope may land
-        w_row = head * (NOPE + V) + half * NOPE
+        w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
         if SCALE == SCALE_BLOCK:
             acc_t, acc_b, s_last, c = _block_scaled_item(
                 lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
