@@ -265,10 +265,10 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                                       device="cuda", seed=seed + 1 + i, spare_indices=0,
                                       spare_rows=0, spare_blocks=0, **draw)
                 for i in range(n_sets - 1)]
-        # hopper_ws widens an MXFP4 weight item by item: the share it runs in e4m3.
-        share = (float(hopper_ws.fp8_route(base.kv_proj_scale).float().mean())
-                 if pt.weight_format == "mxfp4" and hopper_ws is not None else float("nan"))
         prob, dev = check_arguments(*base.args()), device_spec(base.k_buffer.device)
+        # hopper_ws widens an MXFP4 weight item by item: the share it runs in e4m3.
+        share = (float(hopper_ws.fp8_route(base.kv_proj_scale, prob.cache_is_fp8).float().mean())
+                 if pt.weight_format == "mxfp4" and hopper_ws is not None else float("nan"))
         for name, dot, make in candidates(pt, torch_paths):
             design, cfg = "", pt.configs.get(name)
             try:

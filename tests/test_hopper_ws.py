@@ -506,6 +506,8 @@ def test_fp8_route_rule():
     codes[200, 0] = 120 - 12  # 13 binades: the second item widens to bf16
     assert fp8_route(codes).tolist() == [True, False, True]
     assert fp8_route(codes.view(torch.float8_e8m0fnu)).tolist() == [True, False, True]
+    # Over a bf16 cache every item runs its bf16 route (the kernel's BF16_ONLY).
+    assert fp8_route(codes, cache_is_fp8=False).tolist() == [False, False, False]
 
 
 def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16, **kw):

@@ -1275,14 +1275,15 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     return JitLauncher(hopper_ws_kernel, grid, 17, consts, make)
 
 
-def fp8_route(scale: torch.Tensor) -> torch.Tensor:
+def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
     """Which 128-row blocks (work items) of an MXFP4 weight the kernel widens to e4m3 (True)
-    rather than bf16, from its e8m0 scale [N, K/32]: those whose rows' codes all span at most
-    MX_SPAN binades. The kernel decides the same on the device, per item; this host-side
-    copy of the rule is for reporting (the matrix's ``fp8_route_share``) and tests."""
+    rather than bf16, from its e8m0 scale [N, K/32]: over an fp8 cache those whose rows'
+    codes all span at most MX_SPAN binades, over a bf16 cache none (BF16_ONLY). The kernel
+    decides the same on the device, per item; this host-side copy of the rule is for
+    reporting (the matrix's ``fp8_route_share``) and tests."""
     codes = as_uint8(scale).to(torch.int32)
     span = codes.amax(dim=1) - codes.amin(dim=1)
-    return (span <= MX_SPAN.value).view(-1, TILE).all(dim=1)
+    return (span <= MX_SPAN.value).view(-1, TILE).all(dim=1) & cache_is_fp8
 
 
 def supports(prob: Problem) -> bool:
