@@ -183,7 +183,7 @@ WIDEN_WARPS = gl.constexpr(4)
 # (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
 # runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
 MX_SPAN = gl.constexpr(11)
-MX_MIN_STAGES = 3  # ring slots the widener needs (_mx_widener)
+WIDEN_MIN_STAGES = 3  # ring slots a widener needs (_mx_widener, _fp8_widener: pairs)
 MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
 # prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
 # 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
@@ -391,7 +391,7 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
             gl.convert_layout((top - MX_BIAS) * 2 + route, info_layout))
         # Chunks are handed over two at a time: one fence and one barrier for two slots. The
         # first is held while the second's slot frees, which takes the MMA warps' next
-        # chunk only with three slots or more (MX_MIN_STAGES).
+        # chunk only with three slots or more (WIDEN_MIN_STAGES).
         if route == 0:
             for kb in gl.static_range(0, NK, 2):
                 chunk, d = _mx_chunk(words, packed, top, kb)
@@ -1205,11 +1205,11 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     mx = prob.scale == "e8m0"
     lat16 = not prob.cache_is_fp8  # a bf16 cache
     widen_fp8 = lat16 and prob.weight_dtype == torch.float8_e4m3fn
-    if (mx or widen_fp8) and config.ring_depth < MX_MIN_STAGES:
+    if (mx or widen_fp8) and config.ring_depth < WIDEN_MIN_STAGES:
         # A widener holds one slot while it waits for the next: with two, the MMA warps
         # would wait for the held one.
         what = "an MXFP4 weight" if mx else "an fp8 weight over a bf16 cache"
-        raise ValueError(f"config.ring_depth: expected {MX_MIN_STAGES} or more for {what} "
+        raise ValueError(f"config.ring_depth: expected {WIDEN_MIN_STAGES} or more for {what} "
                          f"(its chunks are handed over in pairs), got {config.ring_depth}")
     grid = hopper_ws_grid(prob, max_context_len, config, device)
     if 0 in grid or prob.batch == 0:
