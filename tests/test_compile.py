@@ -87,7 +87,9 @@ HOPPER_WS_PATHS = [
     ("bf16", "block", "bfloat16", 3, "fp8"),
     ("mxfp4", "e8m0", None, 4, "fp8"),
     ("mxfp4", "e8m0", None, 3, "fp8"),
-    # A bf16 cache: a 128 KB bf16 latent tile, bf16 x bf16 wgmma for every weight.
+    # A bf16 cache: a 128 KB bf16 latent tile, bf16 x bf16 wgmma for every weight (fp8 and
+    # MXFP4 weights widened to a bf16 copy first, so their kernel is the bf16 weight's with
+    # their scale: the last kernel launched is the one compiled here).
     ("fp8_row", "row", "float32", 4, "bf16"),
     ("fp8_row", "row", "bfloat16", 3, "bf16"),
     ("fp8_block", "block", "float32", 4, "bf16"),
@@ -163,6 +165,11 @@ def test_hopper_ws_new_paths_compile_for_sm90():
         # one int every partition derives from the arguments (cs_ptr + batch), across the
         # partitions' register reallocation, loaded once a partition (16 bytes); newer
         # ptxas also some of the widener's per-item values (up to 56 bytes, a few loads an
-        # item of ~1,500 instructions). Read from the SASS (docs/perf-notes.md). Over a bf16
-        # cache (the rope held in the gather warps' registers) up to 68 bytes under 3.9.
-        assert r["spill_bytes"] <= ((96 if cache == "bf16" else 64) if fmt == "mxfp4" else 0), r
+        # item of ~1,500 instructions). Read from the SASS (docs/perf-notes.md).
+        # Elsewhere none, but a bf16 weight with a float32 block scale over a bf16 cache
+        # under 3.6: 4 bytes, one shared-memory address stored before the partitions'
+        # register reallocation at the kernel's start and loaded once a warp (SASS).
+        allowed = 64 if fmt == "mxfp4" and cache == "fp8" else 0
+        if fmt == "fp8_block" and cache == "bf16":
+            allowed = 4
+        assert r["spill_bytes"] <= allowed, r

@@ -3,9 +3,10 @@ offered. Correctness runs need the GPU (it is compiled, never interpreted); the 
 its availability rules and, in test_compile.py, that it compiles for sm_90.
 
 Weights it runs over an fp8 cache: fp8 per-row (the original path), fp8 per 128x128 block,
-bf16 with no scale, a per-row or a per-block scale (float32 or bf16 scales), and MXFP4
-widened in the kernel to e4m3 or, item by item where a row's scales span too much, bf16.
-Over a bf16 cache: every one of them, widened to bf16 where it is not."""
+bf16 with no scale, a per-row or a per-block scale (float32 or bf16 scales; the latent tile
+widened to bf16 as it is gathered), and MXFP4 widened in the kernel to e4m3 or, item by
+item where a row's scales span too much, bf16. Over a bf16 cache: every one of them, an fp8
+or MXFP4 weight widened to a bf16 copy ahead of the kernel (weight_widening)."""
 
 import math
 from dataclasses import replace
@@ -17,6 +18,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import mla_kernels as mk
+from mla_kernels.checks import check_outputs
 from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.designs.hopper_ws import (
     _E4M3_TO_BF16,
@@ -30,6 +32,7 @@ from mla_kernels.designs.hopper_ws import (
     lockstep_granule,
     supports,
 )
+from mla_kernels.designs.jit import SCALE_CODES
 from mla_kernels.devices import DEVICES, INTERPRETER
 
 KIMI = "kimi-k3-tp8"
@@ -232,8 +235,9 @@ def test_block_scales_far_apart_along_k(device, seed):
 
 # ------------------------------------------------ a bf16 cache
 # Every weight format over a bf16 cache: the bf16 latent tile is wgmma's A operand as it is;
-# the weight TMA-loaded (bf16) or widened exactly to bf16 in the kernel (fp8 per row or per
-# block: _fp8_widener; MXFP4: every item on its bf16 route); the rope stored from registers.
+# the weight TMA-loaded, bf16 as given or widened exactly into a bf16 copy ahead of the
+# kernel (fp8 per row or per block with their own scales; MXFP4 with a power-of-two row
+# scale); the rope stored from registers.
 CACHE16_PATHS = [
     ("fp8_row", None, torch.float32),
     ("fp8_row", None, torch.bfloat16),
@@ -278,9 +282,6 @@ def test_bf16_cache_at_model_shapes(path, shape, contexts, device, seed):
 def test_bf16_cache_program_runs_and_ring_depth(path, programs, stages, device, seed):
     # Runs that start and end mid-tile and mid-head (each program stores the rope of its
     # own heads only); an item takes 8 ring slots, so every depth wraps within one item.
-    # The wideners take 3 slots or more (test_widened_weights_refuse_a_two_slot_ring).
-    if stages == 2 and path[0] != "bf16":
-        pytest.skip("a widened weight needs three ring slots")
     inp = _inputs(KIMI, [900, 333], 1, path, device, seed, cache="bf16")
     run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
 
@@ -316,16 +317,58 @@ def test_bf16_cache_ignores_k_scale(device, seed):
     run_and_check(inp, "hopper_ws")
 
 
-def test_widened_weights_refuse_a_two_slot_ring():
-    # An fp8 weight over a bf16 cache is widened in the kernel and handed over in pairs, as
-    # MXFP4 is: refused with two slots when the plan is made; a bf16 weight (TMA) is not.
+def test_widened_weights_run_the_bf16_weight_s_kernel():
+    # Over a bf16 cache an fp8 or MXFP4 weight is widened into a bf16 copy ahead of the
+    # kernel, which is then the bf16 weight's (its TMA ring takes two slots too); with an
+    # fp8 weight the scale is its own, with MXFP4 a float32 row scale.
     from mla_kernels.designs.hopper_ws import HOPPER_WS
+    from mla_kernels.designs.weight_widening import WidenedWeight
 
     for fmt in ("fp8_row", "fp8_block", "mxfp4"):
         inp = mk.build_inputs(KIMI, [10], cache_dtype="bf16", weight_format=fmt)
-        with pytest.raises(ValueError, match="config.ring_depth: expected 3 or more"):
-            HOPPER_WS.prepare(_prob(fmt=fmt, cache="bf16"), inp.args(), None,
-                              HopperWSConfig(ring_depth=2), DEVICES["H200"])
+        launch = HOPPER_WS.prepare(_prob(fmt=fmt, cache="bf16"), inp.args(), None,
+                                   HopperWSConfig(ring_depth=2), DEVICES["H200"])
+        assert isinstance(launch, WidenedWeight), fmt
+        consts = launch.main.consts
+        assert consts["LAT16"] and not consts["CACHE_FP8"] and consts["WK"] == 64, fmt
+        want = {"fp8_row": "row", "fp8_block": "block", "mxfp4": "row"}[fmt]
+        assert consts["SCALE"] == SCALE_CODES[want] and consts["STAGES"] == 2, fmt
+        assert launch.shape == (inp.kv_proj_weight.shape[0], 512)
+        assert launch.factor_shape == ((inp.kv_proj_weight.shape[0],) if fmt == "mxfp4"
+                                       else None)
+    # A bf16 weight over either cache is launched as it is, over a bf16 latent tile.
+    for cache in ("bf16", "fp8"):
+        inp = mk.build_inputs(KIMI, [10], cache_dtype=cache, weight_format="bf16")
+        launch = HOPPER_WS.prepare(_prob(fmt="bf16", cache=cache), inp.args(), None,
+                                   HopperWSConfig(), DEVICES["H200"])
+        assert not isinstance(launch, WidenedWeight)
+        assert launch.consts["LAT16"] and launch.consts["CACHE_FP8"] == (cache == "fp8")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("fmt", ["fp8_row", "mxfp4"])
+def test_widened_weight_in_a_cuda_graph_reads_the_weight_at_replay(fmt, device, seed):
+    # The copy is made by every call, inside the graph too: a weight changed in place
+    # between replays is the one the replay multiplies.
+    inp = mk.build_inputs(KIMI, [700, 0, 129], block_size=16, cache_dtype="bf16",
+                          weight_format=fmt, device=device, seed=seed)
+    mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws")  # warm up: compile, cache the plan
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws")
+    for round_ in range(2):
+        if round_:
+            other = mk.build_inputs(KIMI, [1], cache_dtype="bf16", weight_format=fmt,
+                                    device=device, seed=seed + 1)
+            inp.kv_proj_weight.copy_(other.kv_proj_weight)
+            inp.kv_proj_scale.copy_(other.kv_proj_scale)
+        inp.poison_outputs()
+        graph.replay()
+        torch.cuda.synchronize()
+        res = check_outputs(inp)
+        assert res["correct"], (round_, res["max_rel_err"], f"seed {seed}")
 
 
 # ------------------------------------------------ MXFP4, widened in the kernel
@@ -506,7 +549,7 @@ def test_fp8_route_rule():
     codes[200, 0] = 120 - 12  # 13 binades: the second item widens to bf16
     assert fp8_route(codes).tolist() == [True, False, True]
     assert fp8_route(codes.view(torch.float8_e8m0fnu)).tolist() == [True, False, True]
-    # Over a bf16 cache every item runs its bf16 route (the kernel's BF16_ONLY).
+    # Over a bf16 cache none: the weight is widened to a bf16 copy ahead of the kernel.
     assert fp8_route(codes, cache_is_fp8=False).tolist() == [False, False, False]
 
 

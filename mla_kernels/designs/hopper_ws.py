@@ -33,20 +33,13 @@ scales float32 or bf16):
   renormalised while the other's wgmma runs and the tensor cores never wait
   (``_block_scaled_item``: why, and what it costs). Predicted: about fp8_row's time.
 - bf16, with no scale, a per-row or a per-block scale: the ring holds [128 x 64] bf16
-  chunks (two per latent chunk). With no or a per-row scale (STAGE_A) the gather warps
-  widen each [128 x 64] fp8 K slice of the latent (exactly) into a two-slot bf16 staging
-  ring in shared memory, item by item, and the MMA warps issue bf16 wgmma with both
-  operands from shared memory; the 32 KB come from one output staging buffer instead of
-  two. With a block scale the MMA warps load each slice into registers in the wgmma A
-  layout and widen it there (the previous design of all three, whose widening cost 119 of
-  276 us at 32000 tokens: docs/perf-notes.md), the next slice loaded while the previous
-  wgmma runs. Row scales apply in the epilogue (on the register path fetched behind the
-  last wgmma: with two widened slices live, a 32-register scale vector held across the K
-  loop spills); block scales per 128-wide K step as for fp8. Measured at 32000 tokens (Kimi-K3
-  TP8, docs/perf-notes.md): 276 us with the widening in the MMA warps (157 us with it
-  removed, so it set the pace); 265 us with the gather warps widening through the
-  conversion units (two conversions a value); 219 us (0.72 of the bf16 floor) with the
-  integer widening (_E4M3_TO_BF16). The register-A block-scaled path is as it was.
+  chunks (two per latent chunk) and the latent tile is bf16 too (below): the gather warps
+  load each tile's fp8 rows into registers, widen them exactly (_E4M3_TO_BF16) and store
+  the bf16 tile a bf16 cache's gather leaves (``_latent_widener``), so the MMA warps run
+  that cache's K loops with k_scale in the epilogue. Row scales apply in the epilogue,
+  block scales per 128-wide K step as for fp8. Widened once a tile instead of once an item,
+  as the designs before did (in the MMA warps: 276 us at 32000 tokens; by the gather warps
+  into a staging ring: 219 us, 0.72 of the bf16 floor; docs/perf-notes.md).
 
 - MXFP4 (packed e2m1, e8m0 scales per 32 values along K; SCALE_E8M0): no copy of the
   weight in another format exists before or after the call. A widener partition (four
@@ -62,17 +55,16 @@ scales float32 or bf16):
   floor from 32k tokens with every item on e4m3, about 1.5x fp8_row's time (the widener
   sets the pace); 0.36-0.38 with every item on bf16.
 
-A bf16 cache (LAT16), every weight: the tile's latent is 2 NK bf16 [128 x 64] K slices
+A bf16 latent tile (LAT16: a bf16 weight, over either cache): 2 NK bf16 [128 x 64] K slices
 (128 KB at kv_c = 512), wgmma's A operand as they are, so every item is bf16 x bf16. With a
 4-deep ring (64 KB) and one output staging buffer (32 KB) that is 224 KB, so the rope skips
-shared memory: the gather warps load it into registers and store it into the K rows of
-the heads whose K-nope items their program runs (a bf16 cache has no k_scale). The weight:
-bf16 by TMA as over an fp8 cache; fp8 (per row or per block) widened exactly to bf16 by a
-four-warp widener in place of the TMA loader (_fp8_widener, 3 ring slots or more); MXFP4
-on its bf16 route for every item. Measured at 32000 / 65536 / 109440 tokens (Kimi-K3 TP8,
-docs/perf-notes.md): 0.93 / 0.90 / 0.85 of the bf16 floor with a bf16 weight; 0.69 / 0.69 /
-0.68 (fp8 per row) and 0.66 / 0.66 / 0.56 (per block), where the widener sets the pace;
-MXFP4 0.36-0.39, as its bf16 route on an fp8 cache.
+shared memory: the gather warps load it into registers and store it (x k_scale over an fp8
+cache) into the K rows of the heads whose K-nope items their program runs. A bf16 cache
+takes every weight format: fp8 (per row or per block) and MXFP4 weights are widened into a
+bf16 copy ahead of the kernel (weight_widening: a small kernel, once a call), which then
+runs as a bf16 weight with the fp8 weight's own scale, or with MXFP4's power-of-two row
+factors as a row scale. Widening them in the kernel instead, item by item, set the pace
+(0.56-0.69 of the bf16 floor at 32000 to 109440 tokens; MXFP4 0.36-0.39).
 
 Not written either: GLM-5-style heads (nope 192, v 256; ``supports`` asks nope = v = 128).
 A head's 448 weight rows are 3.5 items of 128 columns: K-nope straddles an item boundary.
@@ -118,6 +110,7 @@ from .base import (
     positive_int,
 )
 from .jit import SCALE_CODES, find_sequence
+from .weight_widening import WidenedWeight, widened_problem, widened_shapes
 
 # Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
 # (TMA and cp.async) and async_copy_shared_to_global; newer releases async_load / async_store.
@@ -361,14 +354,12 @@ def _publish2(bar0, bar1):
 @gluon.jit
 def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                 NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
-                ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr,
-                BF16_ONLY: gl.constexpr):
+                ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr):
     """MXFP4's weight partition (in place of the TMA loader): reads the packed e2m1 bytes and
     e8m0 scales of each item's 128 weight rows from global memory and writes them into the
     ring widened, as [128 x 128] e4m3 chunks when every row fits, else as [128 x 64] bf16
     chunks, with one factor 2^F a row (undone in the epilogue). The item's F and route go
-    to ``info`` before its first chunk is published. BF16_ONLY (a bf16 cache): every item
-    as bf16 chunks."""
+    to ``info`` before its first chunk is published."""
     NK: gl.constexpr = KV_C // BK
     info_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
@@ -382,10 +373,7 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
         words, packed, top, fits = _mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
-        if BF16_ONLY:
-            route = 1
-        else:
-            route = 1 - fits.to(gl.int32)
+        route = 1 - fits.to(gl.int32)
         mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
         info.index((it - start) % (STAGES + 1)).store(
             gl.convert_layout((top - MX_BIAS) * 2 + route, info_layout))
@@ -423,62 +411,6 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                 ring16.index(s1).store(_widen_bf16(w_hi, d_hi))
                 _publish2(w_ready.index(s), w_ready.index(s1))
                 c += 2
-
-
-@gluon.jit
-def _fp8_widener(w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch,
-                 NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
-                 ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr):
-    """An fp8 weight over a bf16 cache (in place of the TMA loader): each item's 128 weight
-    rows read from global memory, 64 values a row at a time, and written into the ring
-    widened exactly to bf16 [128 x 64] chunks (_E4M3_TO_BF16; the row or block scales apply
-    in the MMA warps, as over an fp8 cache), two chunks a hand-over. The next pair's loads
-    are issued before this pair waits for its slots, so their latency passes in that wait
-    while the ring is full. This partition sets the path's pace (0.69 of the floor against
-    0.93 for a TMA-loaded bf16 weight); TMA staging and two half-width wideners were tried
-    and measured slower (docs/perf-notes.md)."""
-    # [128 x 16] words of 4 values: 4 words (16 bytes) a thread, four threads a row.
-    word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [WIDEN_WARPS, 1], [1, 0])
-    SW: gl.constexpr = BK // 8  # words of a bf16 chunk's row
-    NK: gl.constexpr = KV_C // BK
-    w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-    r = gl.arange(0, BN, layout=gl.SliceLayout(1, word_layout))
-    k = gl.arange(0, SW, layout=gl.SliceLayout(0, word_layout))
-    _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
-    c = 0
-    for it in range(start, end):
-        rows = w32_ptr + (_item_weight_row(it, NOPE, V, ITEMS_PER_TILE) + r)[:, None] * (KV_C // 4)
-        x0 = gl.load(rows + k[None, :])
-        x1 = gl.load(rows + (SW + k)[None, :])
-        for kb in gl.static_range(NK):
-            y0 = _widen_words(x0)
-            y1 = _widen_words(x1)
-            if kb + 1 < NK:
-                x0 = gl.load(rows + ((2 * kb + 2) * SW + k)[None, :])
-                x1 = gl.load(rows + ((2 * kb + 3) * SW + k)[None, :])
-            s = c % STAGES
-            mbarrier.wait(w_empty.index(s), ((c // STAGES) & 1) ^ 1)
-            _as_words(w_ring.index(s)).store(y0)
-            s1 = (c + 1) % STAGES
-            mbarrier.wait(w_empty.index(s1), (((c + 1) // STAGES) & 1) ^ 1)
-            _as_words(w_ring.index(s1)).store(y1)
-            _publish2(w_ready.index(s), w_ready.index(s1))
-            c += 2
-
-
-@gluon.jit
-def _weight_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
-                    NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
-                    ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr,
-                    SCALE: gl.constexpr, LAT16: gl.constexpr):
-    """The four-warp weight partition: MXFP4's widener, or an fp8 weight's over a bf16
-    cache."""
-    if SCALE == SCALE_E8M0:
-        _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch, NOPE, V,
-                    KV_C, ITEMS_PER_TILE, STAGES, WS_LD, LAT16)
-    else:
-        _fp8_widener(w_ptr, w_ring, w_ready, w_empty, cs_ptr, batch, NOPE, V, KV_C,
-                     ITEMS_PER_TILE, STAGES)
 
 
 @gluon.jit
@@ -574,16 +506,18 @@ def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
 
 
 @gluon.jit
-def _store_rope(pe_ptrs, pe_mask, k_out_ptr, total, tile, start, end, pe_cols,
+def _store_rope(pe_ptrs, pe_mask, k_scale, k_out_ptr, total, tile, start, end, pe_cols,
                 NOPE: gl.constexpr, PE: gl.constexpr, ITEMS_PER_TILE: gl.constexpr,
                 pe_layout: gl.constexpr):
-    """A bf16 cache's rope for one tile, from registers: stored into the K rows of every head
-    whose K-nope item of this tile is in the run [start, end) (the program that stores a
-    head's K-nope stores its rope), 16 bytes a thread. The tile's rows past the last token
-    are masked; a shifted last tile writes its first rows again with the same bits."""
+    """The rope of one tile with a bf16 latent tile, from registers (x k_scale; 1 for a bf16
+    cache): stored into the K rows of every head whose K-nope item of this tile is in the run
+    [start, end) (the program that stores a head's K-nope stores its rope). The tile's rows
+    past the last token are masked; a shifted last tile writes its first rows again with the
+    same bits."""
     out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
     KROW: gl.constexpr = NOPE + PE
-    pe = gl.load(pe_ptrs, mask=pe_mask[:, None], other=0.0).to(gl.float32).to(out_ty)
+    pe = (gl.load(pe_ptrs, mask=pe_mask[:, None], other=0.0).to(gl.float32) * k_scale
+          ).to(out_ty)
     r = _tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, pe_layout))
     out = k_out_ptr + (r.to(gl.int64) * (KROW * (ITEMS_PER_TILE // 2)) + NOPE)[:, None] \
         + pe_cols[None, :]
@@ -595,88 +529,174 @@ def _store_rope(pe_ptrs, pe_mask, k_out_ptr, total, tile, start, end, pe_cols,
 
 
 @gluon.jit
-def _latent_gatherer(k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, k_out_ptr,
-                     stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready, lat_empty,
-                     a_stage, a_ready, a_empty,
-                     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr,
-                     BLOCK_SIZE: gl.constexpr, ITEMS_PER_TILE: gl.constexpr,
-                     SEARCH_STEPS: gl.constexpr, STAGE_A: gl.constexpr, LAT16: gl.constexpr):
-    """Gathers each token tile's latent rows (and rope) into shared memory by cp.async. With
-    STAGE_A (a bf16 weight) it also widens, item by item, each [128 x 64] K slice of the
-    tile's fp8 latent into the bf16 ``a_stage`` ring the MMA warps' wgmma reads: then it is
-    the latent's only reader and refills a chunk without waiting for the MMA warps.
-
-    A bf16 cache (LAT16): the latent tile is [2 NK, 128, 64] bf16 K slices, two a chunk
-    barrier, and the rope skips shared memory: loaded into registers and stored from them to
-    the K rows of every head of the run's items in the tile (a bf16 cache has no k_scale)."""
-    # 16 contiguous bytes per thread: one cp.async each; a row of a K slice (LK values).
-    VEC: gl.constexpr = 8 if LAT16 else 16
-    LK: gl.constexpr = BK // 2 if LAT16 else BK
-    lat_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [4, 8], [GATHER_WARPS, 1], [1, 0])
-    # A [128 x 64] slice to widen as [128 x 16] words of 4 fp8 values: 4 words (16 bytes)
-    # a thread in, 8 words of 2 bf16 (two 16-byte stores) out, four threads a row.
-    word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [GATHER_WARPS, 1], [1, 0])
-    SW: gl.constexpr = BK // 8  # words of a slice's row
-    pe_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (PE // VEC), PE // VEC],
-                                               [GATHER_WARPS, 1], [1, 0])
-    NK: gl.constexpr = KV_C // BK
+def _tile_span(cs_ptr, batch, ITEMS_PER_TILE: gl.constexpr):
+    """(tokens, the run's items [start, end), its token tiles [first, last))."""
     total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
-    k_cols = gl.arange(0, LK, layout=gl.SliceLayout(0, lat_layout))
-    pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     first_tile = start // ITEMS_PER_TILE
     last_tile = (end + ITEMS_PER_TILE - 1) // ITEMS_PER_TILE
     if end == start:
         last_tile = first_tile  # no items: gather nothing
-    n_slices = 0  # bf16 slices staged (STAGE_A)
-    rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-                             first_tile, stride_block, stride_slot, num_blocks, BLOCK_SIZE,
-                             SEARCH_STEPS, lat_layout)
+    return total, start, end, first_tile, last_tile
+
+
+@gluon.jit
+def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                     k_out_ptr, stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
+                     lat_empty, KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr,
+                     BLOCK_SIZE: gl.constexpr, ITEMS_PER_TILE: gl.constexpr,
+                     SEARCH_STEPS: gl.constexpr, LAT16: gl.constexpr, CACHE_FP8: gl.constexpr):
+    """Gathers each token tile's latent rows (and rope) into shared memory by cp.async, a
+    barrier per K chunk (and one for an fp8 cache's rope).
+
+    A bf16 latent tile (LAT16) is [2 NK, 128, 64] bf16 K slices, two a chunk barrier, and
+    the rope skips shared memory: loaded into registers and stored from them to the K rows
+    of every head of the run's items in the tile. Over an fp8 cache (a bf16 weight) the
+    tile is widened on its way in instead (``_latent_widener``)."""
+    if LAT16 and CACHE_FP8:
+        _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr,
+                        batch, k_out_ptr, stride_block, stride_slot, num_blocks, lat,
+                        lat_ready, lat_empty, KV_C, PE, NOPE, BLOCK_SIZE, ITEMS_PER_TILE,
+                        SEARCH_STEPS)
+    else:
+        # 16 contiguous bytes per thread: one cp.async each; a row of a K slice (LK values).
+        VEC: gl.constexpr = 8 if LAT16 else 16
+        LK: gl.constexpr = BK // 2 if LAT16 else BK
+        lat_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [4, 8], [GATHER_WARPS, 1],
+                                                    [1, 0])
+        pe_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (PE // VEC), PE // VEC],
+                                                   [GATHER_WARPS, 1], [1, 0])
+        NK: gl.constexpr = KV_C // BK
+        total, start, end, first_tile, last_tile = _tile_span(cs_ptr, batch, ITEMS_PER_TILE)
+        k_cols = gl.arange(0, LK, layout=gl.SliceLayout(0, lat_layout))
+        pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
+        rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
+                                 first_tile, stride_block, stride_slot, num_blocks, BLOCK_SIZE,
+                                 SEARCH_STEPS, lat_layout)
+        for tile in range(first_tile, last_tile):
+            # A buffer's first fill waits on the phase before the barrier's first: it passes.
+            phase = ((tile - first_tile) & 1) ^ 1
+            # Rope first (the MMA warps stage it at the tile's start), then the K chunks in
+            # order, each on its own barrier so the first wgmma starts as soon as its chunk
+            # has landed.
+            pe_rows = gl.convert_layout(rows, gl.SliceLayout(1, pe_layout))
+            pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
+            pe_ptrs = k_buffer_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :]
+            if not LAT16:
+                mbarrier.wait(lat_empty.index(NK), phase)
+                cp_async.load(pe_raw, pe_ptrs, mask=pe_mask[:, None])
+                # Each thread's arrival lands when its own copies have: the barriers count
+                # threads.
+                async_copy.mbarrier_arrive(lat_ready.index(NK), increment_count=False)
+            for kb in gl.static_range(NK):
+                mbarrier.wait(lat_empty.index(kb), phase)
+                for h in gl.static_range(BK // LK):
+                    cp_async.load(lat.index(kb * (BK // LK) + h), k_buffer_ptr + rows[:, None]
+                                  + (kb * BK + h * LK + k_cols)[None, :], mask=tmask[:, None])
+                async_copy.mbarrier_arrive(lat_ready.index(kb), increment_count=False)
+            if LAT16:  # a bf16 cache: nothing to dequantise
+                _store_rope(pe_ptrs, pe_mask, 1.0, k_out_ptr, total, tile, start, end, pe_cols,
+                            NOPE, PE, ITEMS_PER_TILE, pe_layout)
+            # The next tile's row offsets (dependent index loads) are fetched while this
+            # tile's matrix work runs, off the MMA warps' critical path.
+            rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                                     total, tile + 1, stride_block, stride_slot, num_blocks,
+                                     BLOCK_SIZE, SEARCH_STEPS, lat_layout)
+
+
+@gluon.jit
+def _slice_load(k32, words, rw, tmask, j: gl.constexpr, NS: gl.constexpr):
+    """K slice ``j`` of a tile (rows at word offsets ``rw``) as [128 x 16] words, or, past
+    the tile's NS slices, a stand-in that is never stored (nothing loaded)."""
+    SW: gl.constexpr = BK // 8  # words of a slice's row
+    if j < NS:
+        x = gl.load(k32 + (rw + j * SW)[:, None] + words[None, :], mask=tmask[:, None],
+                    other=0)
+    else:
+        x = gl.zeros([BM, SW], gl.int32, words.type.layout.parent)
+    return x
+
+
+@gluon.jit
+def _widen_chunk(lat, lat_ready, lat_empty, kb: gl.constexpr, phase, x_lo, x_hi,
+                 NS: gl.constexpr):
+    """K chunk ``kb`` of a tile (its two slices' words in registers) widened into the bf16
+    tile once the MMA warps have freed it, and handed to them."""
+    if 2 * kb < NS:
+        mbarrier.wait(lat_empty.index(kb), phase)
+        _as_words(lat.index(2 * kb)).store(_widen_words(x_lo))
+        _as_words(lat.index(2 * kb + 1)).store(_widen_words(x_hi))
+        _publish(lat_ready.index(kb))
+
+
+@gluon.jit
+def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                    k_out_ptr, stride_block, stride_slot, num_blocks, lat, lat_ready,
+                    lat_empty, KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr,
+                    BLOCK_SIZE: gl.constexpr, ITEMS_PER_TILE: gl.constexpr,
+                    SEARCH_STEPS: gl.constexpr):
+    """The gather partition of a bf16 weight over an fp8 cache: each token tile's fp8 latent
+    rows loaded into registers, widened exactly to bf16 (_widen_words) and stored as the
+    tile of bf16 K slices a bf16 cache's gather leaves, so the MMA warps run the bf16 cache's
+    K loops (k_scale in their epilogue); the rope x k_scale stored from registers. Widened
+    once a tile: the designs before widened each slice once an item (24 times a tile at
+    Kimi-K3 TP8), in the MMA warps and then in these, and that work set the pace
+    (docs/perf-notes.md).
+
+    The whole next tile (64 KB: 128 registers a thread) is loaded as soon as this one is
+    handed over, so its loads land while the MMA warps run this tile's items. Each
+    hand-over's proxy fence (MEMBAR.ALL.CTA) waits for every load in flight: loads issued
+    between two hand-overs would put their latency on the MMA warps' path once a chunk, and
+    so they did with one or two chunks loaded ahead (docs/perf-notes.md)."""
+    # A [128 x 64] fp8 slice as [128 x 16] words of 4 values: 4 words (16 bytes) a thread,
+    # four threads a row; 8 words of 2 bf16 (two 16-byte stores) out.
+    word_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [GATHER_WARPS, 1], [1, 0])
+    # The rope, 16 values a thread: rows on the threads as in word_layout (no conversion).
+    pe_layout: gl.constexpr = gl.BlockedLayout([1, PE // 4], [8, 4], [GATHER_WARPS, 1], [1, 0])
+    SW: gl.constexpr = BK // 8  # words of a slice's row
+    NS: gl.constexpr = 2 * (KV_C // BK)  # slices a tile: 2 to 8
+    k32 = k_buffer_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    words = gl.arange(0, SW, layout=gl.SliceLayout(0, word_layout))
+    pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
+    k_scale = gl.load(k_scale_ptr)
+    total, start, end, first_tile, last_tile = _tile_span(cs_ptr, batch, ITEMS_PER_TILE)
+    rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, first_tile,
+                             stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS,
+                             word_layout)
+    # Rows start at multiples of 4 bytes (kv_c + pe is a multiple of 64).
+    rw = rows // 4
+    x0 = _slice_load(k32, words, rw, tmask, 0, NS)
+    x1 = _slice_load(k32, words, rw, tmask, 1, NS)
+    x2 = _slice_load(k32, words, rw, tmask, 2, NS)
+    x3 = _slice_load(k32, words, rw, tmask, 3, NS)
+    x4 = _slice_load(k32, words, rw, tmask, 4, NS)
+    x5 = _slice_load(k32, words, rw, tmask, 5, NS)
+    x6 = _slice_load(k32, words, rw, tmask, 6, NS)
+    x7 = _slice_load(k32, words, rw, tmask, 7, NS)
     for tile in range(first_tile, last_tile):
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
         phase = ((tile - first_tile) & 1) ^ 1
-        # Rope first (the MMA warps stage it at the tile's start), then the K chunks in order,
-        # each on its own barrier so the first wgmma starts as soon as its chunk has landed.
-        pe_rows = gl.convert_layout(rows, gl.SliceLayout(1, pe_layout))
+        _widen_chunk(lat, lat_ready, lat_empty, 0, phase, x0, x1, NS)
+        _widen_chunk(lat, lat_ready, lat_empty, 1, phase, x2, x3, NS)
+        _widen_chunk(lat, lat_ready, lat_empty, 2, phase, x4, x5, NS)
+        _widen_chunk(lat, lat_ready, lat_empty, 3, phase, x6, x7, NS)
+        pe_ptrs = k_buffer_ptr + gl.convert_layout(rw * 4, gl.SliceLayout(1, pe_layout))[:, None] \
+            + (KV_C + pe_cols)[None, :]
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
-        pe_ptrs = k_buffer_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :]
-        if not LAT16:
-            mbarrier.wait(lat_empty.index(NK), phase)
-            cp_async.load(pe_raw, pe_ptrs, mask=pe_mask[:, None])
-            # Each thread's arrival lands when its own copies have: the barriers count threads.
-            async_copy.mbarrier_arrive(lat_ready.index(NK), increment_count=False)
-        for kb in gl.static_range(NK):
-            if not STAGE_A:  # else this partition was the chunk's last reader
-                mbarrier.wait(lat_empty.index(kb), phase)
-            for h in gl.static_range(BK // LK):
-                cp_async.load(lat.index(kb * (BK // LK) + h),
-                              k_buffer_ptr + rows[:, None] + (kb * BK + h * LK + k_cols)[None, :],
-                              mask=tmask[:, None])
-            async_copy.mbarrier_arrive(lat_ready.index(kb), increment_count=False)
-        if LAT16:
-            _store_rope(pe_ptrs, pe_mask, k_out_ptr, total, tile, start, end, pe_cols,
-                        NOPE, PE, ITEMS_PER_TILE, pe_layout)
-        # The next tile's row offsets (dependent index loads) are fetched while this
-        # tile's matrix work runs, off the MMA warps' critical path.
-        rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                                 total, tile + 1, stride_block, stride_slot, num_blocks,
-                                 BLOCK_SIZE, SEARCH_STEPS, lat_layout)
-        if STAGE_A:
-            # This tile's items of the run, each K slice widened into the next staging slot
-            # (counted as the MMA warps count weight chunks: one slice a chunk).
-            t0 = gl.maximum(start, tile * ITEMS_PER_TILE)
-            t1 = gl.minimum(end, (tile + 1) * ITEMS_PER_TILE)
-            for it in range(t0, t1):
-                for kb in gl.static_range(NK):
-                    if it == t0:  # this thread sees the whole chunk landed
-                        mbarrier.wait(lat_ready.index(kb), phase ^ 1)
-                    for h in gl.static_range(2):
-                        j = n_slices % 2
-                        w = _as_words(lat.index(kb)).slice(h * SW, SW, dim=1).load(word_layout)
-                        y = _widen_words(w)
-                        mbarrier.wait(a_empty.index(j), ((n_slices // 2) & 1) ^ 1)
-                        _as_words(a_stage.index(j)).store(y)
-                        _publish(a_ready.index(j))
-                        n_slices += 1
+        _store_rope(pe_ptrs, pe_mask, k_scale, k_out_ptr, total, tile, start, end, pe_cols,
+                    NOPE, PE, ITEMS_PER_TILE, pe_layout)
+        # The next tile: its row offsets (dependent index loads), then all its slices.
+        rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile + 1,
+                                 stride_block, stride_slot, num_blocks, BLOCK_SIZE,
+                                 SEARCH_STEPS, word_layout)
+        rw = rows // 4
+        x0 = _slice_load(k32, words, rw, tmask, 0, NS)
+        x1 = _slice_load(k32, words, rw, tmask, 1, NS)
+        x2 = _slice_load(k32, words, rw, tmask, 2, NS)
+        x3 = _slice_load(k32, words, rw, tmask, 3, NS)
+        x4 = _slice_load(k32, words, rw, tmask, 4, NS)
+        x5 = _slice_load(k32, words, rw, tmask, 5, NS)
+        x6 = _slice_load(k32, words, rw, tmask, 6, NS)
+        x7 = _slice_load(k32, words, rw, tmask, 7, NS)
 
 
 @gluon.jit
@@ -729,30 +749,6 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
 
 
 @gluon.jit
-def _staged_k_loop(a_stage, a_ready, a_empty, w_ring, w_ready, w_empty, acc, c,
-                   NK: gl.constexpr, STAGES: gl.constexpr):
-    """One item's K loop for a bf16 weight with the latent widened by the gather warps: K
-    slice i (of 2 NK) is bf16 in staging slot i % 2, multiplied by weight chunk c + i from
-    shared memory. Returns with every wgmma retired and both slots released."""
-    for i in gl.static_range(2 * NK):
-        s = c % STAGES
-        mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
-        mbarrier.wait(a_ready.index(c % 2), (c // 2) & 1)
-        acc = warpgroup_mma(a_stage.index(c % 2), w_ring.index(s).permute((1, 0)), acc,
-                            use_acc=i > 0, is_async=True)
-        if i > 0:
-            # The previous slice's wgmma is done: its weight and staging slots can refill.
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
-            mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-            mbarrier.arrive(a_empty.index((c - 1) % 2), count=1)
-        c += 1
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-    mbarrier.arrive(a_empty.index((c - 1) % 2), count=1)
-    return acc, c
-
-
-@gluon.jit
 def _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK: gl.constexpr,
                STAGES: gl.constexpr):
     """Retire an item's last wgmma and release its last weight chunk (and latent chunk)."""
@@ -766,8 +762,7 @@ def _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK: gl.constexpr,
 @gluon.jit
 def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
                        ws_row, c, new_tile, last_of_tile, tiles_seen,
-                       KV_C: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
-                       LAT16: gl.constexpr, num_warps: gl.constexpr):
+                       KV_C: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr):
     """One item's K loop with a per-128x128-block weight scale: its 128 weight rows are one
     block row and each 128-wide latent chunk one block column, so chunk kb has one scalar
     scale s[kb] (row ``ws_row`` of the scale). Returns the two halves of the product
@@ -789,9 +784,6 @@ def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_
     NK: gl.constexpr = KV_C // BK
     STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
     HM: gl.constexpr = BM // 2
-    half_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=half_layout, k_width=2)
     # The next chunk's scale is always in flight.
     s_cur = gl.load(ws_row).to(gl.float32)
     if NK > 1:
@@ -800,18 +792,10 @@ def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
             w = w_ring.index(s).permute((1, 0))
-            if LAT16:
-                sl = lat.index(kb * STEP + h)
-            else:
-                sl = lat.index(kb)
-            top = sl.slice(0, HM, dim=0)
-            bottom = sl.slice(HM, HM, dim=0)
-            if STEP == 1 or LAT16:  # both operands from shared memory
-                a_t = top
-                a_b = bottom
-            else:  # a bf16 weight: the latent slices widened in registers
-                a_t = top.slice(h * WK, WK, dim=1).load(a_layout).to(gl.bfloat16)
-                a_b = bottom.slice(h * WK, WK, dim=1).load(a_layout).to(gl.bfloat16)
+            # Both operands from shared memory: an fp8 chunk, or a bf16 tile's slice.
+            sl = lat.index(kb * STEP + h)
+            a_t = sl.slice(0, HM, dim=0)
+            a_b = sl.slice(HM, HM, dim=0)
             if kb > 0:
                 if h == 0:
                     # A block boundary. In flight: the previous chunk's top, then bottom.
@@ -847,11 +831,11 @@ def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_
 @gluon.jit
 def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                   k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf, pe_out,
-                  w_ready, w_empty, lat_ready, lat_empty, a_stage, a_ready, a_empty,
+                  w_ready, w_empty, lat_ready, lat_empty,
                   NOPE: gl.constexpr, V: gl.constexpr, PE: gl.constexpr, KV_C: gl.constexpr,
                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
-                  SCALE: gl.constexpr, WS_LD: gl.constexpr, STAGE_A: gl.constexpr,
-                  LAT16: gl.constexpr, num_warps: gl.constexpr):
+                  SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
+                  CACHE_FP8: gl.constexpr, num_warps: gl.constexpr):
     NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
     STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
     # K of one wgmma instruction: 32 fp8 values, 16 bf16 ones.
@@ -871,10 +855,10 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
     KROW: gl.constexpr = NOPE + PE  # one head's columns in k_out
     HEADS: gl.constexpr = ITEMS_PER_TILE // 2
     total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
-    if LAT16:  # a bf16 cache has nothing to dequantise
-        k_scale = 1.0
-    else:
+    if CACHE_FP8:
         k_scale = gl.load(k_scale_ptr)
+    else:  # a bf16 cache has nothing to dequantise
+        k_scale = 1.0
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     pe_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, pe_layout))
@@ -902,7 +886,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         new_tile = (it == start) | (hp == 0)
         if new_tile:
             tiles_seen += 1
-        if new_tile and not LAT16:  # a bf16 cache's rope is the gather warps' (_store_rope)
+        if new_tile and not LAT16:  # a bf16 tile's rope is the gather warps' (_store_rope)
             mbarrier.wait(lat_ready.index(NK), (tiles_seen - 1) & 1)
             # cp.async wrote through the generic proxy; wgmma and TMA read through the async one.
             fence_async_shared()
@@ -917,7 +901,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             acc_t, acc_b, s_last, c = _block_scaled_item(
                 lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
                 ws_ptr + (w_row // BN) * WS_LD, c, new_tile, last_of_tile, tiles_seen,
-                KV_C, STAGES, WK, LAT16, num_warps)
+                KV_C, STAGES, WK)
             f = s_last * k_scale
             out_t = (acc_t * f).to(out_ty)
             out_b = (acc_b * f).to(out_ty)
@@ -925,13 +909,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             # The item's first chunk is published with its info entry (_mx_widener).
             mbarrier.wait(w_ready.index(c % STAGES), (c // STAGES) & 1)
             entry = info.index((it - start) % (STAGES + 1))
-            if LAT16:  # every item on bf16 chunks (_mx_widener), the latent bf16 already
-                acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
-                acc16, c = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty, lat_ready,
-                                        lat_empty, acc16, c, new_tile, last_of_tile,
-                                        tiles_seen, NK, 2, STAGES, a16_layout, LAT16)
-                acc = gl.convert_layout(acc16, acc_layout)
-            elif (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
+            if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
                 # e4m3 chunks: fp8 x fp8, as fp8_row
                 acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty,
                                       acc, c, new_tile, last_of_tile, tiles_seen, NK, 1,
@@ -946,31 +924,14 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             scale = _pow2(entry.load(gl.SliceLayout(0, acc_layout)) >> 1) * k_scale
             acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
             out = (acc * scale[None, :]).to(out_ty)
-        elif STAGE_A:  # a bf16 weight, the latent widened by the gather warps
-            if SCALE == SCALE_ROW:
-                scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
-            acc, c = _staged_k_loop(a_stage, a_ready, a_empty, w_ring, w_ready, w_empty, acc,
-                                    c, NK, STAGES)
-            if SCALE == SCALE_ROW:
-                out = (acc * scale[None, :]).to(out_ty)
-            else:
-                out = (acc * k_scale).to(out_ty)
         else:
             if SCALE == SCALE_ROW:
-                if STEP == 1:
-                    # Fetched now, so their latency hides behind the wgmma.
-                    scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
+                # Fetched now, so their latency hides behind the wgmma.
+                scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
             acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c,
                                   new_tile, last_of_tile, tiles_seen, NK, STEP, STAGES,
                                   a_layout, LAT16)
-            if SCALE == SCALE_ROW:
-                if STEP > 1:
-                    # A bf16 weight: fetched behind the last wgmma instead. While two
-                    # widened A slices are live, a 32-register scale vector held across
-                    # the K loop spills.
-                    scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
             acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
-
             if SCALE == SCALE_ROW:
                 out = (acc * scale[None, :]).to(out_ty)
             else:
@@ -980,8 +941,8 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
         # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
         # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
-        # With one buffer (STAGE_A, LAT16) the last item's stores must be done.
-        if not full or STAGE_A or LAT16:
+        # With one buffer (a bf16 tile) the last item's stores must be done.
+        if not full or LAT16:
             tma.store_wait(0)
         elif half == 0:
             tma.store_wait(1)
@@ -1033,24 +994,20 @@ def hopper_ws_kernel(
     HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
-    WIDEN_FP8: gl.constexpr, num_warps: gl.constexpr,
+    CACHE_FP8: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
-    # A bf16 weight (no or a per-row scale) over an fp8 cache: the gather warps widen the
-    # latent slice by slice into a shared bf16 ring, so the MMA warps' wgmma reads both
-    # operands from shared memory. Its 32 KB come from one output staging buffer instead of
-    # two.
-    STAGE_A: gl.constexpr = (WK == BK // 2) and (SCALE != SCALE_BLOCK) and not LAT16
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
     bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
                                                    element_bitwidth=16, rank=2)
     if LAT16:
-        # A bf16 cache: the tile's latent as 2 NK bf16 K slices of [128 x 64] (128 KB at
-        # kv_c = 512), wgmma's A operand as they are; with a 4-deep ring and one output
-        # staging buffer 224 KB, so the rope skips shared memory (_store_rope). The rope
-        # buffers below are stand-ins, never read.
+        # A bf16 weight: the tile's latent as 2 NK bf16 K slices of [128 x 64] (128 KB at
+        # kv_c = 512), wgmma's A operand as they are (over an fp8 cache widened on their way
+        # in: _latent_widener); with a 4-deep ring and one output staging buffer 224 KB, so
+        # the rope skips shared memory (_store_rope). The rope buffers below are stand-ins,
+        # never read.
         lat = gl.allocate_shared_memory(gl.bfloat16, [2 * NK, BM, BK // 2], bf16_smem)
         pe_raw = lat
     else:
@@ -1063,9 +1020,6 @@ def hopper_ws_kernel(
         w_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, BK], lat_smem)
         info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],  # rank-1 entries
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-    elif WIDEN_FP8:
-        # An fp8 weight over a bf16 cache: widened into bf16 chunks (_fp8_widener).
-        w_ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, BN, BK // 2], bf16_smem)
     else:
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
     lat_ready = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
@@ -1079,25 +1033,9 @@ def hopper_ws_kernel(
                                              gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     if LAT16:
         out_buf = gl.allocate_shared_memory(k_desc.dtype, [1, BM, BN], k_desc.layout)
-        a_stage = out_buf
-        a_ready = lat_ready
-        a_empty = lat_empty
         pe_out = out_buf
-    elif STAGE_A:
-        out_buf = gl.allocate_shared_memory(k_desc.dtype, [1, BM, BN], k_desc.layout)
-        a_stage = gl.allocate_shared_memory(gl.bfloat16, [2, BM, BK // 2], w_desc.layout)
-        a_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        a_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-        for j in gl.static_range(2):
-            mbarrier.init(a_ready.index(j), count=1)
-            mbarrier.init(a_empty.index(j), count=1)
     else:
         out_buf = gl.allocate_shared_memory(k_desc.dtype, [2, BM, BN], k_desc.layout)
-        # Never read without STAGE_A (a partition's argument cannot be None in newer Gluon).
-        a_stage = out_buf
-        a_ready = lat_ready
-        a_empty = lat_empty
-    if not LAT16:
         pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
 
     w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1108,41 +1046,41 @@ def hopper_ws_kernel(
         mbarrier.init(w_ready.index(s), count=1)
         mbarrier.init(w_empty.index(s), count=1)
     for kb in gl.static_range(NK + 1):
-        mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)
+        if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (_publish)
+            mbarrier.init(lat_ready.index(kb), count=1)
+        else:  # each gather thread's arrival, when its own cp.async copies have landed
+            mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)
     for kb in gl.static_range(NK + 1):
         mbarrier.init(lat_empty.index(kb), count=1)
 
-    # The weight partition: a widener (four warps: MXFP4, or fp8 over a bf16 cache) or the
-    # TMA loader (one).
-    if SCALE == SCALE_E8M0 or WIDEN_FP8:
+    # The weight partition: MXFP4's widener (four warps) or the TMA loader (one).
+    if SCALE == SCALE_E8M0:
         gl.warp_specialize([
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty, a_stage,
-                             a_ready, a_empty, NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK,
-                             SCALE, WS_LD, STAGE_A, LAT16, num_warps)),
-            (_weight_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
-                               NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD, SCALE, LAT16)),
-            (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                                k_out_ptr, stride_block, stride_slot, num_blocks, lat, pe_raw,
-                                lat_ready, lat_empty, a_stage, a_ready, a_empty, KV_C, PE,
-                                NOPE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A,
-                                LAT16)),
+                             pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
+                             KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
+                             CACHE_FP8, num_warps)),
+            (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
+                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
+            (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
+                                cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
+                                num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
+                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
         ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty, a_stage,
-                             a_ready, a_empty, NOPE, V, PE, KV_C, ITEMS_PER_TILE, STAGES, WK,
-                             SCALE, WS_LD, STAGE_A, LAT16, num_warps)),
+                             pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
+                             KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
+                             CACHE_FP8, num_warps)),
             (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                               NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
-            (_latent_gatherer, (k_buffer_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
-                                k_out_ptr, stride_block, stride_slot, num_blocks, lat, pe_raw,
-                                lat_ready, lat_empty, a_stage, a_ready, a_empty, KV_C, PE,
-                                NOPE, BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, STAGE_A,
-                                LAT16)),
+            (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
+                                cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
+                                num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
+                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
         ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
 
 
@@ -1202,15 +1140,28 @@ def _descriptors(shape, strides, dtype: torch.dtype, rows: int, cols: int) -> De
 
 def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                       config: HopperWSConfig, device: DeviceSpec):
+    if not prob.cache_is_fp8 and prob.weight_dtype != torch.bfloat16:
+        # An fp8 or MXFP4 weight over a bf16 cache: widened to a bf16 copy ahead of the
+        # kernel (weight_widening), which then runs the bf16 weight's path. Only shapes,
+        # strides and dtypes of the copy are read here: meta tensors stand in.
+        shape, factor_shape = widened_shapes(prob, t.kv_proj_weight.shape[0])
+        meta = t._replace(
+            kv_proj_weight=torch.empty(shape, dtype=torch.bfloat16, device="meta"),
+            kv_proj_scale=(t.kv_proj_scale if factor_shape is None else
+                           torch.empty(factor_shape, dtype=torch.float32, device="meta")))
+        main = prepare_hopper_ws(widened_problem(prob), meta, max_context_len, config, device)
+        if main is no_launch:
+            return no_launch
+        return WidenedWeight(prob, t.kv_proj_weight, t.kv_proj_scale, main)
     mx = prob.scale == "e8m0"
-    lat16 = not prob.cache_is_fp8  # a bf16 cache
-    widen_fp8 = lat16 and prob.weight_dtype == torch.float8_e4m3fn
-    if (mx or widen_fp8) and config.ring_depth < WIDEN_MIN_STAGES:
-        # A widener holds one slot while it waits for the next: with two, the MMA warps
+    # A bf16 weight multiplies a bf16 latent tile (over an fp8 cache widened at the gather).
+    lat16 = prob.weight_dtype == torch.bfloat16
+    if mx and config.ring_depth < WIDEN_MIN_STAGES:
+        # The widener holds one slot while it waits for the next: with two, the MMA warps
         # would wait for the held one.
-        what = "an MXFP4 weight" if mx else "an fp8 weight over a bf16 cache"
-        raise ValueError(f"config.ring_depth: expected {WIDEN_MIN_STAGES} or more for {what} "
-                         f"(its chunks are handed over in pairs), got {config.ring_depth}")
+        raise ValueError(f"config.ring_depth: expected {WIDEN_MIN_STAGES} or more for an MXFP4 "
+                         f"weight over an fp8 cache (its chunks are handed over in pairs), got "
+                         f"{config.ring_depth}")
     grid = hopper_ws_grid(prob, max_context_len, config, device)
     if 0 in grid or prob.batch == 0:
         return no_launch
@@ -1224,12 +1175,6 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         def w_desc(_):
             return None
         wk = TILE  # e4m3 chunks in the ring
-    elif widen_fp8:  # read by pointer, widened into [128 x 64] bf16 chunks
-        w_view = None
-
-        def w_desc(_):
-            return None
-        wk = TILE // 2
     else:
         w_view = None
         # Weight chunks of 128-byte rows: [128 x 128] fp8 or [128 x 64] bf16, 16 KB either way.
@@ -1239,15 +1184,18 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, prob.pe_dim)
     v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, TILE, TILE)
     ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
+    cache_fp8 = prob.cache_is_fp8
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=max(1, prob.batch.bit_length()),
                   STAGES=config.ring_depth,
                   # The widener holds its row of an item (64 packed words) and a widened
-                  # chunk; the gatherer fits in 88 (no spills, compile-checked).
-                  LOADER_REGS=160 if mx else 144 if widen_fp8 else 24,
-                  GATHER_REGS=88 if mx and not lat16 else 96, num_warps=4, WK=wk, LAT16=lat16,
-                  WIDEN_FP8=widen_fp8,
+                  # chunk; the gatherer fits in 88 (no spills, compile-checked), 96 with the
+                  # rope in registers, 200 widening the latent (a whole tile of words in
+                  # registers; the MMA warps keep 256: 4 x 32 x (256 + 200 + 24) <= 64K).
+                  LOADER_REGS=160 if mx else 24,
+                  GATHER_REGS=88 if mx else 200 if lat16 and cache_fp8 else 96,
+                  num_warps=4, WK=wk, LAT16=lat16, CACHE_FP8=cache_fp8,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
                   SCALE=SCALE_CODES[prob.scale],
                   WS_LD=ws.stride(0) if prob.scale in ("block", "e8m0") else 0,
@@ -1256,17 +1204,16 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # MMA warps.
                   maxnreg=168)
     has_ws = ws is not None
-    by_pointer = mx or widen_fp8
 
     def make(c: GatherArgs) -> list:
         w, ws = c.kv_proj_weight, c.kv_proj_scale
         if w_view is not None and type(w) is not int:  # addresses (ints) need no view
             w, ws = w_view(w), w_view(ws)
         # A bf16 cache's k_scale (it may be None) is never read: a stand-in pointer.
-        ks = c.k_buffer if lat16 else c.k_scale
+        ks = c.k_scale if cache_fp8 else c.k_buffer
         return [c.k_buffer, ks, c.kv_indptr, c.kv_indices, c.kv_prefix_sum_context_lens,
-                # Read by pointer by the wideners only (TMA otherwise).
-                w if by_pointer else ks,
+                # Read by pointer by MXFP4's widener only (TMA otherwise).
+                w if mx else ks,
                 # A weight with no scale (bf16): a pointer the kernel never reads.
                 ws if has_ws else ks,
                 c.k_prefix, c.v_prefix,
@@ -1278,7 +1225,8 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
 def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
     """Which 128-row blocks (work items) of an MXFP4 weight the kernel widens to e4m3 (True)
     rather than bf16, from its e8m0 scale [N, K/32]: over an fp8 cache those whose rows'
-    codes all span at most MX_SPAN binades, over a bf16 cache none (BF16_ONLY). The kernel
+    codes all span at most MX_SPAN binades, over a bf16 cache none (the weight is widened to
+    a bf16 copy ahead of the kernel: weight_widening). The kernel
     decides the same on the device, per item; this host-side copy of the rule is for
     reporting (the matrix's ``fp8_route_share``) and tests."""
     codes = as_uint8(scale).to(torch.int32)
