@@ -15,7 +15,8 @@ launch replayed from a CUDA graph. The tiled configs with 128-row tiles and 8 wa
 from data/exploration/h200/tune_2026-11-29.csv (32000 tokens). MXFP4 on an fp8 cache,
 served by hopper_ws since, from the MXFP4 matrix of a later commit
 (data/exploration/h200/mxfp4/2026-11-30-*/perf_matrix_mxfp4.csv). The bf16-cache entries
-from the run data/h200/2026-11-30-177caec6c2f1/ (hopper_ws on bf16 caches). tests/test_tuning.py
+from the run data/h200/2026-11-30-b3ba14ac1f0b/ (hopper_ws on bf16 caches, fp8 and MXFP4
+weights widened to a bf16 copy first: fastest at every length). tests/test_tuning.py
 asserts that at every point of the latest committed run (now that one) and of the MXFP4
 runs, what this table picks is within 5% of the best design timed there.
 """

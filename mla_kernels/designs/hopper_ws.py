@@ -39,7 +39,8 @@ scales float32 or bf16):
   that cache's K loops with k_scale in the epilogue. Row scales apply in the epilogue,
   block scales per 128-wide K step as for fp8. Widened once a tile instead of once an item,
   as the designs before did (in the MMA warps: 276 us at 32000 tokens; by the gather warps
-  into a staging ring: 219 us, 0.72 of the bf16 floor; docs/perf-notes.md).
+  into a staging ring: 219 us, 0.72 of the bf16 floor): 187 us, 0.88 (0.87-0.89 at 32000 to
+  109440 tokens, Kimi-K3 TP8; docs/perf-notes.md).
 
 - MXFP4 (packed e2m1, e8m0 scales per 32 values along K; SCALE_E8M0): no copy of the
   weight in another format exists before or after the call. A widener partition (four
@@ -63,8 +64,9 @@ cache) into the K rows of the heads whose K-nope items their program runs. A bf1
 takes every weight format: fp8 (per row or per block) and MXFP4 weights are widened into a
 bf16 copy ahead of the kernel (weight_widening: a small kernel, once a call), which then
 runs as a bf16 weight with the fp8 weight's own scale, or with MXFP4's power-of-two row
-factors as a row scale. Widening them in the kernel instead, item by item, set the pace
-(0.56-0.69 of the bf16 floor at 32000 to 109440 tokens; MXFP4 0.36-0.39).
+factors as a row scale: 0.91-0.96 of the bf16 floor at 32000 to 109440 tokens (Kimi-K3
+TP8, docs/perf-notes.md). Widening them in the kernel instead, item by item, set the pace
+(0.56-0.69; MXFP4 0.36-0.39).
 
 Not written either: GLM-5-style heads (nope 192, v 256; ``supports`` asks nope = v = 128).
 A head's 448 weight rows are 3.5 items of 128 columns: K-nope straddles an item boundary.
