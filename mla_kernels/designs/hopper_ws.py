@@ -619,6 +619,24 @@ def _slice_load(k32, words, rw, tmask, j: gl.constexpr, NS: gl.constexpr):
 
 
 @gluon.jit
+def _tile_words(k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
+                stride_block, stride_slot, num_blocks, BLOCK_SIZE: gl.constexpr,
+                SEARCH_STEPS: gl.constexpr, NS: gl.constexpr, layout: gl.constexpr):
+    """A tile's row offsets in words, its row mask and its 8 slices' loads (stand-ins past
+    NS), all issued at once: the row offsets first (dependent index loads)."""
+    rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
+                             stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS,
+                             layout)
+    # Rows start at multiples of 4 bytes (kv_c + pe is a multiple of 64).
+    rw = rows // 4
+    return (rw, tmask, _slice_load(k32, words, rw, tmask, 0, NS),
+            _slice_load(k32, words, rw, tmask, 1, NS), _slice_load(k32, words, rw, tmask, 2, NS),
+            _slice_load(k32, words, rw, tmask, 3, NS), _slice_load(k32, words, rw, tmask, 4, NS),
+            _slice_load(k32, words, rw, tmask, 5, NS), _slice_load(k32, words, rw, tmask, 6, NS),
+            _slice_load(k32, words, rw, tmask, 7, NS))
+
+
+@gluon.jit
 def _widen_chunk(lat, lat_ready, lat_empty, kb: gl.constexpr, phase, x_lo, x_hi,
                  NS: gl.constexpr):
     """K chunk ``kb`` of a tile (its two slices' words in registers) widened into the bf16
@@ -661,19 +679,9 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     k_scale = gl.load(k_scale_ptr)
     total, start, end, first_tile, last_tile = _tile_span(cs_ptr, batch, ITEMS_PER_TILE)
-    rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, first_tile,
-                             stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS,
-                             word_layout)
-    # Rows start at multiples of 4 bytes (kv_c + pe is a multiple of 64).
-    rw = rows // 4
-    x0 = _slice_load(k32, words, rw, tmask, 0, NS)
-    x1 = _slice_load(k32, words, rw, tmask, 1, NS)
-    x2 = _slice_load(k32, words, rw, tmask, 2, NS)
-    x3 = _slice_load(k32, words, rw, tmask, 3, NS)
-    x4 = _slice_load(k32, words, rw, tmask, 4, NS)
-    x5 = _slice_load(k32, words, rw, tmask, 5, NS)
-    x6 = _slice_load(k32, words, rw, tmask, 6, NS)
-    x7 = _slice_load(k32, words, rw, tmask, 7, NS)
+    rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
+        k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, first_tile,
+        stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout)
     for tile in range(first_tile, last_tile):
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
         phase = ((tile - first_tile) & 1) ^ 1
@@ -686,19 +694,9 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
         _store_rope(pe_ptrs, pe_mask, k_scale, k_out_ptr, total, tile, start, end, pe_cols,
                     NOPE, PE, ITEMS_PER_TILE, pe_layout)
-        # The next tile: its row offsets (dependent index loads), then all its slices.
-        rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile + 1,
-                                 stride_block, stride_slot, num_blocks, BLOCK_SIZE,
-                                 SEARCH_STEPS, word_layout)
-        rw = rows // 4
-        x0 = _slice_load(k32, words, rw, tmask, 0, NS)
-        x1 = _slice_load(k32, words, rw, tmask, 1, NS)
-        x2 = _slice_load(k32, words, rw, tmask, 2, NS)
-        x3 = _slice_load(k32, words, rw, tmask, 3, NS)
-        x4 = _slice_load(k32, words, rw, tmask, 4, NS)
-        x5 = _slice_load(k32, words, rw, tmask, 5, NS)
-        x6 = _slice_load(k32, words, rw, tmask, 6, NS)
-        x7 = _slice_load(k32, words, rw, tmask, 7, NS)
+        rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
+            k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile + 1,
+            stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout)
 
 
 @gluon.jit
