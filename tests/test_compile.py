@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 import pytest
+import triton
 
 from mla_kernels.compile_check import HOPPER_SMEM
 from mla_kernels.designs.chunk_loop import RESIDENT_WEIGHT_BYTES
@@ -133,9 +134,9 @@ _COMPILE_PATHS = textwrap.dedent(r"""
 def test_hopper_ws_new_paths_compile_for_sm90():
     # Block-scaled fp8, bf16 and MXFP4 weights: the same three warp groups within an SM's
     # shared memory, native wgmma of the right operand type only (fp8 x fp8; bf16 x bf16
-    # with the fp8 latent widened in registers; MXFP4 either, by item), no spills (the
-    # bf16 path's two widened A slices and the block path's renormalisation live beside
-    # the 128-register accumulator; MXFP4's below).
+    # over a bf16 latent tile, widened by the gather warps over an fp8 cache; MXFP4 either,
+    # by item), no spills (the gather warps hold a whole tile's words in registers, the
+    # block path's renormalisation lives beside the accumulator; the exceptions below).
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(HOPPER_WS_PATHS)],
@@ -143,6 +144,7 @@ def test_hopper_ws_new_paths_compile_for_sm90():
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     assert [tuple(r["path"]) for r in rows] == HOPPER_WS_PATHS
+    triton_version = tuple(int(x) for x in triton.__version__.split(".")[:2])
     for r in rows:
         fmt, cache = r["path"][0], r["path"][4]
         assert r["shared_bytes"] <= HOPPER_SMEM, r
@@ -166,10 +168,15 @@ def test_hopper_ws_new_paths_compile_for_sm90():
         # partitions' register reallocation, loaded once a partition (16 bytes); newer
         # ptxas also some of the widener's per-item values (up to 56 bytes, a few loads an
         # item of ~1,500 instructions). Read from the SASS (docs/perf-notes.md).
-        # Elsewhere none, but a bf16 weight with a float32 block scale over a bf16 cache
-        # under 3.6: 4 bytes, one shared-memory address stored before the partitions'
-        # register reallocation at the kernel's start and loaded once a warp (SASS).
+        # Elsewhere none under 3.9 and newer. Under 3.6 (the lent H200's) ptxas also spills
+        # on the bf16-tile paths (a bf16 weight or a bf16 cache) with a block scale or a
+        # ring shallower than 4 (up to 328 bytes: the MMA warps' ring indices and scale
+        # vector, the gather warps' per-tile row offsets; read from the SASS); at 8ad2c70
+        # a bf16 cache's row-scaled path spilled 144 bytes at depth 3 already. The
+        # unscaled and row-scaled paths at auto's depth of 4, which the matrix times, do not.
         allowed = 64 if fmt == "mxfp4" and cache == "fp8" else 0
-        if fmt == "fp8_block" and cache == "bf16":
-            allowed = 4
+        kind, depth = r["path"][1], r["path"][3]
+        if (triton_version < (3, 7) and (fmt == "bf16" or cache == "bf16")
+                and (kind == "block" or depth < 4)):
+            allowed = 400
         assert r["spill_bytes"] <= allowed, r

@@ -149,7 +149,7 @@ SCALE_E8M0 = gl.constexpr(SCALE_CODES["e8m0"])
 # bought nothing and the imbalance cost 6%, so only weights of 64 heads or more.
 LOCKSTEP_ITEMS = gl.constexpr(128)  # items a tile (2 x heads) from which runs go in lockstep
 LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of one
-# e4m3 -> bf16 for a bf16 weight's latent (STAGE_A), a word of 4 values into two of 2: each
+# e4m3 -> bf16 for a bf16 weight's latent (_latent_widener), a word of 4 values into two of 2: each
 # byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 (its value 2^-120 times the
 # e4m3 value, subnormals included), then multiplied by 2^120 (exact). Integer and bf16x2
 # arithmetic, 3.5 instructions a value, instead of the conversion units' two conversions
@@ -178,7 +178,7 @@ WIDEN_WARPS = gl.constexpr(4)
 # (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
 # runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
 MX_SPAN = gl.constexpr(11)
-WIDEN_MIN_STAGES = 3  # ring slots a widener needs (_mx_widener, _fp8_widener: pairs)
+WIDEN_MIN_STAGES = 3  # ring slots MXFP4's widener needs (it hands chunks over in pairs)
 MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
 # prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
 # 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
@@ -222,7 +222,7 @@ class HopperWSConfig(DesignConfig):
 @gluon.jit
 def _as_words(slot):
     """A slot of 128 rows of 128 bytes ([128 x 128] e4m3: a ring slot or a latent chunk;
-    [128 x 64] bf16: a staging slot) as [128 x 32] int32 words (the 128-byte swizzle places
+    [128 x 64] bf16: a slice of a bf16 latent tile) as [128 x 32] int32 words (the 128-byte swizzle places
     the same bytes either way)."""
     return smem.reinterpret(slot, gl.int32, [BN, BK // 4], gl.NVMMASharedLayout(
         swizzle_byte_width=128, element_bitwidth=32, rank=2))
@@ -719,8 +719,9 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
                  STAGES: gl.constexpr, a_layout: gl.constexpr, LAT16: gl.constexpr):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
-    chunk, the fp8 latent slice widened to a bf16 A operand in registers, or with a bf16
-    cache (LAT16) the latent's bf16 slice kb * 2 + h from shared memory). Returns with the
+    chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
+    MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
+    registers). Returns with the
     last wgmma in flight (``_item_done`` retires it) and the weight-chunk count."""
     WK: gl.constexpr = BK // STEP
     for kb in gl.static_range(NK):
