@@ -375,14 +375,13 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
         words, packed, top, fits = _mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
-        route = 1 - fits.to(gl.int32)
         mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
         info.index((it - start) % (STAGES + 1)).store(
-            gl.convert_layout((top - MX_BIAS) * 2 + route, info_layout))
+            gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
         # Chunks are handed over two at a time: one fence and one barrier for two slots. The
         # first is held while the second's slot frees, which takes the MMA warps' next
         # chunk only with three slots or more (WIDEN_MIN_STAGES).
-        if route == 0:
+        if fits:
             for kb in gl.static_range(0, NK, 2):
                 chunk, d = _mx_chunk(words, packed, top, kb)
                 e4m3 = _widen_e4m3(chunk, d)
@@ -727,9 +726,7 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
-            if STEP == 1:
-                a = lat.index(kb)
-            elif LAT16:
+            if STEP == 1 or LAT16:  # an fp8 chunk, or a bf16 tile's slice
                 a = lat.index(kb * STEP + h)
             else:
                 # This K slice of the fp8 latent chunk, widened (exactly) in registers while
