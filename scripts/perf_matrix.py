@@ -3,32 +3,65 @@ torch paths, plain calls and from a CUDA graph, each checked against the referen
 point's rows are appended to OUT.csv as soon as they are measured (atomically).
 
 Usage: MLA_COMMIT=<sha> python scripts/perf_matrix.py OUT.csv [--points GLOB ...] [--list]
+
+For rounds of kernel work between committed runs (docs/perf-notes.md quotes their console
+output; their rows stay out of data/h200/), ``--variants`` times only the named designs (no
+torch paths) and ``--rows`` prints every row; ``--empty`` times an empty Triton launch the
+way the designs' graph rows are timed, and nothing else.
 """
 import argparse
 import time
+from dataclasses import replace
+
+import torch
 
 from mla_kernels import bench, matrix
 from mla_kernels.measurements import append_csv_atomic, frame
 
 ap = argparse.ArgumentParser()
-ap.add_argument("out", help="CSV to append the rows to")
+ap.add_argument("out", nargs="?", help="CSV to append the rows to")
 ap.add_argument("--points", nargs="+", help="glob patterns over the point names")
 ap.add_argument("--list", action="store_true", help="print the selected points and exit")
 ap.add_argument("--graph8", action="store_true", help="also time 8 launches in one graph")
+ap.add_argument("--variants", help="only these designs, comma-separated, and no torch path")
+ap.add_argument("--rows", action="store_true", help="print every row, not a line a point")
+ap.add_argument("--empty", action="store_true",
+                help="time bench.empty_kernel on 132 programs, plain and from a CUDA graph")
 a = ap.parse_args()
 
+if a.empty:
+    t = [torch.empty(16, device="cuda") for _ in range(9)]
+
+    def launch() -> None:
+        bench.empty_kernel[(132,)](*t, *range(11), C0=1, C1=2, C2=3, C3=4)
+    print(f"empty launch: graph {bench._bench(bench._graphed(launch)):.2f} us, "
+          f"plain {bench._bench(launch):.2f} us")
+    raise SystemExit(0)
 chosen = matrix.select(a.points)
+if a.variants:
+    keep = a.variants.split(",")
+    chosen = {name: replace(pt, variants=tuple(v for v in pt.variants if v in keep))
+              for name, pt in chosen.items()}
 if a.list:
     for name, pt in chosen.items():
         print(f"{name:40s} {' '.join(pt.variants)}")
     raise SystemExit(0)
+if not a.out:
+    ap.error("OUT.csv is needed")
 t0 = time.time()
 ceil = bench.measure_ceilings()
 print({k: round(v, 2) for k, v in ceil.items()}, flush=True)
 for name, pt in chosen.items():
-    rows = frame(bench.run_points([pt], ceilings=ceil, design_graphs=True, graph8=a.graph8,
-                                  progress=False))
+    rows = frame(bench.run_points([pt], ceilings=ceil, torch_paths=not a.variants,
+                                  design_graphs=True, graph8=a.graph8, progress=False))
     append_csv_atomic(rows, a.out)
+    if a.rows:
+        for _, r in rows.iterrows():
+            err = r.error if isinstance(r.error, str) else ""
+            print(f"{name:36s} {r.variant:10s} {r.timing:8s} {r.median_us:9.1f} us  floor "
+                  f"{r.floor_us:8.1f}  frac {r.roof_fraction:.3f}  ok={r.correct} "
+                  f"err={r.max_rel_err:.2g} {err}", flush=True)
+        continue
     g = rows[rows.timing == "graph"].set_index("variant")
     best = g["median_us"].min() if not g.empty else float("nan")
     bad = rows[~rows.correct.astype(bool)]["variant"].unique().tolist()
