@@ -720,8 +720,8 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
     chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
     MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
-    registers). Returns with the
-    last wgmma in flight (``_item_done`` retires it) and the weight-chunk count."""
+    registers). Returns with the last wgmma in flight (``_item_done`` retires it) and the
+    weight-chunk count."""
     WK: gl.constexpr = BK // STEP
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
