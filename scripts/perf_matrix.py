@@ -6,8 +6,10 @@ Usage: MLA_COMMIT=<sha> python scripts/perf_matrix.py OUT.csv [--points GLOB ...
 
 For rounds of kernel work between committed runs (docs/perf-notes.md quotes their console
 output; their rows stay out of data/h200/), ``--variants`` times only the named designs (no
-torch paths) and ``--rows`` prints every row; ``--empty`` times an empty Triton launch the
-way the designs' graph rows are timed, and nothing else.
+torch paths) and ``--rows`` prints every row; ``--config DESIGN=REPR`` launches a design with
+another config than the default (its repr, as the CSVs' ``config`` column holds it, e.g.
+``hopper_ws='HopperWSConfig(mma_groups=2, ring_depth=6)'``); ``--empty`` times an empty Triton
+launch the way the designs' graph rows are timed, and nothing else.
 """
 import argparse
 import time
@@ -16,6 +18,8 @@ from dataclasses import replace
 import torch
 
 from mla_kernels import bench, matrix
+from mla_kernels.designs import DESIGNS
+from mla_kernels.designs.base import parse_config
 from mla_kernels.measurements import append_csv_atomic, frame
 
 ap = argparse.ArgumentParser()
@@ -25,6 +29,8 @@ ap.add_argument("--list", action="store_true", help="print the selected points a
 ap.add_argument("--graph8", action="store_true", help="also time 8 launches in one graph")
 ap.add_argument("--variants", help="only these designs, comma-separated, and no torch path")
 ap.add_argument("--rows", action="store_true", help="print every row, not a line a point")
+ap.add_argument("--config", action="append", default=[], metavar="DESIGN=REPR",
+                help="launch DESIGN with this config (repeatable)")
 ap.add_argument("--empty", action="store_true",
                 help="time bench.empty_kernel on 132 programs, plain and from a CUDA graph")
 a = ap.parse_args()
@@ -38,6 +44,14 @@ if a.empty:
           f"plain {bench._bench(launch):.2f} us")
     raise SystemExit(0)
 chosen = matrix.select(a.points)
+configs = {}
+for item in a.config:
+    name, _, text = item.partition("=")
+    if name not in DESIGNS:
+        ap.error(f"--config: expected DESIGN=REPR with DESIGN one of {sorted(DESIGNS)}, got {item!r}")
+    configs[name] = parse_config(DESIGNS[name].config_type, text)
+if configs:
+    chosen = {name: replace(pt, configs={**pt.configs, **configs}) for name, pt in chosen.items()}
 if a.variants:
     keep = a.variants.split(",")
     chosen = {name: replace(pt, variants=tuple(v for v in pt.variants if v in keep))

@@ -124,6 +124,77 @@ def test_fp16_outputs(device, seed):
     run_and_check(inp, "hopper_ws")
 
 
+# ------------------------------------------------ two MMA groups, rings 5-6 deep
+# Two MMA warpgroups each take 64 of a tile's 128 rows of every item (fp8 per-row weight,
+# fp8 cache); a ring of 5 or 6 weight chunks takes the second staging buffer's room.
+TWO_GROUPS = HopperWSConfig(mma_groups=2, ring_depth=6)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
+    (KIMI, [4096], 1),
+    (KIMI, [1000], 1),  # the last tile shifted back
+    (KIMI, [100], 1),  # the one partial tile: each group's rows stored masked
+    (KIMI, [37, 0, 300, 129, 1], 16),
+    (KIMI, [513, 2048, 70], 64),
+    ("deepseek-v3-tp1", [700], 1),  # lockstep runs
+])
+def test_two_mma_groups_match_reference(shape, contexts, block_size, device, seed):
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=TWO_GROUPS)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 4, 6])
+def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, device, seed):
+    inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs,
+                                                          mma_groups=2))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block", "mxfp4"])
+@pytest.mark.parametrize("stages", [5, 6])
+def test_deep_rings_over_an_fp8_cache(fmt, stages, device, seed):
+    # One staging buffer: each item waits for the last one's stores before staging.
+    inp = mk.build_inputs(KIMI, [900, 333, 100], block_size=1, cache_dtype="fp8",
+                          weight_format=fmt, device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=7))
+
+
+@pytest.mark.parametrize(("fmt", "cache", "config", "field"), [
+    ("fp8_block", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("bf16", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("mxfp4", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("fp8_row", "bf16", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("bf16", "fp8", HopperWSConfig(ring_depth=5), "ring_depth"),
+    ("fp8_row", "bf16", HopperWSConfig(ring_depth=6), "ring_depth"),
+])
+def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cache, config,
+                                                                        field):
+    # Refused when the launch is prepared, before anything is written: two groups only for
+    # fp8 per-row over an fp8 cache, rings past 4 only beside an fp8 latent tile.
+    from mla_kernels.compile_check import HOPPER, _compile_launch
+    from mla_kernels.occupancy import problem_for
+
+    inp = mk.build_inputs(KIMI, [300], cache_dtype=cache, weight_format=fmt)
+    prob = problem_for(KIMI, [300], cache, fmt, 1)
+    with pytest.raises(ValueError, match=rf"config\.{field}: expected .*, got"):
+        _compile_launch("hopper_ws", inp, prob, config, HOPPER, 90)
+
+
+def test_config_fields_checked():
+    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1)):
+        with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth): expected"):
+            HopperWSConfig(**bad)
+
+
 # ------------------------------------------------ block-scaled fp8 and bf16 weights
 # (weight format, scale kind, scale dtype): every path beside fp8_row with a float32 scale.
 # A scale kind of None is the format's own (bf16: none, fp8_block: block).

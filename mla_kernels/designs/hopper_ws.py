@@ -13,6 +13,14 @@ contiguous run of work items and three groups of warps run side by side:
   stage it in one of two shared buffers and store it by TMA, so one item's stores drain
   while the next item's matrix work runs.
 
+Two options (``HopperWSConfig``), off by default: ``mma_groups=2`` runs the MMA and
+epilogue warps as two warpgroups, each taking 64 of a tile's 128 rows of every item (both
+read each weight and latent chunk, which is freed when both have; each stages and stores
+its half), 200 registers each beside the other partitions; ``ring_depth`` 5 or 6 (over an
+fp8 latent tile) gives the weight ring the room of the second output staging buffer. Both
+together: 2-4% faster than the default from 32000 tokens (fp8 per row, Kimi-K3 TP8), 2%
+slower at 4096; either alone, no faster (docs/perf-notes.md).
+
 A work item is BM tokens x one head-half (K-nope or V, BN = 128 columns). Items are
 numbered tile-major, so consecutive items of a program share the gathered latent tile
 (2 x heads items per tile). The rope columns are narrowed once per tile and stored beside
@@ -207,15 +215,21 @@ or.b32 $1, m, s;
 
 @dataclass(frozen=True)
 class HopperWSConfig(DesignConfig):
-    """``ring_depth``: weight chunks in flight (the shared-memory budget allows 2-4; 4 was
-    fastest on the H200, docs/perf-notes.md); ``programs``: persistent programs launched,
-    None for one per SM."""
+    """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
+    one, where 5 and 6 take the room of the second output staging buffer (4 was fastest on
+    the H200 with one MMA group; docs/perf-notes.md); ``programs``: persistent programs
+    launched, None for one per SM; ``mma_groups``: MMA and epilogue warpgroups, 1, or 2 for
+    an fp8 per-row weight over an fp8 cache (each takes 64 of a tile's 128 rows; with
+    ``ring_depth=6``, 2-4% faster than the default from 32000 tokens and 2% slower at 4096,
+    docs/perf-notes.md)."""
 
     ring_depth: int = 4
     programs: int | None = None
+    mma_groups: int = 1
 
-    _rules = {"ring_depth": (lambda v: type(v) is int and 2 <= v <= 4, "an int in [2, 4]"),
-              "programs": optional(positive_int(1 << 20))}
+    _rules = {"ring_depth": (lambda v: type(v) is int and 2 <= v <= 6, "an int in [2, 6]"),
+              "programs": optional(positive_int(1 << 20)),
+              "mma_groups": (lambda v: type(v) is int and v in (1, 2), "1 or 2")}
     _legacy = {"stages": "ring_depth", "programs": "programs"}
 
 
@@ -715,7 +729,8 @@ def _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES: 
 @gluon.jit
 def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, new_tile,
                  last_of_tile, tiles_seen, NK: gl.constexpr, STEP: gl.constexpr,
-                 STAGES: gl.constexpr, a_layout: gl.constexpr, LAT16: gl.constexpr):
+                 STAGES: gl.constexpr, a_layout: gl.constexpr, LAT16: gl.constexpr,
+                 WG: gl.constexpr = 0, NWG: gl.constexpr = 1):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
     chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
@@ -728,6 +743,8 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
             s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
             if STEP == 1 or LAT16:  # an fp8 chunk, or a bf16 tile's slice
                 a = lat.index(kb * STEP + h)
+                if NWG > 1:  # this group's rows of the tile
+                    a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
             else:
                 # This K slice of the fp8 latent chunk, widened (exactly) in registers while
                 # the previous slice's wgmma runs.
@@ -833,8 +850,15 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                   NOPE: gl.constexpr, V: gl.constexpr, PE: gl.constexpr, KV_C: gl.constexpr,
                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
                   SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
-                  CACHE_FP8: gl.constexpr, num_warps: gl.constexpr):
+                  CACHE_FP8: gl.constexpr, WG: gl.constexpr, NWG: gl.constexpr,
+                  num_warps: gl.constexpr):
+    """The MMA and epilogue warps: every item of the run, on rows [R0, R0 + HM) of each
+    token tile. With two groups (``mma_groups=2``) each takes half of every tile's rows, both
+    read each weight chunk and latent chunk (freed when both have) and each stages and stores
+    its half."""
     NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
+    HM: gl.constexpr = BM // NWG  # this group's rows of a tile
+    R0: gl.constexpr = WG * HM
     STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
     # K of one wgmma instruction: 32 fp8 values, 16 bf16 ones.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -859,17 +883,22 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         k_scale = 1.0
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
-    pe_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, pe_layout))
+    pe_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, pe_layout))
     st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
     st_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
-    st_rows = gl.arange(0, BM, layout=gl.SliceLayout(1, st_layout))
+    st_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, st_layout))
     if SCALE == SCALE_BLOCK:  # two 64-row halves (_block_scaled_item)
         half_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
         acc_t = gl.zeros((BM // 2, BN), gl.float32, half_layout)
         acc_b = gl.zeros((BM // 2, BN), gl.float32, half_layout)
     else:
-        acc = gl.zeros((BM, BN), gl.float32, acc_layout)
+        acc = gl.zeros((HM, BN), gl.float32, acc_layout)
+    pe_src = pe_raw
+    pe_dst = pe_out
+    if NWG > 1:
+        pe_src = pe_raw.slice(R0, HM, dim=0)
+        pe_dst = pe_out.slice(R0, HM, dim=0)
     c = 0  # weight chunks consumed
     n_tma = 0  # items staged: picks the staging buffer
     tiles_seen = 0
@@ -889,9 +918,9 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             # cp.async wrote through the generic proxy; wgmma and TMA read through the async one.
             fence_async_shared()
             if full:
-                pe = pe_raw.load(pe_layout).to(gl.float32) * k_scale
+                pe = pe_src.load(pe_layout).to(gl.float32) * k_scale
                 tma.store_wait(0)  # the previous tile's rope stores have left pe_out
-                pe_out.store(pe.to(out_ty))
+                pe_dst.store(pe.to(out_ty))
                 fence_async_shared()
                 mbarrier.arrive(lat_empty.index(NK), count=1)  # the next tile's rope may land
         w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
@@ -928,19 +957,21 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                 scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
             acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c,
                                   new_tile, last_of_tile, tiles_seen, NK, STEP, STAGES,
-                                  a_layout, LAT16)
+                                  a_layout, LAT16, WG, NWG)
             acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
             if SCALE == SCALE_ROW:
                 out = (acc * scale[None, :]).to(out_ty)
             else:
                 out = (acc * k_scale).to(out_ty)
         buf = out_buf.index(n_tma % out_buf.shape[0])
+        if NWG > 1:
+            buf = buf.slice(R0, HM, dim=0)
         # Before reusing a staging buffer, the stores of the item that last used it (two
         # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
         # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
         # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
         # With one buffer (a bf16 tile) the last item's stores must be done.
-        if not full or LAT16:
+        if not full or LAT16 or out_buf.shape[0] == 1:
             tma.store_wait(0)
         elif half == 0:
             tma.store_wait(1)
@@ -956,22 +987,22 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             fence_async_shared()
             if half == 0:
                 if not LAT16:
-                    tma_io.store(pe_desc, [row0, head * KROW + NOPE], pe_out)
-                tma_io.store(k_desc, [row0, head * KROW], buf)
+                    tma_io.store(pe_desc, [row0 + R0, head * KROW + NOPE], pe_dst)
+                tma_io.store(k_desc, [row0 + R0, head * KROW], buf)
             else:
-                tma_io.store(v_desc, [row0, head * V], buf)
+                tma_io.store(v_desc, [row0 + R0, head * V], buf)
         else:
             # TMA would write the spare rows past the last token too: the partial tile is
             # read back from the staging buffer and stored row-masked, 16 bytes a thread.
             val = buf.load(st_layout)
-            r = (row0 + st_rows).to(gl.int64)[:, None]
-            rmask = (row0 + st_rows < total)[:, None]
+            r = (row0 + R0 + st_rows).to(gl.int64)[:, None]
+            rmask = (row0 + R0 + st_rows < total)[:, None]
             if half == 0:
                 gl.store(k_out_ptr + r * (KROW * HEADS) + head * KROW + st_cols[None, :], val,
                          mask=rmask)
                 if not LAT16:
-                    pr = row0 + pe_rows
-                    pe = (pe_raw.load(pe_layout).to(gl.float32) * k_scale).to(out_ty)
+                    pr = row0 + R0 + pe_rows
+                    pe = (pe_src.load(pe_layout).to(gl.float32) * k_scale).to(out_ty)
                     gl.store(k_out_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
                              + head * KROW + NOPE + pe_cols[None, :], pe,
                              mask=(pr < total)[:, None])
@@ -992,7 +1023,8 @@ def hopper_ws_kernel(
     HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
-    CACHE_FP8: gl.constexpr, num_warps: gl.constexpr,
+    CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
+    NBUF: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
@@ -1033,7 +1065,7 @@ def hopper_ws_kernel(
         out_buf = gl.allocate_shared_memory(k_desc.dtype, [1, BM, BN], k_desc.layout)
         pe_out = out_buf
     else:
-        out_buf = gl.allocate_shared_memory(k_desc.dtype, [2, BM, BN], k_desc.layout)
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [NBUF, BM, BN], k_desc.layout)
         pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
 
     w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -1042,23 +1074,42 @@ def hopper_ws_kernel(
     # a chunk is refilled as soon as the tile's last item has multiplied it.
     for s in gl.static_range(STAGES):
         mbarrier.init(w_ready.index(s), count=1)
-        mbarrier.init(w_empty.index(s), count=1)
+        mbarrier.init(w_empty.index(s), count=MMA_GROUPS)  # freed by each MMA group
     for kb in gl.static_range(NK + 1):
         if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (_publish)
             mbarrier.init(lat_ready.index(kb), count=1)
         else:  # each gather thread's arrival, when its own cp.async copies have landed
             mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)
     for kb in gl.static_range(NK + 1):
-        mbarrier.init(lat_empty.index(kb), count=1)
+        mbarrier.init(lat_empty.index(kb), count=MMA_GROUPS)
 
     # The weight partition: MXFP4's widener (four warps) or the TMA loader (one).
-    if SCALE == SCALE_E8M0:
+    if MMA_GROUPS == 2:
         gl.warp_specialize([
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, num_warps)),
+                             CACHE_FP8, 0, 2, num_warps)),
+            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
+                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
+                             pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
+                             KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
+                             CACHE_FP8, 1, 2, num_warps)),
+            (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
+                                cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
+                                num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
+                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
+            (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
+                              NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
+        ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])
+    elif SCALE == SCALE_E8M0:
+        gl.warp_specialize([
+            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
+                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
+                             pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
+                             KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
+                             CACHE_FP8, 0, 1, num_warps)),
             (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                            NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
             (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
@@ -1072,7 +1123,7 @@ def hopper_ws_kernel(
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, num_warps)),
+                             CACHE_FP8, 0, 1, num_warps)),
             (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                               NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
             (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
@@ -1178,15 +1229,30 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         # Weight chunks of 128-byte rows: [128 x 128] fp8 or [128 x 64] bf16, 16 KB either way.
         wk = TILE // w.element_size()
         w_desc = _descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
-    k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, TILE)
-    pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, TILE, prob.pe_dim)
-    v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, TILE, TILE)
+    groups = config.mma_groups
+    if groups == 2 and not (prob.scale == "row" and prob.cache_is_fp8 and not lat16):
+        raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
+                         f"per-row weight over an fp8 cache), got 2 (weight format "
+                         f"{prob.weight_format}, cache {prob.cache_dtype})")
+    if config.ring_depth > 4 and lat16:
+        # A bf16 latent tile (128 KB) leaves room for four weight slots.
+        raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
+                         f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
+    srows = TILE // groups  # rows of one TMA store: a group's share of a tile
+    k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, TILE)
+    pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, prob.pe_dim)
+    v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, srows, TILE)
     ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
     cache_fp8 = prob.cache_is_fp8
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=max(1, prob.batch.bit_length()),
                   STAGES=config.ring_depth,
+                  # Output staging buffers of an fp8 tile: two (an item's stores may still
+                  # read one while the next item stages), or one, whose 32 KB hold the fifth
+                  # and sixth weight slots (each item then waits for the last item's stores,
+                  # long done: docs/perf-notes.md).
+                  NBUF=2 if config.ring_depth <= 4 else 1,
                   # The widener holds its row of an item (64 packed words) and a widened
                   # chunk; the gatherer fits in 88 (no spills, compile-checked), 96 with the
                   # rope in registers, 200 widening the latent (a whole tile of words in
@@ -1200,7 +1266,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 4 + 1 (MXFP4: 4) + 4 warps launch as three warpgroups: 12 x 32 x 168 <=
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps.
-                  maxnreg=168)
+                  MMA_GROUPS=groups, MMA_REGS=200,
+                  maxnreg=168 if groups == 1 else 128)
+    if groups == 2:
+        consts["GATHER_REGS"] = 88
     has_ws = ws is not None
 
     def make(c: GatherArgs) -> list:
