@@ -130,6 +130,20 @@ _COMPILE_PATHS = textwrap.dedent(r"""
                           **_ptxas_report(ptx, 90)}))
 """)
 
+TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])
+
+
+def _compile_paths(paths: list[tuple]) -> list[dict]:
+    """_COMPILE_PATHS's report of each path, compiled for sm_90 in a fresh process."""
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(paths)],
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [tuple(r["path"]) for r in rows] == paths
+    return rows
+
 
 def test_hopper_ws_new_paths_compile_for_sm90():
     # Block-scaled fp8, bf16 and MXFP4 weights: the same three warp groups within an SM's
@@ -137,15 +151,7 @@ def test_hopper_ws_new_paths_compile_for_sm90():
     # over a bf16 latent tile, widened by the gather warps over an fp8 cache; MXFP4 either,
     # by item), no spills (the gather warps hold a whole tile's words in registers, the
     # block path's renormalisation lives beside the accumulator; the exceptions below).
-    pytest.importorskip("triton.experimental.gluon")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(HOPPER_WS_PATHS)],
-                         capture_output=True, text=True, env=env, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    assert [tuple(r["path"]) for r in rows] == HOPPER_WS_PATHS
-    triton_version = tuple(int(x) for x in triton.__version__.split(".")[:2])
-    for r in rows:
+    for r in _compile_paths(HOPPER_WS_PATHS):
         fmt, cache = r["path"][0], r["path"][4]
         assert r["shared_bytes"] <= HOPPER_SMEM, r
         assert r["num_warps"] == 12, r
@@ -176,7 +182,7 @@ def test_hopper_ws_new_paths_compile_for_sm90():
         # unscaled and row-scaled paths at auto's depth of 4, which the matrix times, do not.
         allowed = 64 if fmt == "mxfp4" and cache == "fp8" else 0
         kind, depth = r["path"][1], r["path"][3]
-        if (triton_version < (3, 7) and (fmt == "bf16" or cache == "bf16")
+        if (TRITON_VERSION < (3, 7) and (fmt == "bf16" or cache == "bf16")
                 and (kind == "block" or depth < 4)):
             allowed = 400
         assert r["spill_bytes"] <= allowed, r
@@ -197,15 +203,7 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
     # Two groups: four warpgroups (16 warps), each MMA group's 64 rows as 16 m64 wgmma an
     # item (32 in the kernel, as one group's 128 rows), no spills at 200 registers a group.
     # Rings of 5-6 chunks fit the SM's shared memory with one staging buffer.
-    pytest.importorskip("triton.experimental.gluon")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(HOPPER_WS_OPTIONS)],
-                         capture_output=True, text=True, env=env, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    assert [tuple(r["path"]) for r in rows] == HOPPER_WS_OPTIONS
-    triton_version = tuple(int(x) for x in triton.__version__.split(".")[:2])
-    for r in rows:
+    for r in _compile_paths(HOPPER_WS_OPTIONS):
         fmt, groups = r["path"][0], r["path"][5]
         assert r["shared_bytes"] <= HOPPER_SMEM, r
         assert r["num_warps"] == (16 if groups == 2 else 12), r
@@ -214,5 +212,5 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
         # MXFP4's few values in local memory, as in test_hopper_ws_new_paths_compile_for_sm90;
         # under triton 3.6 a ring past 4 also keeps one pointer there, stored at the kernel's
         # start and loaded once a partition (8 bytes; read from the SASS).
-        allowed = 64 if fmt == "mxfp4" else 8 if triton_version < (3, 7) else 0
+        allowed = 64 if fmt == "mxfp4" else 8 if TRITON_VERSION < (3, 7) else 0
         assert r["spill_bytes"] <= allowed, r

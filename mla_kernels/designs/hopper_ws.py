@@ -1083,7 +1083,9 @@ def hopper_ws_kernel(
     for kb in gl.static_range(NK + 1):
         mbarrier.init(lat_empty.index(kb), count=MMA_GROUPS)
 
-    # The weight partition: MXFP4's widener (four warps) or the TMA loader (one).
+    # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two
+    # MMA groups, a second MMA partition. Gluon takes each partition's arguments written in
+    # place (triton 3.6 and 3.9 refuse them held in a variable), hence one call each.
     if MMA_GROUPS == 2:
         gl.warp_specialize([
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
