@@ -970,8 +970,8 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
         # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
         # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
-        # With one buffer (a bf16 tile) the last item's stores must be done.
-        if not full or LAT16 or out_buf.shape[0] == 1:
+        # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done.
+        if not full or out_buf.shape[0] == 1:
             tma.store_wait(0)
         elif half == 0:
             tma.store_wait(1)
@@ -1024,10 +1024,14 @@ def hopper_ws_kernel(
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
-    NBUF: gl.constexpr, num_warps: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
+    # Output staging buffers of an fp8 tile: two (an item's stores may still read one while
+    # the next item stages), or one, whose 32 KB hold the fifth and sixth weight slots (each
+    # item then waits for the last item's stores, long done: docs/perf-notes.md).
+    NBUF: gl.constexpr = 2 if STAGES <= 4 else 1
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
     bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
@@ -1250,28 +1254,21 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=max(1, prob.batch.bit_length()),
                   STAGES=config.ring_depth,
-                  # Output staging buffers of an fp8 tile: two (an item's stores may still
-                  # read one while the next item stages), or one, whose 32 KB hold the fifth
-                  # and sixth weight slots (each item then waits for the last item's stores,
-                  # long done: docs/perf-notes.md).
-                  NBUF=2 if config.ring_depth <= 4 else 1,
                   # The widener holds its row of an item (64 packed words) and a widened
                   # chunk; the gatherer fits in 88 (no spills, compile-checked), 96 with the
                   # rope in registers, 200 widening the latent (a whole tile of words in
                   # registers; the MMA warps keep 256: 4 x 32 x (256 + 200 + 24) <= 64K).
                   LOADER_REGS=160 if mx else 24,
-                  GATHER_REGS=88 if mx else 200 if lat16 and cache_fp8 else 96,
+                  GATHER_REGS=88 if mx or groups == 2 else 200 if lat16 and cache_fp8 else 96,
                   num_warps=4, WK=wk, LAT16=lat16, CACHE_FP8=cache_fp8,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
                   SCALE=SCALE_CODES[prob.scale],
                   WS_LD=ws.stride(0) if prob.scale in ("block", "e8m0") else 0,
                   # 4 + 1 (MXFP4: 4) + 4 warps launch as three warpgroups: 12 x 32 x 168 <=
                   # 64K registers; the partitions' register counts then move the rest to the
-                  # MMA warps.
+                  # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=200,
                   maxnreg=168 if groups == 1 else 128)
-    if groups == 2:
-        consts["GATHER_REGS"] = 88
     has_ws = ws is not None
 
     def make(c: GatherArgs) -> list:
