@@ -126,8 +126,11 @@ def test_fp16_outputs(device, seed):
 
 # ------------------------------------------------ two MMA groups, rings 5-6 deep
 # Two MMA warpgroups each take 64 of a tile's 128 rows of every item (fp8 per-row weight,
-# fp8 cache); a ring of 5 or 6 weight chunks takes the second staging buffer's room.
+# fp8 cache); a ring of 5 or 6 weight chunks takes the second staging buffer's room; with
+# latent_in_registers each group holds its rows of a tile's latent as wgmma's A operand in
+# registers, and the tile's shared buffer is refilled at once.
 TWO_GROUPS = HopperWSConfig(mma_groups=2, ring_depth=6)
+LATENT_REGS = HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)
 
 
 @pytest.mark.gpu
@@ -140,21 +143,25 @@ TWO_GROUPS = HopperWSConfig(mma_groups=2, ring_depth=6)
     (KIMI, [513, 2048, 70], 64),
     ("deepseek-v3-tp1", [700], 1),  # lockstep runs
 ])
-def test_two_mma_groups_match_reference(shape, contexts, block_size, device, seed):
+@pytest.mark.parametrize("config", [TWO_GROUPS, LATENT_REGS], ids=["shared", "registers"])
+def test_two_mma_groups_match_reference(shape, contexts, block_size, config, device, seed):
     inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
                           weight_format="fp8_row", device=device, seed=seed)
-    run_and_check(inp, "hopper_ws", config=TWO_GROUPS)
+    run_and_check(inp, "hopper_ws", config=config)
 
 
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("programs", [1, 5, 131])
 @pytest.mark.parametrize("stages", [2, 4, 6])
-def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, device, seed):
+@pytest.mark.parametrize("regs", [False, True])
+def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, regs, device, seed):
+    # One program runs every tile in turn: with the latent in registers, each tile's buffer
+    # is refilled while the last tile's items still run on the registers.
     inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
                           weight_format="fp8_row", device=device, seed=seed)
-    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs,
-                                                          mma_groups=2))
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(
+        ring_depth=stages, programs=programs, mma_groups=2, latent_in_registers=regs))
 
 
 @pytest.mark.gpu
@@ -175,6 +182,8 @@ def test_deep_rings_over_an_fp8_cache(fmt, stages, device, seed):
     ("fp8_row", "bf16", HopperWSConfig(mma_groups=2), "mma_groups"),
     ("bf16", "fp8", HopperWSConfig(ring_depth=5), "ring_depth"),
     ("fp8_row", "bf16", HopperWSConfig(ring_depth=6), "ring_depth"),
+    ("fp8_row", "fp8", HopperWSConfig(latent_in_registers=True), "latent_in_registers"),
+    ("fp8_block", "fp8", HopperWSConfig(latent_in_registers=True), "latent_in_registers"),
 ])
 def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cache, config,
                                                                         field):
@@ -190,8 +199,10 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
 
 
 def test_config_fields_checked():
-    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1)):
-        with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth): expected"):
+    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
+                dict(latent_in_registers=1), dict(latent_in_registers="yes")):
+        with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers)"
+                                             ": expected"):
             HopperWSConfig(**bad)
 
 

@@ -226,10 +226,12 @@ class HopperWSConfig(DesignConfig):
     ring_depth: int = 4
     programs: int | None = None
     mma_groups: int = 1
+    latent_in_registers: bool = False
 
     _rules = {"ring_depth": (lambda v: type(v) is int and 2 <= v <= 6, "an int in [2, 6]"),
               "programs": optional(positive_int(1 << 20)),
-              "mma_groups": (lambda v: type(v) is int and v in (1, 2), "1 or 2")}
+              "mma_groups": (lambda v: type(v) is int and v in (1, 2), "1 or 2"),
+              "latent_in_registers": (lambda v: type(v) is bool, "a bool")}
     _legacy = {"stages": "ring_depth", "programs": "programs"}
 
 
@@ -730,18 +732,27 @@ def _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES: 
 def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, new_tile,
                  last_of_tile, tiles_seen, NK: gl.constexpr, STEP: gl.constexpr,
                  STAGES: gl.constexpr, a_layout: gl.constexpr, LAT16: gl.constexpr,
-                 WG: gl.constexpr = 0, NWG: gl.constexpr = 1):
+                 WG: gl.constexpr = 0, NWG: gl.constexpr = 1, a_regs=None,
+                 LAT_REGS: gl.constexpr = False):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
     chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
     MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
-    registers). Returns with the last wgmma in flight (``_item_done`` retires it) and the
-    weight-chunk count."""
+    registers). With LAT_REGS (fp8, two groups) the group's rows of each latent chunk are
+    wgmma's A operand in registers (``a_regs``, one per chunk, loaded by a tile's first item,
+    which frees the chunk for the next tile at once). Returns with the last wgmma in flight
+    (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
     WK: gl.constexpr = BK // STEP
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
-            if STEP == 1 or LAT16:  # an fp8 chunk, or a bf16 tile's slice
+            if LAT_REGS:
+                if new_tile:
+                    a_regs = _take_latent_chunk(lat, lat_empty, a_regs, kb, WG, NWG,
+                                                _word_layout(gl.to_linear_layout(
+                                                    a_layout, [BM // NWG, BK])))
+                a = _words_as_fp8(a_regs[kb], a_layout)
+            elif STEP == 1 or LAT16:  # an fp8 chunk, or a bf16 tile's slice
                 a = lat.index(kb * STEP + h)
                 if NWG > 1:  # this group's rows of the tile
                     a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
@@ -756,20 +767,72 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
                 # The previous chunk's wgmma is done: its ring slot can be refilled.
                 acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
                 mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-                if h == 0:
+                if h == 0 and not LAT_REGS:
                     if last_of_tile:  # the tile's last reader of that chunk is done
                         mbarrier.arrive(lat_empty.index(kb - 1), count=1)
             c += 1
-    return acc, c
+    return acc, c, a_regs
+
+
+@gluon.constexpr_function
+def _word_layout(a_layout):
+    """The layout of an fp8 A operand's registers (a linear layout whose first two register
+    bases step K by 1 and 2: kWidth 4) as int32 words of four K values: the same threads
+    and registers, K / 4. Carried in words, the operand takes a register per four values
+    (carried as fp8 it takes one per value and spills)."""
+    assert a_layout.reg_bases[:2] == [[0, 1], [0, 2]], a_layout
+
+    def quarter(bases):
+        return [[r, k // 4] for r, k in bases]
+    return gl.DistributedLinearLayout(
+        reg_bases=quarter(a_layout.reg_bases[2:]), lane_bases=quarter(a_layout.lane_bases),
+        warp_bases=quarter(a_layout.warp_bases), block_bases=[],
+        shape=[a_layout.shape[0], a_layout.shape[1] // 4])
+
+
+@gluon.jit
+def _words_as_fp8(w, a_layout: gl.constexpr):
+    """int32 words (``_word_layout``) as the fp8 A operand they hold (four K values a word,
+    low byte first): the bytes joined back in place, which is register renaming."""
+    b0 = w.to(gl.int8)
+    b1 = (w >> 8).to(gl.int8)
+    b2 = (w >> 16).to(gl.int8)
+    b3 = (w >> 24).to(gl.int8)
+    # join(join(b0, b2), join(b1, b3))[r, w, j, i] = b[2 j + i]: K = 4 w + 2 j + i.
+    q = gl.join(gl.join(b0, b2), gl.join(b1, b3))
+    q = q.reshape([w.shape[0], 4 * w.shape[1]]).to(gl.float8e4nv, bitcast=True)
+    return gl.convert_layout(q, a_layout)
+
+
+@gluon.jit
+def _take_latent_chunk(lat, lat_empty, a_regs, kb: gl.constexpr, WG: gl.constexpr,
+                       NWG: gl.constexpr, w_layout: gl.constexpr):
+    """This group's rows of latent chunk ``kb``, loaded into registers as int32 words (in
+    place of entry kb of ``a_regs``); the chunk is then released to the gatherer: every warp
+    of the group has read it (the partition's barrier) before the one arrival."""
+    HM: gl.constexpr = BM // NWG
+    fresh = _as_words(lat.index(kb)).slice(WG * HM, HM, dim=0).load(w_layout)
+    partition_sync()
+    mbarrier.arrive(lat_empty.index(kb), count=1)
+    if kb == 0:
+        a_regs = (fresh, a_regs[1], a_regs[2], a_regs[3])
+    elif kb == 1:
+        a_regs = (a_regs[0], fresh, a_regs[2], a_regs[3])
+    elif kb == 2:
+        a_regs = (a_regs[0], a_regs[1], fresh, a_regs[3])
+    else:
+        a_regs = (a_regs[0], a_regs[1], a_regs[2], fresh)
+    return a_regs
 
 
 @gluon.jit
 def _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK: gl.constexpr,
-               STAGES: gl.constexpr):
-    """Retire an item's last wgmma and release its last weight chunk (and latent chunk)."""
+               STAGES: gl.constexpr, LAT_REGS: gl.constexpr = False):
+    """Retire an item's last wgmma and release its last weight chunk (and latent chunk,
+    unless it was released when it was loaded into registers)."""
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
-    if last_of_tile:
+    if last_of_tile and not LAT_REGS:
         mbarrier.arrive(lat_empty.index(NK - 1), count=1)
     return acc
 
@@ -851,11 +914,11 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
                   SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
                   CACHE_FP8: gl.constexpr, WG: gl.constexpr, NWG: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  LAT_REGS: gl.constexpr, num_warps: gl.constexpr):
     """The MMA and epilogue warps: every item of the run, on rows [R0, R0 + HM) of each
     token tile. With two groups (``mma_groups=2``) each takes half of every tile's rows, both
     read each weight chunk and latent chunk (freed when both have) and each stages and stores
-    its half."""
+    its half; with LAT_REGS each holds its rows of the tile's latent in registers."""
     NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
     HM: gl.constexpr = BM // NWG  # this group's rows of a tile
     R0: gl.constexpr = WG * HM
@@ -870,6 +933,17 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 16])
     a16_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc16_layout,
                                                    k_width=2)
+    if LAT_REGS:
+        # The A operand of an fp8 wgmma held in registers: four consecutive K values a
+        # register; a group's 64 rows of the tile's four latent chunks, 64 registers.
+        a8_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout,
+                                                      k_width=4)
+        a0 = gl.zeros((HM, BK // 4), gl.int32,
+                      _word_layout(gl.to_linear_layout(a8_layout, [HM, BK])))
+        a_regs = (a0, a0, a0, a0)
+    else:
+        a8_layout: gl.constexpr = a_layout
+        a_regs = None
     one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (PE // 8), PE // 8],
                                                [num_warps, 1], [1, 0])
@@ -938,12 +1012,12 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             entry = info.index((it - start) % (STAGES + 1))
             if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
                 # e4m3 chunks: fp8 x fp8, as fp8_row
-                acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty,
+                acc, c, _ = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty,
                                       acc, c, new_tile, last_of_tile, tiles_seen, NK, 1,
                                       STAGES, a_layout, LAT16)
             else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
                 acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
-                acc16, c = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty, lat_ready,
+                acc16, c, _ = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty, lat_ready,
                                         lat_empty, acc16, c, new_tile, last_of_tile,
                                         tiles_seen, NK, 2, STAGES, a16_layout, LAT16)
                 acc = gl.convert_layout(acc16, acc_layout)
@@ -955,10 +1029,13 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             if SCALE == SCALE_ROW:
                 # Fetched now, so their latency hides behind the wgmma.
                 scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
-            acc, c = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c,
-                                  new_tile, last_of_tile, tiles_seen, NK, STEP, STAGES,
-                                  a_layout, LAT16, WG, NWG)
-            acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
+            acc, c, a_next = _item_k_loop(
+                lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, new_tile,
+                last_of_tile, tiles_seen, NK, STEP, STAGES, a8_layout, LAT16, WG, NWG,
+                a_regs, LAT_REGS)
+            if LAT_REGS:  # (a loop-carried value only then)
+                a_regs = a_next
+            acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES, LAT_REGS)
             if SCALE == SCALE_ROW:
                 out = (acc * scale[None, :]).to(out_ty)
             else:
@@ -1024,7 +1101,7 @@ def hopper_ws_kernel(
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
-    num_warps: gl.constexpr,
+    LAT_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
@@ -1096,12 +1173,12 @@ def hopper_ws_kernel(
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 2, num_warps)),
+                             CACHE_FP8, 0, 2, LAT_REGS, num_warps)),
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 1, 2, num_warps)),
+                             CACHE_FP8, 1, 2, LAT_REGS, num_warps)),
             (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
                                 cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
                                 num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
@@ -1115,7 +1192,7 @@ def hopper_ws_kernel(
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 1, num_warps)),
+                             CACHE_FP8, 0, 1, False, num_warps)),
             (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                            NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
             (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
@@ -1129,7 +1206,7 @@ def hopper_ws_kernel(
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 1, num_warps)),
+                             CACHE_FP8, 0, 1, False, num_warps)),
             (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                               NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
             (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
@@ -1240,6 +1317,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
                          f"per-row weight over an fp8 cache), got 2 (weight format "
                          f"{prob.weight_format}, cache {prob.cache_dtype})")
+    if config.latent_in_registers and groups != 2:
+        raise ValueError("config.latent_in_registers: expected False with one MMA group (the "
+                         "latent rows take the registers of two groups' halves; set "
+                         "mma_groups=2), got True")
     if config.ring_depth > 4 and lat16:
         # A bf16 latent tile (128 KB) leaves room for four weight slots.
         raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
@@ -1267,7 +1348,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 4 + 1 (MXFP4: 4) + 4 warps launch as three warpgroups: 12 x 32 x 168 <=
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
-                  MMA_GROUPS=groups, MMA_REGS=200,
+                  MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
                   maxnreg=168 if groups == 1 else 128)
     has_ws = ws is not None
 
