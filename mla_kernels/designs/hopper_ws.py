@@ -732,7 +732,7 @@ def _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES: 
 def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, new_tile,
                  last_of_tile, tiles_seen, NK: gl.constexpr, STEP: gl.constexpr,
                  STAGES: gl.constexpr, a_layout: gl.constexpr, LAT16: gl.constexpr,
-                 WG: gl.constexpr = 0, NWG: gl.constexpr = 1, a_regs=None,
+                 WG: gl.constexpr = 0, NWG: gl.constexpr = 1, a_regs=0,
                  LAT_REGS: gl.constexpr = False):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
@@ -943,7 +943,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         a_regs = (a0, a0, a0, a0)
     else:
         a8_layout: gl.constexpr = a_layout
-        a_regs = None
+        a_regs = 0  # a stand-in (triton 3.6 returns no None from a jit function)
     one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
     pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (PE // 8), PE // 8],
                                                [num_warps, 1], [1, 0])
