@@ -67,6 +67,28 @@ def test_matches_reference(shape, contexts, block_size, device, seed):
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize("batch", [2, 127, 128, 129, 300])
+@pytest.mark.parametrize(("fmt", "cache", "config"), [
+    ("fp8_row", "fp8", None),
+    ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
+    ("bf16", "fp8", None),  # the gather partition that widens the latent tile
+    ("fp8_row", "bf16", None),  # a bf16 latent tile's gather
+], ids=["fp8_row", "registers", "bf16_weight", "bf16_cache"])
+def test_many_sequences_either_side_of_the_search_in_registers(batch, fmt, cache, config,
+                                                               device, seed):
+    # Up to 128 sequences the gather partitions search a tile's sequences in registers
+    # (cs and kv_indptr loaded once); past that, by dependent loads. Short sequences, some
+    # empty, so that tiles straddle many of them.
+    g = torch.Generator().manual_seed(seed)
+    contexts = torch.randint(0, 24, (batch,), generator=g)
+    contexts[torch.randperm(batch, generator=g)[: batch // 8]] = 0
+    inp = mk.build_inputs(KIMI, contexts.tolist(), block_size=16, cache_dtype=cache,
+                          weight_format=fmt, device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=config)
+
+
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("programs", [1, 5, 131])
 @pytest.mark.parametrize("stages", [2, 4])
 def test_program_runs_and_ring_depth(programs, stages, device, seed):

@@ -481,17 +481,36 @@ def _tile_row0(tile, total):
 
 
 @gluon.jit
+def _batch_index(cs_ptr, kv_indptr_ptr, batch, layout: gl.constexpr):
+    """cs[i] and kv_indptr[i] for i in [0, BM) (the last entry repeated past the batch),
+    loaded at a gather partition's start as vectors of ``layout``'s rows. A batch of at most
+    BM sequences is then searched in registers (``_tile_rows``): its first tile's row
+    offsets cost two dependent round trips to memory (these loads, then the block ids)
+    instead of one a search step, one for cs[b] and kv_indptr[b], one for the block ids."""
+    i = gl.minimum(gl.arange(0, BM, layout=gl.SliceLayout(1, layout)), batch)
+    return gl.load(cs_ptr + i), gl.load(kv_indptr_ptr + i)
+
+
+@gluon.jit
 def _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
                stride_block, stride_slot, num_blocks, BLOCK_SIZE: gl.constexpr,
-               SEARCH_STEPS: gl.constexpr, layout: gl.constexpr):
+               SEARCH_STEPS: gl.constexpr, layout: gl.constexpr, index):
     """Element offsets of the latent rows of token tile ``tile`` (64-bit: block id x stride
-    overflows 32 bits on large caches), and which rows hold a token. Compiled with
-    debug=True, a block id outside [0, num_blocks) stops the kernel."""
+    overflows 32 bits on large caches), and which rows hold a token; ``index``: the batch's
+    cs and kv_indptr in registers (``_batch_index``), used for a batch of at most BM
+    sequences (SEARCH_STEPS <= log2(BM)). Compiled with debug=True, a block id outside
+    [0, num_blocks) stops the kernel."""
     r = _tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     tmask = r < total
-    lo = find_sequence(cs_ptr, r, batch, SEARCH_STEPS)
-    t = r - gl.load(cs_ptr + lo)
-    first_block = gl.load(kv_indptr_ptr + lo)
+    if (1 << SEARCH_STEPS) <= BM:
+        cs_v, ip_v = index
+        lo = find_sequence(cs_ptr, r, batch, SEARCH_STEPS, cs_v)
+        t = r - gl.gather(cs_v, lo, 0)
+        first_block = gl.gather(ip_v, lo, 0)
+    else:
+        lo = find_sequence(cs_ptr, r, batch, SEARCH_STEPS)
+        t = r - gl.load(cs_ptr + lo)
+        first_block = gl.load(kv_indptr_ptr + lo)
     blk = gl.load(kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask, other=0)
     gl.device_assert((blk >= 0) & (blk < num_blocks), "kv_indices: block id out of range")
     rows = blk.to(gl.int64) * stride_block + (t % BLOCK_SIZE).to(gl.int64) * stride_slot
@@ -583,12 +602,13 @@ def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, c
         pe_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (PE // VEC), PE // VEC],
                                                    [GATHER_WARPS, 1], [1, 0])
         NK: gl.constexpr = KV_C // BK
+        index = _batch_index(cs_ptr, kv_indptr_ptr, batch, lat_layout)
         total, start, end, first_tile, last_tile = _tile_span(cs_ptr, batch, ITEMS_PER_TILE)
         k_cols = gl.arange(0, LK, layout=gl.SliceLayout(0, lat_layout))
         pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
         rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
                                  first_tile, stride_block, stride_slot, num_blocks, BLOCK_SIZE,
-                                 SEARCH_STEPS, lat_layout)
+                                 SEARCH_STEPS, lat_layout, index)
         for tile in range(first_tile, last_tile):
             # A buffer's first fill waits on the phase before the barrier's first: it passes.
             phase = ((tile - first_tile) & 1) ^ 1
@@ -617,7 +637,7 @@ def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, c
             # tile's matrix work runs, off the MMA warps' critical path.
             rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                                      total, tile + 1, stride_block, stride_slot, num_blocks,
-                                     BLOCK_SIZE, SEARCH_STEPS, lat_layout)
+                                     BLOCK_SIZE, SEARCH_STEPS, lat_layout, index)
 
 
 @gluon.jit
@@ -636,12 +656,12 @@ def _slice_load(k32, words, rw, tmask, j: gl.constexpr, NS: gl.constexpr):
 @gluon.jit
 def _tile_words(k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
                 stride_block, stride_slot, num_blocks, BLOCK_SIZE: gl.constexpr,
-                SEARCH_STEPS: gl.constexpr, NS: gl.constexpr, layout: gl.constexpr):
+                SEARCH_STEPS: gl.constexpr, NS: gl.constexpr, layout: gl.constexpr, index):
     """A tile's row offsets in words, its row mask and its 8 slices' loads (stand-ins past
     NS), all issued at once: the row offsets first (dependent index loads)."""
     rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile,
                              stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS,
-                             layout)
+                             layout, index)
     # Rows start at multiples of 4 bytes (kv_c + pe is a multiple of 64).
     rw = rows // 4
     return (rw, tmask, _slice_load(k32, words, rw, tmask, 0, NS),
@@ -692,11 +712,13 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
     k32 = k_buffer_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     words = gl.arange(0, SW, layout=gl.SliceLayout(0, word_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
+    index = _batch_index(cs_ptr, kv_indptr_ptr, batch, word_layout)
     k_scale = gl.load(k_scale_ptr)
     total, start, end, first_tile, last_tile = _tile_span(cs_ptr, batch, ITEMS_PER_TILE)
     rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
         k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, first_tile,
-        stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout)
+        stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout,
+        index)
     for tile in range(first_tile, last_tile):
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
         phase = ((tile - first_tile) & 1) ^ 1
@@ -711,7 +733,8 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
                     NOPE, PE, ITEMS_PER_TILE, pe_layout)
         rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
             k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile + 1,
-            stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout)
+            stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout,
+            index)
 
 
 @gluon.jit
@@ -1333,7 +1356,8 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     cache_fp8 = prob.cache_is_fp8
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
-                  SEARCH_STEPS=max(1, prob.batch.bit_length()),
+                  # Binary search steps over [0, batch): none for one sequence.
+                  SEARCH_STEPS=(prob.batch - 1).bit_length(),
                   STAGES=config.ring_depth,
                   # The widener holds its row of an item (64 packed words) and a widened
                   # chunk; the gatherer fits in 88 (no spills, compile-checked), 96 with the

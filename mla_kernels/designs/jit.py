@@ -224,16 +224,21 @@ def load_k_scale(k_scale_ptr, HAS_K_SCALE: tl.constexpr):
 
 
 @triton.jit
-def find_sequence(cs_ptr, r, batch, SEARCH_STEPS: tl.constexpr):
+def find_sequence(cs_ptr, r, batch, SEARCH_STEPS: tl.constexpr, cs_regs=None):
     """For each row r, the sequence b with cs[b] <= r < cs[b + 1] (binary search; empty
     sequences, whose cs entries repeat, are skipped because the last b with cs[b] <= r wins).
     Plain loads, arithmetic and selects: Gluon kernels trace it too, the layouts following
-    from the row vector passed in."""
+    from the row vector passed in. With ``cs_regs`` (cs[0 ...] already in registers, a
+    vector as long as r, covering the batch) each step gathers from it instead of loading:
+    no dependent round trip to memory a step."""
     lo = r - r  # zeros like r; Gluon's zeros_like would need a layout
     hi = lo + batch - 1
     for _ in tl.static_range(SEARCH_STEPS):
         mid = (lo + hi + 1) // 2
-        go_right = tl.load(cs_ptr + mid) <= r
+        if cs_regs is None:
+            go_right = tl.load(cs_ptr + mid) <= r
+        else:
+            go_right = tl.gather(cs_regs, mid, 0) <= r
         lo = tl.where(go_right, mid, lo)
         hi = tl.where(go_right, hi, mid - 1)
     return lo
