@@ -1,0 +1,86 @@
+"""Where one hopper_ws launch spends its time, program by program (docs/perf-notes.md,
+issue 13): each partition of every program stamps the SM's cycle counter (and the global
+timer at the MMA partition's start and end) at fixed points into a buffer, on a tree with
+``scripts/diag/hopper_ws_trace.patch`` applied (the buffer is passed in the weight-pointer
+argument that only MXFP4 reads, so fp8 and bf16 weights only). The launch is replayed from
+a CUDA graph with the L2 flushed (as the matrix's graph rows); the stamps of the last replay
+are read back. On the lent H200, from the patched tree:
+
+  MLA_COMMIT=<sha>+trace python3 scripts/diag/trace_hopper_ws.py OUT.csv 4096 32000 \
+      [--config 'HopperWSConfig(...)']
+
+Rows: one per (tokens, config, stamp) with the median, 10th and 90th percentile and the
+largest time across programs, in µs after the program's MMA partition started (cycles over
+the SM clock each program measured between its first and last stamp), plus the graph
+time, the span from the first program's start to the last one's end, and the starts' and
+ends' spread. Kimi-K3 TP8, fp8 per row, fp8 cache, page 1.
+"""
+
+import argparse
+
+import pandas as pd
+import torch
+
+import mla_kernels as mk
+from mla_kernels import bench
+from mla_kernels.designs import hopper_ws as hw
+from mla_kernels.designs.base import parse_config
+from mla_kernels.provenance import provenance
+
+# Stamp slot -> what had happened (the partitions' order within a program).
+STAMPS = {
+    2: "MMA: its item range known (cs[batch] loaded)",
+    12: "loader: started",
+    13: "loader: item range known, first TMA next",
+    9: "gatherer: started",
+    10: "gatherer: first tile's row offsets known",
+    11: "gatherer: first tile's cp.async issued",
+    14: "MMA: first weight chunk landed",
+    15: "MMA: first tile's rope landed",
+    16: "MMA: first latent chunk landed",
+    17: "MMA: last latent chunk landed",
+    3: "MMA: first item's wgmma issued",
+    4: "MMA: first item's wgmma done",
+    5: "MMA: first item's stores issued",
+    20: "MMA: second item started",
+    21: "MMA: last item started",
+    6: "MMA: last item's stores issued",
+    7: "MMA: every store drained (end)",
+}
+
+ap = argparse.ArgumentParser()
+ap.add_argument("out")
+ap.add_argument("tokens", nargs="+", type=int)
+ap.add_argument("--config", default=None, help="a HopperWSConfig repr (default: the default)")
+a = ap.parse_args()
+cfg = parse_config(hw.HopperWSConfig, a.config) if a.config else hw.HopperWSConfig()
+rows = []
+for tokens in a.tokens:
+    inp = mk.build_inputs("kimi-k3-tp8", [tokens], block_size=1, cache_dtype="fp8",
+                          weight_format="fp8_row", device="cuda", seed=0)
+    hw.TRACE = torch.zeros(4096, hw.SLOTS, dtype=torch.int64, device="cuda")
+
+    def launch(inp=inp) -> None:
+        mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=cfg)
+    launch()
+    graph_us = bench._bench(bench._graphed(launch))
+    t = hw.TRACE.cpu()
+    t = t[t[:, 1] != 0]
+    ghz = (t[:, 7] - t[:, 1]).double() / (t[:, 8] - t[:, 0]).double()  # cycles per ns
+    span = float(t[:, 8].max() - t[:, 0].min()) / 1e3
+    print(f"{tokens} tokens, {cfg}: graph {graph_us:.1f} us; {len(t)} programs; first start to "
+          f"last end {span:.1f} us; starts spread {float(t[:, 0].max() - t[:, 0].min()) / 1e3:.2f}"
+          f" us, ends {float(t[:, 8].max() - t[:, 8].min()) / 1e3:.2f} us; SM clock "
+          f"{float(ghz.median()):.2f} GHz", flush=True)
+    for slot, what in STAMPS.items():
+        us = ((t[:, slot] - t[:, 1]).double() / ghz / 1e3)
+        q = torch.quantile(us, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
+        print(f"  {what:48s} median {q[1]:6.2f}  p10 {q[0]:6.2f}  p90 {q[2]:6.2f}  max "
+              f"{float(us.max()):6.2f} us", flush=True)
+        rows.append(dict(provenance(), model="kimi-k3-tp8", weight_format="fp8_row",
+                         cache_dtype="fp8", block_size=1, contexts=str(tokens), config=repr(cfg),
+                         stamp=what, median_us=float(q[1]), p10_us=float(q[0]),
+                         p90_us=float(q[2]), max_us=float(us.max()), graph_us=graph_us,
+                         span_us=span, programs=len(t), sm_ghz=float(ghz.median())))
+    hw.TRACE = None
+pd.DataFrame(rows).to_csv(a.out, index=False)
