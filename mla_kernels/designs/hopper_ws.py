@@ -13,13 +13,18 @@ contiguous run of work items and three groups of warps run side by side:
   stage it in one of two shared buffers and store it by TMA, so one item's stores drain
   while the next item's matrix work runs.
 
-Two options (``HopperWSConfig``), off by default: ``mma_groups=2`` runs the MMA and
+Three options (``HopperWSConfig``), off by default: ``mma_groups=2`` runs the MMA and
 epilogue warps as two warpgroups, each taking 64 of a tile's 128 rows of every item (both
 read each weight and latent chunk, which is freed when both have; each stages and stores
 its half), 200 registers each beside the other partitions; ``ring_depth`` 5 or 6 (over an
-fp8 latent tile) gives the weight ring the room of the second output staging buffer. Both
-together: 2-4% faster than the default from 32000 tokens (fp8 per row, Kimi-K3 TP8), 2%
-slower at 4096; either alone, no faster (docs/perf-notes.md).
+fp8 latent tile) gives the weight ring the room of the second output staging buffer;
+``latent_in_registers`` (with two groups) has each group load its 64 rows of a tile's four
+latent chunks into registers once, as wgmma's A operand for all the tile's items (int32
+words: 64 registers; held as fp8 values they take one register each and spill), and frees
+the tile's buffer for the next tile at once. The three together (what ``auto`` runs for fp8
+per row from 16384 rows): 3.5-7% faster than the default from 32000 tokens in the
+committed run at 4db5f28 (fp8 per row over an fp8 cache, Kimi-K3 TP8; DeepSeek-V3 TP1
+8.5%), 2% slower at 4096; the registers alone add 0-2% to two groups (docs/perf-notes.md).
 
 A work item is BM tokens x one head-half (K-nope or V, BN = 128 columns). Items are
 numbered tile-major, so consecutive items of a program share the gathered latent tile
@@ -221,7 +226,8 @@ class HopperWSConfig(DesignConfig):
     launched, None for one per SM; ``mma_groups``: MMA and epilogue warpgroups, 1, or 2 for
     an fp8 per-row weight over an fp8 cache (each takes 64 of a tile's 128 rows; with
     ``ring_depth=6``, 2-4% faster than the default from 32000 tokens and 2% slower at 4096,
-    docs/perf-notes.md)."""
+    docs/perf-notes.md); ``latent_in_registers``: with two groups, each holds its rows of a
+    tile's latent as wgmma's A operand in registers (0-2% more)."""
 
     ring_depth: int = 4
     programs: int | None = None
