@@ -1041,14 +1041,15 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
             entry = info.index((it - start) % (STAGES + 1))
             if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
                 # e4m3 chunks: fp8 x fp8, as fp8_row
-                acc, c, _ = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty,
-                                      acc, c, new_tile, last_of_tile, tiles_seen, NK, 1,
-                                      STAGES, a_layout, LAT16)
+                acc, c, _ = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready,
+                                         lat_empty, acc, c, new_tile, last_of_tile,
+                                         tiles_seen, NK, 1, STAGES, a_layout, LAT16)
             else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
                 acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
-                acc16, c, _ = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty, lat_ready,
-                                        lat_empty, acc16, c, new_tile, last_of_tile,
-                                        tiles_seen, NK, 2, STAGES, a16_layout, LAT16)
+                acc16, c, _ = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty,
+                                           lat_ready, lat_empty, acc16, c, new_tile,
+                                           last_of_tile, tiles_seen, NK, 2, STAGES,
+                                           a16_layout, LAT16)
                 acc = gl.convert_layout(acc16, acc_layout)
             # Each column's 2^F x k_scale, read behind the last wgmma.
             scale = _pow2(entry.load(gl.SliceLayout(0, acc_layout)) >> 1) * k_scale
