@@ -27,18 +27,26 @@ from mla_kernels.designs import hopper_ws as hw
 from mla_kernels.designs.base import parse_config
 from mla_kernels.provenance import provenance
 
-# Stamp slot -> what had happened (the partitions' order within a program).
+# Stamp slot -> what had happened (the partitions' order within a program). Slots 19 and
+# 22-31 come with hopper_ws_trace_chunks.patch; a slot no program stamped is left out.
 STAMPS = {
     2: "MMA: its item range known (cs[batch] loaded)",
     12: "loader: started",
     13: "loader: item range known, first TMA next",
     9: "gatherer: started",
+    22: "gatherer: cs and kv_indptr vectors loaded",
+    23: "gatherer: its item range known",
     10: "gatherer: first tile's row offsets known",
     11: "gatherer: first tile's cp.async issued",
     14: "MMA: first weight chunk landed",
     15: "MMA: first tile's rope landed",
     16: "MMA: first latent chunk landed",
     17: "MMA: last latent chunk landed",
+    19: "MMA: first tile's rope staged",
+    24: "MMA: first item, chunk 0 ready", 28: "MMA: first item, chunk 0 wgmma issued",
+    25: "MMA: first item, chunk 1 ready", 29: "MMA: first item, chunk 1 wgmma issued",
+    26: "MMA: first item, chunk 2 ready", 30: "MMA: first item, chunk 2 wgmma issued",
+    27: "MMA: first item, chunk 3 ready", 31: "MMA: first item, chunk 3 wgmma issued",
     3: "MMA: first item's wgmma issued",
     4: "MMA: first item's wgmma done",
     5: "MMA: first item's stores issued",
@@ -73,6 +81,8 @@ for tokens in a.tokens:
           f" us, ends {float(t[:, 8].max() - t[:, 8].min()) / 1e3:.2f} us; SM clock "
           f"{float(ghz.median()):.2f} GHz", flush=True)
     for slot, what in STAMPS.items():
+        if not bool((t[:, slot] != 0).any()):
+            continue
         us = ((t[:, slot] - t[:, 1]).double() / ghz / 1e3)
         q = torch.quantile(us, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64))
         print(f"  {what:48s} median {q[1]:6.2f}  p10 {q[0]:6.2f}  p90 {q[2]:6.2f}  max "
