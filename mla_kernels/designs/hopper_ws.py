@@ -124,7 +124,7 @@ from .base import (
     optional,
     positive_int,
 )
-from .jit import SCALE_CODES, find_sequence
+from .jit import SCALE_CODES, find_sequence, search_steps
 from .weight_widening import WidenedWeight, widened_problem, widened_shapes
 
 # Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
@@ -1363,8 +1363,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     cache_fp8 = prob.cache_is_fp8
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
-                  # Binary search steps over [0, batch): none for one sequence.
-                  SEARCH_STEPS=(prob.batch - 1).bit_length(),
+                  SEARCH_STEPS=search_steps(prob.batch),
                   STAGES=config.ring_depth,
                   # The widener holds its row of an item (64 packed words) and a widened
                   # chunk; the gatherer fits in 88 (no spills, compile-checked), 96 with the

@@ -223,6 +223,12 @@ def load_k_scale(k_scale_ptr, HAS_K_SCALE: tl.constexpr):
     return s
 
 
+def search_steps(batch: int) -> int:
+    """``find_sequence``'s SEARCH_STEPS for a batch: ceil(log2(batch)), each step at least
+    halving [0, batch); none for one sequence."""
+    return (batch - 1).bit_length()
+
+
 @triton.jit
 def find_sequence(cs_ptr, r, batch, SEARCH_STEPS: tl.constexpr, cs_regs=None):
     """For each row r, the sequence b with cs[b] <= r < cs[b + 1] (binary search; empty

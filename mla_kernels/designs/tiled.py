@@ -39,6 +39,7 @@ from .jit import (
     load_rope,
     project_part,
     project_rows,
+    search_steps,
     store_cols,
 )
 
@@ -166,7 +167,7 @@ def _prepare(prob: Problem, t: GatherArgs, config: TiledConfig, device: DeviceSp
         return no_launch
     make_args, consts = portable_plan(prob, t, config.block_k or default_block_k(prob))
     bm = config.block_m
-    consts = dict(consts, BM=bm, SEARCH_STEPS=max(1, prob.batch.bit_length()),
+    consts = dict(consts, BM=bm, SEARCH_STEPS=search_steps(prob.batch),
                   SPLIT=config.split, **config.triton_options())
     n_args = len(make_args(t)) + 4
     if not tma:
