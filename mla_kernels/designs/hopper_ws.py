@@ -777,9 +777,7 @@ def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, ne
             s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
             if LAT_REGS:
                 if new_tile:
-                    a_regs = _take_latent_chunk(lat, lat_empty, a_regs, kb, WG, NWG,
-                                                _word_layout(gl.to_linear_layout(
-                                                    a_layout, [BM // NWG, BK])))
+                    a_regs = _take_latent_chunk(lat, lat_empty, a_regs, kb, WG, NWG)
                 a = _words_as_fp8(a_regs[kb], a_layout)
             elif STEP == 1 or LAT16:  # an fp8 chunk, or a bf16 tile's slice
                 a = lat.index(kb * STEP + h)
@@ -835,12 +833,13 @@ def _words_as_fp8(w, a_layout: gl.constexpr):
 
 @gluon.jit
 def _take_latent_chunk(lat, lat_empty, a_regs, kb: gl.constexpr, WG: gl.constexpr,
-                       NWG: gl.constexpr, w_layout: gl.constexpr):
-    """This group's rows of latent chunk ``kb``, loaded into registers as int32 words (in
-    place of entry kb of ``a_regs``); the chunk is then released to the gatherer: every warp
-    of the group has read it (the partition's barrier) before the one arrival."""
+                       NWG: gl.constexpr):
+    """This group's rows of latent chunk ``kb``, loaded into registers as int32 words in
+    the layout of entry kb of ``a_regs`` (``_word_layout``), in its place; the chunk is then
+    released to the gatherer: every warp of the group has read it (the partition's barrier)
+    before the one arrival."""
     HM: gl.constexpr = BM // NWG
-    fresh = _as_words(lat.index(kb)).slice(WG * HM, HM, dim=0).load(w_layout)
+    fresh = _as_words(lat.index(kb)).slice(WG * HM, HM, dim=0).load(a_regs[kb].type.layout)
     partition_sync()
     mbarrier.arrive(lat_empty.index(kb), count=1)
     if kb == 0:
