@@ -403,8 +403,8 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     c = 0
-    for i in range(0, end - start):
-        it = _run_item(i, start, end, ITEMS_PER_TILE, PAIRED)
+    for pos in range(start, end):
+        it = _run_item(pos, start, end, ITEMS_PER_TILE, PAIRED)
         w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
         # Every load of the item at once. Each chunk's hand-over fences shared memory for
         # wgmma (fence.proxy.async: MEMBAR.ALL.CTA), which also waits for every load in
@@ -413,7 +413,7 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
         mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
-        info.index(i % (STAGES + 1)).store(
+        info.index((pos - start) % (STAGES + 1)).store(
             gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
         # Chunks are handed over two at a time: one fence and one barrier for two slots. The
         # first is held while the second's slot frees, which takes the MMA warps' next
@@ -552,8 +552,8 @@ def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                    PAIRED: gl.constexpr):
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     c = 0
-    for i in range(0, end - start):
-        it = _run_item(i, start, end, ITEMS_PER_TILE, PAIRED)
+    for pos in range(start, end):
+        it = _run_item(pos, start, end, ITEMS_PER_TILE, PAIRED)
         w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
         for kb in gl.static_range(KV_C // WK):
             s = c % STAGES
@@ -599,14 +599,16 @@ def _tile_span(cs_ptr, batch, ITEMS_PER_TILE: gl.constexpr):
 
 
 @gluon.jit
-def _run_item(i, start, end, ITEMS_PER_TILE: gl.constexpr, PAIRED: gl.constexpr):
-    """The item that a run [start, end) visits i-th: in ascending order, or, with PAIRED, on
-    an even program its tiles from last to first (each tile's items still ascending). A run's
-    last tile is then gathered by the next program at the same time as its first: once
-    from memory at the launch, and once at the runs' ends (``_run_tile``)."""
-    it = start + i
+def _run_item(pos, start, end, ITEMS_PER_TILE: gl.constexpr, PAIRED: gl.constexpr):
+    """The item that a run [start, end) visits at position ``pos`` (start, start + 1, ...):
+    ``pos`` itself, or, with PAIRED, on an even program its tiles from last to first (each
+    tile's items still ascending). A run's last tile is then gathered by the next program at
+    the same time as its first: once from memory at the launch, and once at the runs' ends
+    (``_run_tile``)."""
+    it = pos
     if PAIRED:
         if gl.program_id(0) % 2 == 0:
+            i = pos - start
             last = (end - 1) // ITEMS_PER_TILE
             n_last = end - gl.maximum(last * ITEMS_PER_TILE, start)
             tile = last
@@ -620,13 +622,14 @@ def _run_item(i, start, end, ITEMS_PER_TILE: gl.constexpr, PAIRED: gl.constexpr)
 
 
 @gluon.jit
-def _run_tile(n, first_tile, last_tile, PAIRED: gl.constexpr):
-    """The token tile that a run visits n-th, in ``_run_item``'s order. Past the run's last,
-    a tile whose rows exist (prefetched offsets that are never used)."""
-    tile = first_tile + n
+def _run_tile(pos, first_tile, last_tile, PAIRED: gl.constexpr):
+    """The token tile that a run visits at position ``pos`` (first_tile, first_tile + 1,
+    ...), in ``_run_item``'s order. Past the run's last, a tile whose rows exist (prefetched
+    offsets that are never used)."""
+    tile = pos
     if PAIRED:
         if gl.program_id(0) % 2 == 0:
-            tile = gl.maximum(last_tile - 1 - n, first_tile)
+            tile = gl.maximum(first_tile + last_tile - 1 - pos, first_tile)
     return tile
 
 
@@ -663,13 +666,13 @@ def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, c
         k_cols = gl.arange(0, LK, layout=gl.SliceLayout(0, lat_layout))
         pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
         rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-                                 _run_tile(0, first_tile, last_tile, PAIRED), stride_block,
-                                 stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, lat_layout,
-                                 index)
-        for n in range(0, last_tile - first_tile):
-            tile = _run_tile(n, first_tile, last_tile, PAIRED)
+                                 _run_tile(first_tile, first_tile, last_tile, PAIRED),
+                                 stride_block, stride_slot, num_blocks, BLOCK_SIZE,
+                                 SEARCH_STEPS, lat_layout, index)
+        for pos in range(first_tile, last_tile):
+            tile = _run_tile(pos, first_tile, last_tile, PAIRED)
             # A buffer's first fill waits on the phase before the barrier's first: it passes.
-            phase = (n & 1) ^ 1
+            phase = ((pos - first_tile) & 1) ^ 1
             # Rope first (the MMA warps stage it at the tile's start), then the K chunks in
             # order, each on its own barrier so the first wgmma starts as soon as its chunk
             # has landed.
@@ -694,7 +697,7 @@ def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, c
             # The next tile's row offsets (dependent index loads) are fetched while this
             # tile's matrix work runs, off the MMA warps' critical path.
             rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-                                     _run_tile(n + 1, first_tile, last_tile, PAIRED),
+                                     _run_tile(pos + 1, first_tile, last_tile, PAIRED),
                                      stride_block, stride_slot, num_blocks, BLOCK_SIZE,
                                      SEARCH_STEPS, lat_layout, index)
 
@@ -776,12 +779,12 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
     total, start, end, first_tile, last_tile = _tile_span(cs_ptr, batch, ITEMS_PER_TILE)
     rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
         k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-        _run_tile(0, first_tile, last_tile, PAIRED), stride_block, stride_slot, num_blocks,
-        BLOCK_SIZE, SEARCH_STEPS, NS, word_layout, index)
-    for n in range(0, last_tile - first_tile):
-        tile = _run_tile(n, first_tile, last_tile, PAIRED)
+        _run_tile(first_tile, first_tile, last_tile, PAIRED), stride_block, stride_slot,
+        num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout, index)
+    for pos in range(first_tile, last_tile):
+        tile = _run_tile(pos, first_tile, last_tile, PAIRED)
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
-        phase = (n & 1) ^ 1
+        phase = ((pos - first_tile) & 1) ^ 1
         _widen_chunk(lat, lat_ready, lat_empty, 0, phase, x0, x1, NS)
         _widen_chunk(lat, lat_ready, lat_empty, 1, phase, x2, x3, NS)
         _widen_chunk(lat, lat_ready, lat_empty, 2, phase, x4, x5, NS)
@@ -793,7 +796,7 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
                     NOPE, PE, ITEMS_PER_TILE, pe_layout)
         rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
             k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-            _run_tile(n + 1, first_tile, last_tile, PAIRED), stride_block, stride_slot,
+            _run_tile(pos + 1, first_tile, last_tile, PAIRED), stride_block, stride_slot,
             num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout, index)
 
 
@@ -1076,8 +1079,8 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
     c = 0  # weight chunks consumed
     n_tma = 0  # items staged: picks the staging buffer
     tiles_seen = 0
-    for i in range(0, end - start):
-        it = _run_item(i, start, end, ITEMS_PER_TILE, PAIRED)
+    for pos in range(start, end):
+        it = _run_item(pos, start, end, ITEMS_PER_TILE, PAIRED)
         tile = it // ITEMS_PER_TILE
         hp = it % ITEMS_PER_TILE
         head = hp // 2
@@ -1112,7 +1115,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         elif SCALE == SCALE_E8M0:
             # The item's first chunk is published with its info entry (_mx_widener).
             mbarrier.wait(w_ready.index(c % STAGES), (c // STAGES) & 1)
-            entry = info.index(i % (STAGES + 1))
+            entry = info.index((pos - start) % (STAGES + 1))
             if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
                 # e4m3 chunks: fp8 x fp8, as fp8_row
                 acc, c, _ = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready,
