@@ -36,11 +36,9 @@ TUNED: dict[tuple[str, str, str, object], object] = {
     # An fp8 cache: the warp-specialised design serves fp8 per row, per block and bf16.
     # fp8 per row from 16384 rows: two MMA groups, a 6-deep ring, the latent in registers
     # (data/exploration/h200/issue13/2026-12-01/: 3-8% under the default from 32000 tokens,
-    # 2% over it at 4096; nothing timed between), paired runs and the rope staged late
-    # (.../2026-12-01/ea034cb/: about 1% more).
+    # 2% over it at 4096; nothing timed between).
     ("H200", "fp8_row", "fp8", ANY): [
-        (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True,
-                              "paired_runs": True, "late_rope": True}),
+        (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True}),
         (0, "hopper_ws", {"ring_depth": 4})],
     ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
     ("H200", "bf16", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),

@@ -197,52 +197,6 @@ def test_deep_rings_over_an_fp8_cache(fmt, stages, device, seed):
     run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=7))
 
 
-# paired_runs: even programs visit their run's tiles last to first, so a tile two runs
-# share is gathered by both at once; late_rope: a tile's rope staged behind its first item's
-# K loop. Every gather and weight partition follows the one order (the fp8 gather, the
-# widening gather of a bf16 weight, MXFP4's widener, a bf16 cache's gather with its rope
-# from registers, two MMA groups with the latent in registers).
-ORDER_PATHS = [
-    ("fp8_row", "fp8", {}),
-    ("fp8_row", "fp8", dict(mma_groups=2, ring_depth=6, latent_in_registers=True)),
-    ("fp8_block", "fp8", {}),
-    ("bf16", "fp8", {}),
-    ("mxfp4", "fp8", {}),
-    ("fp8_row", "bf16", {}),
-]
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize(("fmt", "cache", "extra"), ORDER_PATHS,
-                         ids=["fp8_row", "registers", "fp8_block", "bf16", "mxfp4", "bf16_cache"])
-@pytest.mark.parametrize("programs", [2, 5, 131])
-@pytest.mark.parametrize("options", [dict(paired_runs=True), dict(late_rope=True),
-                                     dict(paired_runs=True, late_rope=True)],
-                         ids=["paired", "late_rope", "both"])
-def test_paired_runs_and_late_rope(fmt, cache, extra, programs, options, device, seed):
-    # 1233 tokens, 10 tiles of 24 items: 2 and 5 programs run several tiles each, starting
-    # and ending mid-tile (2: the even program's run has a whole tile in its middle); 131
-    # programs split each tile's items between several.
-    inp = mk.build_inputs(KIMI, [900, 0, 333], block_size=1, cache_dtype=cache,
-                          weight_format=fmt, device=device, seed=seed)
-    run_and_check(inp, "hopper_ws", config=HopperWSConfig(programs=programs, **extra, **options))
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
-    (KIMI, [100], 1),  # the one partial tile: its rope stored from the gathered rows
-    (KIMI, [37, 0, 300, 129, 1], 16),
-    (KIMI, [32000], 1),
-    ("deepseek-v3-tp1", [700], 1),  # lockstep runs keep their order
-])
-def test_paired_runs_and_late_rope_at_shapes(shape, contexts, block_size, device, seed):
-    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
-                          weight_format="fp8_row", device=device, seed=seed)
-    run_and_check(inp, "hopper_ws", config=HopperWSConfig(paired_runs=True, late_rope=True))
-
-
 @pytest.mark.parametrize(("fmt", "cache", "config", "field"), [
     ("fp8_block", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
     ("bf16", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
@@ -268,10 +222,9 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
 
 def test_config_fields_checked():
     for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
-                dict(latent_in_registers=1), dict(latent_in_registers="yes"),
-                dict(paired_runs=1), dict(late_rope="no")):
-        with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
-                                             "|paired_runs|late_rope): expected"):
+                dict(latent_in_registers=1), dict(latent_in_registers="yes")):
+        with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers)"
+                                             ": expected"):
             HopperWSConfig(**bad)
 
 

@@ -13,7 +13,7 @@ contiguous run of work items and three groups of warps run side by side:
   stage it in one of two shared buffers and store it by TMA, so one item's stores drain
   while the next item's matrix work runs.
 
-Five options (``HopperWSConfig``), off by default: ``mma_groups=2`` runs the MMA and
+Three options (``HopperWSConfig``), off by default: ``mma_groups=2`` runs the MMA and
 epilogue warps as two warpgroups, each taking 64 of a tile's 128 rows of every item (both
 read each weight and latent chunk, which is freed when both have; each stages and stores
 its half), 200 registers each beside the other partitions; ``ring_depth`` 5 or 6 (over an
@@ -21,14 +21,10 @@ fp8 latent tile) gives the weight ring the room of the second output staging buf
 ``latent_in_registers`` (with two groups) has each group load its 64 rows of a tile's four
 latent chunks into registers once, as wgmma's A operand for all the tile's items (int32
 words: 64 registers; held as fp8 values they take one register each and spill), and frees
-the tile's buffer for the next tile at once; ``paired_runs`` has every even program visit
-its run's tiles from last to first, so that the tile it shares with the next program is
-gathered by both at once (at the launch, and again at the runs' ends); ``late_rope`` stages
-a tile's rope while its first item's last wgmma runs, not before the item's K loop. The
-first three together: 3.5-7% faster than the default from 32000 tokens in the committed
-run at 4db5f28 (fp8 per row over an fp8 cache, Kimi-K3 TP8; DeepSeek-V3 TP1 8.5%), 2%
-slower at 4096; the registers alone add 0-2% to two groups. All five (what ``auto`` runs
-for fp8 per row from 16384 rows): about 1% more on the first three (docs/perf-notes.md).
+the tile's buffer for the next tile at once. The three together (what ``auto`` runs for fp8
+per row from 16384 rows): 3.5-7% faster than the default from 32000 tokens in the
+committed run at 4db5f28 (fp8 per row over an fp8 cache, Kimi-K3 TP8; DeepSeek-V3 TP1
+8.5%), 2% slower at 4096; the registers alone add 0-2% to two groups (docs/perf-notes.md).
 
 A work item is BM tokens x one head-half (K-nope or V, BN = 128 columns). Items are
 numbered tile-major, so consecutive items of a program share the gathered latent tile
@@ -231,26 +227,17 @@ class HopperWSConfig(DesignConfig):
     an fp8 per-row weight over an fp8 cache (each takes 64 of a tile's 128 rows; with
     ``ring_depth=6``, 2-4% faster than the default from 32000 tokens and 2% slower at 4096,
     docs/perf-notes.md); ``latent_in_registers``: with two groups, each holds its rows of a
-    tile's latent as wgmma's A operand in registers (0-2% more); ``paired_runs``: even
-    programs visit their run's tiles last to first, so two programs gather a tile they
-    share at the same time (not for runs in lockstep, which keep their order);
-    ``late_rope``: a tile's rope staged behind its first item's K loop instead of before it.
-    The last two: about 1% with the first three together, no gain with the default
-    (docs/perf-notes.md)."""
+    tile's latent as wgmma's A operand in registers (0-2% more)."""
 
     ring_depth: int = 4
     programs: int | None = None
     mma_groups: int = 1
     latent_in_registers: bool = False
-    paired_runs: bool = False
-    late_rope: bool = False
 
     _rules = {"ring_depth": (lambda v: type(v) is int and 2 <= v <= 6, "an int in [2, 6]"),
               "programs": optional(positive_int(1 << 20)),
               "mma_groups": (lambda v: type(v) is int and v in (1, 2), "1 or 2"),
-              "latent_in_registers": (lambda v: type(v) is bool, "a bool"),
-              "paired_runs": (lambda v: type(v) is bool, "a bool"),
-              "late_rope": (lambda v: type(v) is bool, "a bool")}
+              "latent_in_registers": (lambda v: type(v) is bool, "a bool")}
     _legacy = {"stages": "ring_depth", "programs": "programs"}
 
 
@@ -391,8 +378,7 @@ def _publish2(bar0, bar1):
 @gluon.jit
 def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
                 NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
-                ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr,
-                PAIRED: gl.constexpr):
+                ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WS_LD: gl.constexpr):
     """MXFP4's weight partition (in place of the TMA loader): reads the packed e2m1 bytes and
     e8m0 scales of each item's 128 weight rows from global memory and writes them into the
     ring widened, as [128 x 128] e4m3 chunks when every row fits, else as [128 x 64] bf16
@@ -403,8 +389,7 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     c = 0
-    for pos in range(start, end):
-        it = _run_item(pos, start, end, ITEMS_PER_TILE, PAIRED)
+    for it in range(start, end):
         w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
         # Every load of the item at once. Each chunk's hand-over fences shared memory for
         # wgmma (fence.proxy.async: MEMBAR.ALL.CTA), which also waits for every load in
@@ -413,7 +398,7 @@ def _mx_widener(w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
         mbarrier.wait(w_empty.index(c % STAGES), ((c // STAGES) & 1) ^ 1)
-        info.index((pos - start) % (STAGES + 1)).store(
+        info.index((it - start) % (STAGES + 1)).store(
             gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
         # Chunks are handed over two at a time: one fence and one barrier for two slots. The
         # first is held while the second's slot frees, which takes the MMA warps' next
@@ -548,12 +533,10 @@ def _item_weight_row(it, NOPE: gl.constexpr, V: gl.constexpr, ITEMS_PER_TILE: gl
 @gluon.jit
 def _weight_loader(w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
                    NOPE: gl.constexpr, V: gl.constexpr, KV_C: gl.constexpr,
-                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
-                   PAIRED: gl.constexpr):
+                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr):
     _, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
     c = 0
-    for pos in range(start, end):
-        it = _run_item(pos, start, end, ITEMS_PER_TILE, PAIRED)
+    for it in range(start, end):
         w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
         for kb in gl.static_range(KV_C // WK):
             s = c % STAGES
@@ -599,47 +582,11 @@ def _tile_span(cs_ptr, batch, ITEMS_PER_TILE: gl.constexpr):
 
 
 @gluon.jit
-def _run_item(pos, start, end, ITEMS_PER_TILE: gl.constexpr, PAIRED: gl.constexpr):
-    """The item that a run [start, end) visits at position ``pos`` (start, start + 1, ...):
-    ``pos`` itself, or, with PAIRED, on an even program its tiles from last to first (each
-    tile's items still ascending). A run's last tile is then gathered by the next program at
-    the same time as its first: once from memory at the launch, and once at the runs' ends
-    (``_run_tile``)."""
-    it = pos
-    if PAIRED:
-        if gl.program_id(0) % 2 == 0:
-            i = pos - start
-            last = (end - 1) // ITEMS_PER_TILE
-            n_last = end - gl.maximum(last * ITEMS_PER_TILE, start)
-            tile = last
-            off = i
-            if i >= n_last:
-                j = i - n_last
-                tile = last - 1 - j // ITEMS_PER_TILE
-                off = j % ITEMS_PER_TILE
-            it = gl.maximum(tile * ITEMS_PER_TILE, start) + off
-    return it
-
-
-@gluon.jit
-def _run_tile(pos, first_tile, last_tile, PAIRED: gl.constexpr):
-    """The token tile that a run visits at position ``pos`` (first_tile, first_tile + 1,
-    ...), in ``_run_item``'s order. Past the run's last, a tile whose rows exist (prefetched
-    offsets that are never used)."""
-    tile = pos
-    if PAIRED:
-        if gl.program_id(0) % 2 == 0:
-            tile = gl.maximum(first_tile + last_tile - 1 - pos, first_tile)
-    return tile
-
-
-@gluon.jit
 def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
                      k_out_ptr, stride_block, stride_slot, num_blocks, lat, pe_raw, lat_ready,
                      lat_empty, KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr,
                      BLOCK_SIZE: gl.constexpr, ITEMS_PER_TILE: gl.constexpr,
-                     SEARCH_STEPS: gl.constexpr, LAT16: gl.constexpr, CACHE_FP8: gl.constexpr,
-                     PAIRED: gl.constexpr):
+                     SEARCH_STEPS: gl.constexpr, LAT16: gl.constexpr, CACHE_FP8: gl.constexpr):
     """Gathers each token tile's latent rows (and rope) into shared memory by cp.async, a
     barrier per K chunk (and one for an fp8 cache's rope).
 
@@ -651,7 +598,7 @@ def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, c
         _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr,
                         batch, k_out_ptr, stride_block, stride_slot, num_blocks, lat,
                         lat_ready, lat_empty, KV_C, PE, NOPE, BLOCK_SIZE, ITEMS_PER_TILE,
-                        SEARCH_STEPS, PAIRED)
+                        SEARCH_STEPS)
     else:
         # 16 contiguous bytes per thread: one cp.async each; a row of a K slice (LK values).
         VEC: gl.constexpr = 8 if LAT16 else 16
@@ -666,13 +613,11 @@ def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, c
         k_cols = gl.arange(0, LK, layout=gl.SliceLayout(0, lat_layout))
         pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
         rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-                                 _run_tile(first_tile, first_tile, last_tile, PAIRED),
-                                 stride_block, stride_slot, num_blocks, BLOCK_SIZE,
+                                 first_tile, stride_block, stride_slot, num_blocks, BLOCK_SIZE,
                                  SEARCH_STEPS, lat_layout, index)
-        for pos in range(first_tile, last_tile):
-            tile = _run_tile(pos, first_tile, last_tile, PAIRED)
+        for tile in range(first_tile, last_tile):
             # A buffer's first fill waits on the phase before the barrier's first: it passes.
-            phase = ((pos - first_tile) & 1) ^ 1
+            phase = ((tile - first_tile) & 1) ^ 1
             # Rope first (the MMA warps stage it at the tile's start), then the K chunks in
             # order, each on its own barrier so the first wgmma starts as soon as its chunk
             # has landed.
@@ -696,10 +641,9 @@ def _latent_gatherer(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, c
                             NOPE, PE, ITEMS_PER_TILE, pe_layout)
             # The next tile's row offsets (dependent index loads) are fetched while this
             # tile's matrix work runs, off the MMA warps' critical path.
-            rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-                                     _run_tile(pos + 1, first_tile, last_tile, PAIRED),
-                                     stride_block, stride_slot, num_blocks, BLOCK_SIZE,
-                                     SEARCH_STEPS, lat_layout, index)
+            rows, tmask = _tile_rows(kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch,
+                                     total, tile + 1, stride_block, stride_slot, num_blocks,
+                                     BLOCK_SIZE, SEARCH_STEPS, lat_layout, index)
 
 
 @gluon.jit
@@ -750,7 +694,7 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
                     k_out_ptr, stride_block, stride_slot, num_blocks, lat, lat_ready,
                     lat_empty, KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr,
                     BLOCK_SIZE: gl.constexpr, ITEMS_PER_TILE: gl.constexpr,
-                    SEARCH_STEPS: gl.constexpr, PAIRED: gl.constexpr):
+                    SEARCH_STEPS: gl.constexpr):
     """The gather partition of a bf16 weight over an fp8 cache: each token tile's fp8 latent
     rows loaded into registers, widened exactly to bf16 (_widen_words) and stored as the
     tile of bf16 K slices a bf16 cache's gather leaves, so the MMA warps run the bf16 cache's
@@ -778,13 +722,12 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
     k_scale = gl.load(k_scale_ptr)
     total, start, end, first_tile, last_tile = _tile_span(cs_ptr, batch, ITEMS_PER_TILE)
     rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
-        k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-        _run_tile(first_tile, first_tile, last_tile, PAIRED), stride_block, stride_slot,
-        num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout, index)
-    for pos in range(first_tile, last_tile):
-        tile = _run_tile(pos, first_tile, last_tile, PAIRED)
+        k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, first_tile,
+        stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout,
+        index)
+    for tile in range(first_tile, last_tile):
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
-        phase = ((pos - first_tile) & 1) ^ 1
+        phase = ((tile - first_tile) & 1) ^ 1
         _widen_chunk(lat, lat_ready, lat_empty, 0, phase, x0, x1, NS)
         _widen_chunk(lat, lat_ready, lat_empty, 1, phase, x2, x3, NS)
         _widen_chunk(lat, lat_ready, lat_empty, 2, phase, x4, x5, NS)
@@ -795,9 +738,9 @@ def _latent_widener(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs
         _store_rope(pe_ptrs, pe_mask, k_scale, k_out_ptr, total, tile, start, end, pe_cols,
                     NOPE, PE, ITEMS_PER_TILE, pe_layout)
         rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
-            k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total,
-            _run_tile(pos + 1, first_tile, last_tile, PAIRED), stride_block, stride_slot,
-            num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout, index)
+            k32, words, kv_indptr_ptr, kv_indices_ptr, cs_ptr, batch, total, tile + 1,
+            stride_block, stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, NS, word_layout,
+            index)
 
 
 @gluon.jit
@@ -992,23 +935,6 @@ def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_
 
 
 @gluon.jit
-def _stage_rope(pe_src, pe_dst, lat_ready, lat_empty, k_scale, full, tiles_seen,
-                NK: gl.constexpr, pe_layout: gl.constexpr):
-    """Once a tile's rope has landed, stage it x k_scale in ``pe_dst`` for its TMA stores
-    (a full tile: then ``pe_src`` is the gatherer's again; a partial tile's rope is stored
-    from ``pe_src`` with its items)."""
-    mbarrier.wait(lat_ready.index(NK), (tiles_seen - 1) & 1)
-    # cp.async wrote through the generic proxy; wgmma and TMA read through the async one.
-    fence_async_shared()
-    if full:
-        pe = pe_src.load(pe_layout).to(gl.float32) * k_scale
-        tma.store_wait(0)  # the previous tile's rope stores have left pe_dst
-        pe_dst.store(pe.to(pe_dst.dtype))
-        fence_async_shared()
-        mbarrier.arrive(lat_empty.index(NK), count=1)  # the next tile's rope may land
-
-
-@gluon.jit
 def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                   k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf, pe_out,
                   w_ready, w_empty, lat_ready, lat_empty,
@@ -1016,8 +942,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                   ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
                   SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
                   CACHE_FP8: gl.constexpr, WG: gl.constexpr, NWG: gl.constexpr,
-                  LAT_REGS: gl.constexpr, PAIRED: gl.constexpr, LATE_ROPE: gl.constexpr,
-                  num_warps: gl.constexpr):
+                  LAT_REGS: gl.constexpr, num_warps: gl.constexpr):
     """The MMA and epilogue warps: every item of the run, on rows [R0, R0 + HM) of each
     token tile. With two groups (``mma_groups=2``) each takes half of every tile's rows, both
     read each weight chunk and latent chunk (freed when both have) and each stages and stores
@@ -1079,8 +1004,7 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
     c = 0  # weight chunks consumed
     n_tma = 0  # items staged: picks the staging buffer
     tiles_seen = 0
-    for pos in range(start, end):
-        it = _run_item(pos, start, end, ITEMS_PER_TILE, PAIRED)
+    for it in range(start, end):
         tile = it // ITEMS_PER_TILE
         hp = it % ITEMS_PER_TILE
         head = hp // 2
@@ -1091,31 +1015,29 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
         new_tile = (it == start) | (hp == 0)
         if new_tile:
             tiles_seen += 1
-        # A bf16 tile's rope is the gather warps' (_store_rope). LATE_ROPE: staged while the
-        # tile's first item's last wgmma runs, not before its K loop.
-        STAGE_ROPE: gl.constexpr = not LAT16
-        if STAGE_ROPE and not LATE_ROPE:
-            if new_tile:
-                _stage_rope(pe_src, pe_dst, lat_ready, lat_empty, k_scale, full, tiles_seen,
-                            NK, pe_layout)
-        LATE: gl.constexpr = STAGE_ROPE and LATE_ROPE
+        if new_tile and not LAT16:  # a bf16 tile's rope is the gather warps' (_store_rope)
+            mbarrier.wait(lat_ready.index(NK), (tiles_seen - 1) & 1)
+            # cp.async wrote through the generic proxy; wgmma and TMA read through the async one.
+            fence_async_shared()
+            if full:
+                pe = pe_src.load(pe_layout).to(gl.float32) * k_scale
+                tma.store_wait(0)  # the previous tile's rope stores have left pe_out
+                pe_dst.store(pe.to(out_ty))
+                fence_async_shared()
+                mbarrier.arrive(lat_empty.index(NK), count=1)  # the next tile's rope may land
         w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
         if SCALE == SCALE_BLOCK:
             acc_t, acc_b, s_last, c = _block_scaled_item(
                 lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
                 ws_ptr + (w_row // BN) * WS_LD, c, new_tile, last_of_tile, tiles_seen,
                 KV_C, STAGES, WK)
-            if LATE:
-                if new_tile:
-                    _stage_rope(pe_src, pe_dst, lat_ready, lat_empty, k_scale, full,
-                                tiles_seen, NK, pe_layout)
             f = s_last * k_scale
             out_t = (acc_t * f).to(out_ty)
             out_b = (acc_b * f).to(out_ty)
         elif SCALE == SCALE_E8M0:
             # The item's first chunk is published with its info entry (_mx_widener).
             mbarrier.wait(w_ready.index(c % STAGES), (c // STAGES) & 1)
-            entry = info.index((pos - start) % (STAGES + 1))
+            entry = info.index((it - start) % (STAGES + 1))
             if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
                 # e4m3 chunks: fp8 x fp8, as fp8_row
                 acc, c, _ = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready,
@@ -1128,10 +1050,6 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                                            last_of_tile, tiles_seen, NK, 2, STAGES,
                                            a16_layout, LAT16)
                 acc = gl.convert_layout(acc16, acc_layout)
-            if LATE:
-                if new_tile:
-                    _stage_rope(pe_src, pe_dst, lat_ready, lat_empty, k_scale, full,
-                                tiles_seen, NK, pe_layout)
             # Each column's 2^F x k_scale, read behind the last wgmma.
             scale = _pow2(entry.load(gl.SliceLayout(0, acc_layout)) >> 1) * k_scale
             acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
@@ -1146,10 +1064,6 @@ def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                 a_regs, LAT_REGS)
             if LAT_REGS:  # (a loop-carried value only then)
                 a_regs = a_next
-            if LATE:
-                if new_tile:
-                    _stage_rope(pe_src, pe_dst, lat_ready, lat_empty, k_scale, full,
-                                tiles_seen, NK, pe_layout)
             acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES, LAT_REGS)
             if SCALE == SCALE_ROW:
                 out = (acc * scale[None, :]).to(out_ty)
@@ -1216,8 +1130,7 @@ def hopper_ws_kernel(
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
-    LAT_REGS: gl.constexpr, PAIRED: gl.constexpr, LATE_ROPE: gl.constexpr,
-    num_warps: gl.constexpr,
+    LAT_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
@@ -1289,18 +1202,18 @@ def hopper_ws_kernel(
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 2, LAT_REGS, PAIRED, LATE_ROPE, num_warps)),
+                             CACHE_FP8, 0, 2, LAT_REGS, num_warps)),
             (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 1, 2, LAT_REGS, PAIRED, LATE_ROPE, num_warps)),
+                             CACHE_FP8, 1, 2, LAT_REGS, num_warps)),
             (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
                                 cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
                                 num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
-                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8, PAIRED)),
+                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
             (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
-                              NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK, PAIRED)),
+                              NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
         ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])
     elif SCALE == SCALE_E8M0:
         gl.warp_specialize([
@@ -1308,13 +1221,13 @@ def hopper_ws_kernel(
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 1, False, PAIRED, LATE_ROPE, num_warps)),
+                             CACHE_FP8, 0, 1, False, num_warps)),
             (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
-                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD, PAIRED)),
+                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
             (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
                                 cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
                                 num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
-                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8, PAIRED)),
+                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
         ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
@@ -1322,13 +1235,13 @@ def hopper_ws_kernel(
                              k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
                              pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
                              KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 1, False, PAIRED, LATE_ROPE, num_warps)),
+                             CACHE_FP8, 0, 1, False, num_warps)),
             (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
-                              NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK, PAIRED)),
+                              NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
             (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
                                 cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
                                 num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
-                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8, PAIRED)),
+                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
         ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
 
 
@@ -1465,10 +1378,6 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
-                  # Runs of a weight in lockstep keep their order (their programs sweep the
-                  # heads together).
-                  PAIRED=config.paired_runs and 2 * prob.num_heads < LOCKSTEP_ITEMS.value,
-                  LATE_ROPE=config.late_rope,
                   maxnreg=168 if groups == 1 else 128)
     has_ws = ws is not None
 
