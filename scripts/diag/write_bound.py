@@ -18,24 +18,20 @@ out = sys.argv[1]
 tokens = [int(t) for t in sys.argv[2:]] or [4096, 32000]
 shape = get_shape("kimi-k3-tp8")
 per_token = shape.num_heads * (shape.k_head_dim + shape.v_head_dim) * 2  # bf16 K and V
+
+
+def timed(what: str, tokens: int, nbytes: int, fn) -> list[dict]:
+    return [dict(provenance(), what=what, tokens=tokens, nbytes=nbytes, timing=timing,
+                 median_us=bench._bench(f))
+            for timing, f in (("graph", bench._graphed(fn)), ("flushed", fn))]
+
+
 rows = []
 for t in tokens:
     buf = torch.empty(t * per_token, dtype=torch.uint8, device="cuda")
-    fill = lambda b=buf: b.fill_(7)  # noqa: E731
-    for timing, fn in (("graph", bench._graphed(fill)), ("flushed", fill)):
-        rows.append(dict(provenance(), what="fill", tokens=t, nbytes=buf.numel(),
-                         timing=timing, median_us=bench._bench(fn)))
+    rows += timed("fill", t, buf.numel(), lambda b=buf: b.fill_(7))
     del buf
-args = [torch.empty(16, device="cuda") for _ in range(9)]
-
-
-def empty() -> None:
-    bench.empty_kernel[(132,)](*args, *range(11), C0=1, C1=2, C2=3, C3=4)
-
-
-for timing, fn in (("graph", bench._graphed(empty)), ("flushed", empty)):
-    rows.append(dict(provenance(), what="empty launch", tokens=0, nbytes=0, timing=timing,
-                     median_us=bench._bench(fn)))
+rows += timed("empty launch", 0, 0, bench.empty_launch())
 df = pd.DataFrame(rows)
 df["tbps"] = df.nbytes / df.median_us / 1e6
 df.to_csv(out, index=False)
