@@ -1,0 +1,201 @@
+"""What gathering a call's latent rows and writing its outputs costs with no matrix work: a
+lower bound for any design of the operation, since every output byte depends on a gathered
+row (docs/perf-notes.md, session of 2026-12-01, 05:03 UTC).
+
+``gather_write`` does the call's index work (the row-to-sequence search, ``kv_indptr``, the
+block ids, as the designs do), gathers each row's 576 cache bytes and writes every output
+byte of the call, in its layout, from them: a head's K-nope and V are two of the four
+128-column slices of the latent (dequantised by ``k_scale``, bf16), its rope the row's rope.
+With ``GATHER=False`` the same grid writes values from the row index alone (no loads): the
+write path of this kernel beside ``fill_``. Each config's output is checked, bit for bit,
+against the same placeholder computed by torch, after the outputs were poisoned.
+
+On the H200, one process: a search over rows a program (BM), heads a program (HG) and warps
+(graph rows), then, twice in turn, ``fill_`` of the output bytes, the write-only kernel, the
+best gather_write and ``auto`` (the real call, checked against the reference), each as a
+plain call and replayed from a CUDA graph, L2 flushed. Kimi-K3 TP8, fp8 cache, page 1.
+
+Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/gather_write_bound.py OUT.csv [tokens ...]
+Off the GPU: TRITON_INTERPRET=1 python scripts/diag/gather_write_bound.py --check
+(small problems, every config shape, on the CPU).
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+from mla_kernels.designs.jit import (
+    cast_out,
+    find_sequence,
+    gather_row_offsets,
+    load_rope,
+    search_steps,
+)
+from mla_kernels.inputs import GatherInputs, build_inputs
+from mla_kernels.reference import token_rows
+from mla_kernels.shapes import get_shape
+
+
+@triton.jit
+def gather_write_kernel(
+    k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, k_out_ptr, v_out_ptr,
+    batch, total, stride_block, stride_slot, num_blocks, sk_row, sk_head, sv_row, sv_head,
+    KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
+    HG: tl.constexpr, BM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    SEARCH_STEPS: tl.constexpr, GATHER: tl.constexpr,
+):
+    r = tl.program_id(0) * BM + tl.arange(0, BM)
+    rmask = r < total
+    h0 = tl.program_id(1) * HG
+    n = tl.arange(0, NOPE)
+    p = tl.arange(0, PE)
+    out_r = r.to(tl.int64)[:, None]
+    if GATHER:
+        seq = find_sequence(cs_ptr, r, batch, SEARCH_STEPS)
+        first = tl.load(kv_indptr_ptr + seq, mask=rmask, other=0)
+        t = r - tl.load(cs_ptr + seq, mask=rmask, other=0)
+        rows = gather_row_offsets(kv_indices_ptr + first, t, rmask, stride_block, stride_slot,
+                                  num_blocks, BLOCK_SIZE)
+        ks = tl.load(k_scale_ptr)
+        pe = load_rope(k_buffer_ptr, rows, rmask, ks, KV_C, PE, PE)
+    else:
+        pe = (r[:, None] + p[None, :]).to(tl.float32)
+    for hh in tl.static_range(HG):
+        h = h0 + hh
+        # Heads alternate between slices (0, 1) and (2, 3), so every latent column is read.
+        ck = ((2 * h) % (KV_C // NOPE)) * NOPE
+        cv = ((2 * h + 1) % (KV_C // V)) * V
+        if GATHER:
+            xk = tl.load(k_buffer_ptr + rows[:, None] + ck + n[None, :], mask=rmask[:, None],
+                         other=0.0).to(tl.float32) * ks
+            xv = tl.load(k_buffer_ptr + rows[:, None] + cv + n[None, :], mask=rmask[:, None],
+                         other=0.0).to(tl.float32) * ks
+        else:
+            xk = (r[:, None] + n[None, :] + ck).to(tl.float32)
+            xv = (r[:, None] + n[None, :] + cv).to(tl.float32)
+        kb = k_out_ptr + out_r * sk_row + h * sk_head
+        tl.store(kb + n[None, :], cast_out(xk, k_out_ptr.dtype.element_ty), mask=rmask[:, None])
+        tl.store(kb + NOPE + p[None, :], cast_out(pe, k_out_ptr.dtype.element_ty), mask=rmask[:, None])
+        tl.store(v_out_ptr + out_r * sv_row + h * sv_head + n[None, :],
+                 cast_out(xv, v_out_ptr.dtype.element_ty), mask=rmask[:, None])
+
+
+def launcher(inp: GatherInputs, bm: int, hg: int, warps: int, gather: bool = True):
+    """A call of gather_write_kernel on ``inp``'s arguments and outputs."""
+    s, kb = inp.shape, inp.k_buffer
+    total = inp.total_tokens
+    ko, vo = inp.k_prefix, inp.v_prefix
+    grid = (triton.cdiv(total, bm), s.num_heads // hg)
+    args = (kb, inp.k_scale, inp.kv_indptr, inp.kv_indices, inp.kv_prefix_sum_context_lens,
+            ko, vo, len(inp.contexts), total, kb.stride(0), kb.stride(1), kb.shape[0],
+            ko.stride(0), ko.stride(1), vo.stride(0), vo.stride(1))
+    consts = dict(KV_C=s.kv_c_dim, PE=s.kv_pe_dim, NOPE=s.qk_nope_dim, V=s.v_head_dim, HG=hg,
+                  BM=bm, BLOCK_SIZE=inp.block_size, SEARCH_STEPS=search_steps(len(inp.contexts)),
+                  GATHER=gather, num_warps=warps)
+    return lambda: gather_write_kernel[grid](*args, **consts)
+
+
+def placeholder(inp: GatherInputs, gather: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """What gather_write_kernel writes (bf16 K and V of the call's rows), by torch."""
+    s = inp.shape
+    total, slices = inp.total_tokens, s.kv_c_dim // s.qk_nope_dim
+    nope, pe_dim = s.qk_nope_dim, s.kv_pe_dim
+    if gather:
+        blocks, slots = token_rows(inp.kv_indptr, inp.kv_indices,
+                                   inp.kv_prefix_sum_context_lens, inp.block_size)
+        lat = inp.k_buffer[blocks, slots].float() * inp.k_scale.float()
+        col = [lat[:, c * nope:(c + 1) * nope] for c in range(slices)]
+        pe = lat[:, s.kv_c_dim:]
+    else:
+        r = torch.arange(total, device=inp.k_buffer.device, dtype=torch.float32)[:, None]
+        col = [r + torch.arange(nope, device=r.device) + c * nope for c in range(slices)]
+        pe = r + torch.arange(pe_dim, device=r.device)
+    k = torch.stack([torch.cat((col[(2 * h) % slices], pe), 1) for h in range(s.num_heads)], 1)
+    v = torch.stack([col[(2 * h + 1) % slices] for h in range(s.num_heads)], 1)
+    return k.to(inp.k_prefix.dtype), v.to(inp.v_prefix.dtype)
+
+
+def written_exactly(inp: GatherInputs, fn, gather: bool) -> bool:
+    """Poison the outputs, run ``fn`` once, compare every row with the placeholder."""
+    inp.poison_outputs()
+    fn()
+    k, v = placeholder(inp, gather)
+    t = inp.total_tokens
+    return bool(torch.equal(inp.k_prefix[:t], k) and torch.equal(inp.v_prefix[:t], v))
+
+
+CONFIGS = list(itertools.product((16, 32, 64, 128), (1, 3, 12), (4, 8)))  # BM, HG, warps
+
+
+def check_on_cpu() -> None:
+    """Every config shape on small ragged and paged problems, under the interpreter."""
+    for ctx, page, seed in (((37, 0, 70), 1, 11), ((130,), 16, 12)):
+        inp = build_inputs("kimi-k3-tp8", ctx, block_size=page, seed=seed)
+        for bm, hg, warps in CONFIGS[::3] + [CONFIGS[-1]]:
+            for gather in (True, False):
+                ok = written_exactly(inp, launcher(inp, bm, hg, warps, gather), gather)
+                print(f"contexts {ctx} page {page} seed {seed} BM {bm} HG {hg} gather {gather}:",
+                      "ok" if ok else "WRONG")
+                assert ok
+
+
+def measure(out: str, tokens: list[int]) -> None:
+    import pandas as pd
+
+    from mla_kernels import bench
+    from mla_kernels.api import gather_kv_b_proj
+    from mla_kernels.checks import check_outputs, expected
+    from mla_kernels.provenance import provenance
+
+    prov, rows = provenance(), []
+
+    def add(what: str, t: int, config: str, fn, correct: bool, timings=("graph", "flushed")):
+        for timing in timings:
+            us = bench._bench(bench._graphed(fn) if timing == "graph" else fn)
+            rows.append(dict(prov, what=what, tokens=t, config=config, timing=timing,
+                             median_us=us, correct=correct))
+            print(f"{what:>14} {t:>6} {config:>18} {timing:>7} {us:8.2f} us"
+                  f"{'' if correct else '  WRONG'}", flush=True)
+
+    for t in tokens:
+        inp = build_inputs("kimi-k3-tp8", (t,), device="cuda", seed=t, spare_indices=0,
+                           spare_rows=0, spare_blocks=0)
+        nbytes = inp.k_prefix.numel() * 2 + inp.v_prefix.numel() * 2
+        for bm, hg, warps in CONFIGS:
+            fn = launcher(inp, bm, hg, warps)
+            add("gather_write", t, f"BM{bm} HG{hg} w{warps}", fn,
+                written_exactly(inp, fn, True), ("graph",))
+        best = min((r for r in rows if r["what"] == "gather_write" and r["tokens"] == t),
+                   key=lambda r: r["median_us"])["config"]
+        bm, hg, warps = (int(x.lstrip("BMHGw")) for x in best.split())
+        ref = expected(inp)
+        buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        call = functools.partial(gather_kv_b_proj, *inp.args(), variant="auto")
+        for _ in range(2):
+            add("fill", t, "", lambda b=buf: b.fill_(7), True)
+            fn = launcher(inp, bm, hg, warps, gather=False)
+            add("write_only", t, best, fn, written_exactly(inp, fn, False))
+            fn = launcher(inp, bm, hg, warps)
+            add("gather_write_best", t, best, fn, written_exactly(inp, fn, True))
+            inp.poison_outputs()
+            call()
+            add("auto", t, "", call, bool(check_outputs(inp, ref)["correct"]))
+        del inp, ref, buf, call
+        torch.cuda.empty_cache()
+    add("empty launch", 0, "", bench.empty_launch(), True)
+    df = pd.DataFrame(rows)
+    s = get_shape("kimi-k3-tp8")
+    df["out_bytes"] = df.tokens * s.num_heads * (s.k_head_dim + s.v_head_dim) * 2  # bf16
+    df.to_csv(out, index=False)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--check"]:
+        check_on_cpu()
+    else:
+        measure(sys.argv[1], [int(t) for t in sys.argv[2:]] or [4096, 32000])
