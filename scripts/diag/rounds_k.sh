@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Round K (every item stored from registers, MLA_HWS_DIRECT=1) against the kernel as committed,
+# and fill_ by element type, one device call, on a tree with
+# scripts/diag/hopper_ws_direct_stores.patch applied. Usage on the H200, from the repository
+# root: SHA=<commit> bash scripts/diag/rounds_k.sh (rows to $OUT).
+set -u
+export PYTHONPATH=$PWD TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
+SHA=${SHA:?}
+P4=kimi/fp8_row/fp8/p1/4096; P32=kimi/fp8_row/fp8/p1/32000
+P109=kimi/fp8_row/fp8/p1/109440; P64=kimi/fp8_row/fp8/p1/64x4096
+AUTO='ring_depth=6, mma_groups=2, latent_in_registers=True'
+run() { # direct label config points...
+  local d=$1 label=$2 cfg=$3; shift 3
+  if (( SECONDS > ${BUDGET:-330} )); then echo "skip $label"; return; fi
+  echo "== direct=$d $label ($SECONDS s)"
+  MLA_HWS_DIRECT=$d MLA_COMMIT=$SHA+$label timeout 150 python3 scripts/perf_matrix.py \
+    $OUT/rounds_k.csv --variants hopper_ws --rows --config "hopper_ws=HopperWSConfig($cfg)" \
+    --points "$@" 2>&1 | grep -v -i warn | grep -E " graph|rror|Traceback|wrong|FAIL" \
+    | cut -c1-150
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
+MLA_COMMIT=$SHA python3 scripts/diag/write_bound.py $OUT/write_bound.csv 4096 32000 2>&1 | tail -14
+for round in 1 2; do
+  run 0 default "" $P4 $P32
+  run 1 direct "" $P4 $P32
+  run 0 auto "$AUTO" $P32 $P64
+  run 1 direct_auto "$AUTO" $P32 $P64
+done
+run 0 default "" "kimi/mxfp4/fp8/p1/32000" "kimi/fp8_block/fp8/p1/32000" "kimi/bf16/bf16/p1/32000"
+run 1 direct "" "kimi/mxfp4/fp8/p1/32000" "kimi/fp8_block/fp8/p1/32000" "kimi/bf16/bf16/p1/32000"
+echo "== tests, MLA_HWS_DIRECT=1 ($SECONDS s)"
+left=$(( 570 - SECONDS )); (( left > 30 )) && MLA_HWS_DIRECT=1 timeout $left python3 -m pytest \
+  -q -p no:cacheprovider tests/test_hopper_ws.py -x \
+  -k "matches_reference or fp16_outputs or deep_rings or many_sequences" 2>&1 \
+  | tee $OUT/pytest_direct.log | tail -6
+echo "done $SECONDS s"
