@@ -57,9 +57,12 @@ def _bench(fn: Callable[[], object]) -> float:
 
 # ------------------------------------------------------------------ ceilings
 def _copy_and_fill_us(nbytes: int) -> tuple[float, float]:
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda").random_()
+    # float32 elements: torch's fill_ of a uint8 or bf16 buffer writes about 25% slower on
+    # the H200 (3.19 against 4.29 TB/s at 246 MB, docs/perf-notes.md), which made the
+    # write ceiling, and write_floor_us, the rate of that fill rather than of the device.
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
     dst = torch.empty_like(src)
-    return _bench(lambda: dst.copy_(src)), _bench(lambda: dst.fill_(7))
+    return _bench(lambda: dst.copy_(src)), _bench(lambda: dst.fill_(7.0))
 
 
 def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000) -> dict[str, float]:

@@ -10,10 +10,13 @@ With ``GATHER=False`` the same grid writes values from the row index alone (no l
 write path of this kernel beside ``fill_``. Each config's output is checked, bit for bit,
 against the same placeholder computed by torch, after the outputs were poisoned.
 
-On the H200, one process: a search over rows a program (BM), heads a program (HG) and warps
-(graph rows), then, twice in turn, ``fill_`` of the output bytes, the write-only kernel, the
-best gather_write and ``auto`` (the real call, checked against the reference), each as a
-plain call and replayed from a CUDA graph, L2 flushed. Kimi-K3 TP8, fp8 cache, page 1.
+On the H200, one process, at each token count: for both kernels (with and without the
+gather), a search over rows a program (BM), heads a program (HG) and warps, then the
+fastest made persistent (132 to 1056 programs), graph rows; then, twice in turn, ``fill_``
+of a float32 buffer of the output bytes, the fastest of each kernel and ``auto`` (the real
+call, checked against the reference), each as a plain call and replayed from a CUDA graph,
+L2 flushed. Kimi-K3 TP8, fp8 cache, page 1. (The first run, at 5660a94, searched the
+gather kernel's grids only, and filled a uint8 buffer.)
 
 Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/gather_write_bound.py OUT.csv [tokens ...]
 Off the GPU: TRITON_INTERPRET=1 python scripts/diag/gather_write_bound.py --check
@@ -49,7 +52,24 @@ def gather_write_kernel(
     HG: tl.constexpr, BM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
     SEARCH_STEPS: tl.constexpr, GATHER: tl.constexpr,
 ):
-    r = tl.program_id(0) * BM + tl.arange(0, BM)
+    # Programs along axis 0 take row tiles pid, pid + programs, ...: one each unless the grid
+    # is persistent (fewer programs than tiles).
+    for m in range(tl.program_id(0), tl.cdiv(total, BM), tl.num_programs(0)):
+        _gather_write_tile(
+            m, k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, k_out_ptr,
+            v_out_ptr, batch, total, stride_block, stride_slot, num_blocks, sk_row, sk_head,
+            sv_row, sv_head, KV_C, PE, NOPE, V, HG, BM, BLOCK_SIZE, SEARCH_STEPS, GATHER)
+
+
+@triton.jit
+def _gather_write_tile(
+    m, k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, k_out_ptr, v_out_ptr,
+    batch, total, stride_block, stride_slot, num_blocks, sk_row, sk_head, sv_row, sv_head,
+    KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
+    HG: tl.constexpr, BM: tl.constexpr, BLOCK_SIZE: tl.constexpr,
+    SEARCH_STEPS: tl.constexpr, GATHER: tl.constexpr,
+):
+    r = m * BM + tl.arange(0, BM)
     rmask = r < total
     h0 = tl.program_id(1) * HG
     n = tl.arange(0, NOPE)
@@ -85,12 +105,16 @@ def gather_write_kernel(
                  cast_out(xv, v_out_ptr.dtype.element_ty), mask=rmask[:, None])
 
 
-def launcher(inp: GatherInputs, bm: int, hg: int, warps: int, gather: bool = True):
-    """A call of gather_write_kernel on ``inp``'s arguments and outputs."""
+def launcher(inp: GatherInputs, bm: int, hg: int, warps: int, gather: bool = True,
+             programs: int = 0):
+    """A call of gather_write_kernel on ``inp``'s arguments and outputs: a program per row
+    tile and head group, or, with ``programs``, about that many in all (persistent)."""
     s, kb = inp.shape, inp.k_buffer
     total = inp.total_tokens
     ko, vo = inp.k_prefix, inp.v_prefix
-    grid = (triton.cdiv(total, bm), s.num_heads // hg)
+    groups = s.num_heads // hg
+    tiles = triton.cdiv(total, bm)
+    grid = (max(1, min(tiles, programs // groups)) if programs else max(tiles, 1), groups)
     args = (kb, inp.k_scale, inp.kv_indptr, inp.kv_indices, inp.kv_prefix_sum_context_lens,
             ko, vo, len(inp.contexts), total, kb.stride(0), kb.stride(1), kb.shape[0],
             ko.stride(0), ko.stride(1), vo.stride(0), vo.stride(1))
@@ -130,18 +154,35 @@ def written_exactly(inp: GatherInputs, fn, gather: bool) -> bool:
 
 
 CONFIGS = list(itertools.product((16, 32, 64, 128), (1, 3, 12), (4, 8)))  # BM, HG, warps
+WHAT = {True: "gather_write", False: "write_only"}
 
 
 def check_on_cpu() -> None:
     """Every config shape on small ragged and paged problems, under the interpreter."""
     for ctx, page, seed in (((37, 0, 70), 1, 11), ((130,), 16, 12)):
         inp = build_inputs("kimi-k3-tp8", ctx, block_size=page, seed=seed)
-        for bm, hg, warps in CONFIGS[::3] + [CONFIGS[-1]]:
+        for (bm, hg, warps), programs in [(c, 0) for c in CONFIGS[::3] + [CONFIGS[-1]]] + [
+                ((16, 3, 4), 4), ((16, 12, 4), 3)]:
             for gather in (True, False):
-                ok = written_exactly(inp, launcher(inp, bm, hg, warps, gather), gather)
-                print(f"contexts {ctx} page {page} seed {seed} BM {bm} HG {hg} gather {gather}:",
-                      "ok" if ok else "WRONG")
+                fn = launcher(inp, bm, hg, warps, gather, programs)
+                ok = written_exactly(inp, fn, gather)
+                print(f"contexts {ctx} page {page} seed {seed} BM {bm} HG {hg} programs "
+                      f"{programs} gather {gather}:", "ok" if ok else "WRONG")
                 assert ok
+
+
+def search(inp: GatherInputs, gather: bool, add) -> tuple[str, tuple]:
+    """Graph time of every config in CONFIGS, then of the fastest made persistent (1, 2, 4
+    and 8 programs an SM of 132); the fastest correct one's (label, launcher arguments)."""
+    t, best = inp.total_tokens, (float("inf"), "", ())
+    for programs in (0, 132, 264, 528, 1056):
+        for bm, hg, warps in CONFIGS if programs == 0 else [best[2][:3]]:
+            label = f"BM{bm} HG{hg} w{warps}" + (f" p{programs}" if programs else "")
+            fn = launcher(inp, bm, hg, warps, gather, programs)
+            us = add(WHAT[gather], t, label, fn, written_exactly(inp, fn, gather), ("graph",))
+            if us < best[0]:
+                best = (us, label, (bm, hg, warps, gather, programs))
+    return best[1], best[2]
 
 
 def measure(out: str, tokens: list[int]) -> None:
@@ -154,34 +195,30 @@ def measure(out: str, tokens: list[int]) -> None:
 
     prov, rows = provenance(), []
 
-    def add(what: str, t: int, config: str, fn, correct: bool, timings=("graph", "flushed")):
+    def add(what: str, t: int, config: str, fn, correct: bool, timings=("graph", "flushed")
+            ) -> float:
         for timing in timings:
             us = bench._bench(bench._graphed(fn) if timing == "graph" else fn)
             rows.append(dict(prov, what=what, tokens=t, config=config, timing=timing,
                              median_us=us, correct=correct))
-            print(f"{what:>14} {t:>6} {config:>18} {timing:>7} {us:8.2f} us"
+            print(f"{what:>17} {t:>6} {config:>23} {timing:>7} {us:8.2f} us"
                   f"{'' if correct else '  WRONG'}", flush=True)
+        return us if correct else float("inf")
 
     for t in tokens:
         inp = build_inputs("kimi-k3-tp8", (t,), device="cuda", seed=t, spare_indices=0,
                            spare_rows=0, spare_blocks=0)
         nbytes = inp.k_prefix.numel() * 2 + inp.v_prefix.numel() * 2
-        for bm, hg, warps in CONFIGS:
-            fn = launcher(inp, bm, hg, warps)
-            add("gather_write", t, f"BM{bm} HG{hg} w{warps}", fn,
-                written_exactly(inp, fn, True), ("graph",))
-        best = min((r for r in rows if r["what"] == "gather_write" and r["tokens"] == t),
-                   key=lambda r: r["median_us"])["config"]
-        bm, hg, warps = (int(x.lstrip("BMHGw")) for x in best.split())
+        best = {gather: search(inp, gather, add) for gather in (True, False)}
         ref = expected(inp)
-        buf = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+        buf = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
         call = functools.partial(gather_kv_b_proj, *inp.args(), variant="auto")
         for _ in range(2):
-            add("fill", t, "", lambda b=buf: b.fill_(7), True)
-            fn = launcher(inp, bm, hg, warps, gather=False)
-            add("write_only", t, best, fn, written_exactly(inp, fn, False))
-            fn = launcher(inp, bm, hg, warps)
-            add("gather_write_best", t, best, fn, written_exactly(inp, fn, True))
+            add("fill_f32", t, "", lambda b=buf: b.fill_(7.0), True)
+            for gather in (False, True):
+                label, a = best[gather]
+                fn = launcher(inp, *a)
+                add(WHAT[gather] + "_best", t, label, fn, written_exactly(inp, fn, gather))
             inp.poison_outputs()
             call()
             add("auto", t, "", call, bool(check_outputs(inp, ref)["correct"]))
