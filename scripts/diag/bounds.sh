@@ -2,17 +2,10 @@
 # The bounds of docs/perf-notes.md (session of 2026-12-01, 03:52 UTC), one device call, on a
 # tree with scripts/diag/hopper_ws_bounds.patch applied. Usage on the H200, from the
 # repository root: SHA=<commit> bash scripts/diag/bounds.sh (rows to $OUT).
-set -u
-export PYTHONPATH=$PWD TRITON_INTERPRET=0 PYTHONUNBUFFERED=1
-SHA=${SHA:?}
-P4=kimi/fp8_row/fp8/p1/4096; P32=kimi/fp8_row/fp8/p1/32000
-AUTO='ring_depth=6, mma_groups=2, latent_in_registers=True'
+source scripts/diag/common.sh
 run() { # diag config points...
   local d=$1 cfg=$2; shift 2
-  echo "== diag $d ${cfg:+($cfg) }($SECONDS s)"
-  MLA_HWS_DIAG=$d MLA_COMMIT=$SHA+diag$d timeout 120 python3 scripts/perf_matrix.py \
-    $OUT/bounds.csv --variants hopper_ws --rows --config "hopper_ws=HopperWSConfig($cfg)" \
-    --points "$@" 2>&1 | grep -E " graph|rror|Traceback" | cut -c1-130
+  MLA_HWS_DIAG=$d rows diag$d bounds.csv "$cfg" "$@"
 }
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
 MLA_COMMIT=$SHA python3 scripts/diag/write_bound.py $OUT/write_bound.csv 4096 32000 2>&1 | tail -8

@@ -3,20 +3,11 @@
 # and fill_ by element type, one device call, on a tree with
 # scripts/diag/hopper_ws_direct_stores.patch applied. Usage on the H200, from the repository
 # root: SHA=<commit> bash scripts/diag/rounds_k.sh (rows to $OUT).
-set -u
-export PYTHONPATH=$PWD TRITON_INTERPRET=0 PYTHONUNBUFFERED=1 TRITON_DEFAULT_FP_FUSION=1
-SHA=${SHA:?}
-P4=kimi/fp8_row/fp8/p1/4096; P32=kimi/fp8_row/fp8/p1/32000
-P109=kimi/fp8_row/fp8/p1/109440; P64=kimi/fp8_row/fp8/p1/64x4096
-AUTO='ring_depth=6, mma_groups=2, latent_in_registers=True'
+BUDGET=${BUDGET:-330}
+source scripts/diag/common.sh
 run() { # direct label config points...
-  local d=$1 label=$2 cfg=$3; shift 3
-  if (( SECONDS > ${BUDGET:-330} )); then echo "skip $label"; return; fi
-  echo "== direct=$d $label ($SECONDS s)"
-  MLA_HWS_DIRECT=$d MLA_COMMIT=$SHA+$label timeout 150 python3 scripts/perf_matrix.py \
-    $OUT/rounds_k.csv --variants hopper_ws --rows --config "hopper_ws=HopperWSConfig($cfg)" \
-    --points "$@" 2>&1 | grep -v -i warn | grep -E " graph|rror|Traceback|wrong|FAIL" \
-    | cut -c1-150
+  local d=$1; shift
+  MLA_HWS_DIRECT=$d rows "$1" rounds_k.csv "${@:2}"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
 MLA_COMMIT=$SHA python3 scripts/diag/write_bound.py $OUT/write_bound.csv 4096 32000 2>&1 | tail -14
