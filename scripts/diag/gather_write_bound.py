@@ -41,7 +41,7 @@ from mla_kernels.designs.jit import (
 )
 from mla_kernels.inputs import GatherInputs, build_inputs
 from mla_kernels.reference import token_rows
-from mla_kernels.shapes import get_shape
+from mla_kernels.roofline import output_bytes
 
 
 @triton.jit
@@ -144,11 +144,13 @@ def placeholder(inp: GatherInputs, gather: bool = True) -> tuple[torch.Tensor, t
     return k.to(inp.k_prefix.dtype), v.to(inp.v_prefix.dtype)
 
 
-def written_exactly(inp: GatherInputs, fn, gather: bool) -> bool:
-    """Poison the outputs, run ``fn`` once, compare every row with the placeholder."""
+def written_exactly(inp: GatherInputs, fn, expected: tuple[torch.Tensor, torch.Tensor]
+                    ) -> bool:
+    """Poison the outputs, run ``fn`` once, compare every row with ``expected``
+    (``placeholder``'s K and V)."""
     inp.poison_outputs()
     fn()
-    k, v = placeholder(inp, gather)
+    k, v = expected
     t = inp.total_tokens
     return bool(torch.equal(inp.k_prefix[:t], k) and torch.equal(inp.v_prefix[:t], v))
 
@@ -165,7 +167,7 @@ def check_on_cpu() -> None:
                 ((16, 3, 4), 4), ((16, 12, 4), 3)]:
             for gather in (True, False):
                 fn = launcher(inp, bm, hg, warps, gather, programs)
-                ok = written_exactly(inp, fn, gather)
+                ok = written_exactly(inp, fn, placeholder(inp, gather))
                 print(f"contexts {ctx} page {page} seed {seed} BM {bm} HG {hg} programs "
                       f"{programs} gather {gather}:", "ok" if ok else "WRONG")
                 assert ok
@@ -175,11 +177,12 @@ def search(inp: GatherInputs, gather: bool, add) -> tuple[str, tuple]:
     """Graph time of every config in CONFIGS, then of the fastest made persistent (1, 2, 4
     and 8 programs an SM of 132); the fastest correct one's (label, launcher arguments)."""
     t, best = inp.total_tokens, (float("inf"), "", ())
+    expected = placeholder(inp, gather)
     for programs in (0, 132, 264, 528, 1056):
         for bm, hg, warps in CONFIGS if programs == 0 else [best[2][:3]]:
             label = f"BM{bm} HG{hg} w{warps}" + (f" p{programs}" if programs else "")
             fn = launcher(inp, bm, hg, warps, gather, programs)
-            us = add(WHAT[gather], t, label, fn, written_exactly(inp, fn, gather), ("graph",))
+            us = add(WHAT[gather], t, label, fn, written_exactly(inp, fn, expected), ("graph",))
             if us < best[0]:
                 best = (us, label, (bm, hg, warps, gather, programs))
     return best[1], best[2]
@@ -208,26 +211,26 @@ def measure(out: str, tokens: list[int]) -> None:
     for t in tokens:
         inp = build_inputs("kimi-k3-tp8", (t,), device="cuda", seed=t, spare_indices=0,
                            spare_rows=0, spare_blocks=0)
-        nbytes = inp.k_prefix.numel() * 2 + inp.v_prefix.numel() * 2
         best = {gather: search(inp, gather, add) for gather in (True, False)}
         ref = expected(inp)
-        buf = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
+        buf = torch.empty(output_bytes(inp.shape, t) // 4, dtype=torch.float32, device="cuda")
+        placeholders = {gather: placeholder(inp, gather) for gather in (False, True)}
         call = functools.partial(gather_kv_b_proj, *inp.args(), variant="auto")
         for _ in range(2):
             add("fill_f32", t, "", lambda b=buf: b.fill_(7.0), True)
             for gather in (False, True):
                 label, a = best[gather]
                 fn = launcher(inp, *a)
-                add(WHAT[gather] + "_best", t, label, fn, written_exactly(inp, fn, gather))
+                add(WHAT[gather] + "_best", t, label, fn,
+                    written_exactly(inp, fn, placeholders[gather]))
             inp.poison_outputs()
             call()
             add("auto", t, "", call, bool(check_outputs(inp, ref)["correct"]))
-        del inp, ref, buf, call
+        del inp, ref, buf, call, placeholders
         torch.cuda.empty_cache()
     add("empty launch", 0, "", bench.empty_launch(), True)
     df = pd.DataFrame(rows)
-    s = get_shape("kimi-k3-tp8")
-    df["out_bytes"] = df.tokens * s.num_heads * (s.k_head_dim + s.v_head_dim) * 2  # bf16
+    df["out_bytes"] = [output_bytes("kimi-k3-tp8", t) for t in df.tokens]
     df.to_csv(out, index=False)
 
 

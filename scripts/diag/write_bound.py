@@ -14,12 +14,10 @@ import torch
 
 from mla_kernels import bench
 from mla_kernels.provenance import provenance
-from mla_kernels.shapes import get_shape
+from mla_kernels.roofline import output_bytes
 
 out = sys.argv[1]
 tokens = [int(t) for t in sys.argv[2:]] or [4096, 32000]
-shape = get_shape("kimi-k3-tp8")
-per_token = shape.num_heads * (shape.k_head_dim + shape.v_head_dim) * 2  # bf16 K and V
 
 
 def timed(what: str, tokens: int, nbytes: int, fn, dtype: str = "") -> list[dict]:
@@ -31,7 +29,8 @@ def timed(what: str, tokens: int, nbytes: int, fn, dtype: str = "") -> list[dict
 rows = []
 for t in tokens:
     for dtype in (torch.uint8, torch.bfloat16, torch.float32):
-        buf = torch.empty(t * per_token // dtype.itemsize, dtype=dtype, device="cuda")
+        buf = torch.empty(output_bytes("kimi-k3-tp8", t) // dtype.itemsize, dtype=dtype,
+                          device="cuda")
         rows += timed("fill", t, buf.numel() * dtype.itemsize, lambda b=buf: b.fill_(7),
                       str(dtype).removeprefix("torch."))
         del buf
