@@ -42,6 +42,7 @@ class Point:
     variants: tuple[str, ...]
     configs: dict = field(default_factory=dict, hash=False, compare=False)
     weight_draw: str = ""  # a key of WEIGHT_DRAWS
+    graph8: bool = False  # also time 8 back-to-back launches in one graph (run_points)
 
 
 # build_inputs' weight options by name, beside the format's default draw: "wide", an MXFP4
@@ -246,7 +247,8 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
     Timings: "flushed" (do_bench, L2 flushed, the Python launch path included); "graph"
     (the same launch replayed from a CUDA graph, L2 flushed: the device's time without the
     host's), always for the torch paths and for the designs with ``design_graphs``; "graph8"
-    (8 back-to-back launches in one graph) with ``graph8``."""
+    (8 back-to-back launches in one graph) with ``graph8``, or at a point whose own
+    ``graph8`` is set."""
     from tqdm.auto import tqdm
 
     ceilings = ceilings or measure_ceilings()
@@ -283,7 +285,7 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                 if name.startswith("torch") or design_graphs:
                     timings.append(("graph", _bench(_rotating(
                         sets, lambda i, make=make: _graphed(make(i))))))
-                if graph8:
+                if graph8 or pt.graph8:
                     timings.append(("graph8", _graph8(base, make)))
                 base.poison_outputs()
                 make(base)()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable
+from dataclasses import replace
 
 from .bench import Point
 from .designs import DESIGNS
@@ -26,15 +27,17 @@ TIMED = ("chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
 
 def point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
           variants: Iterable[str], device: DeviceSpec | None = None,
-          weight_draw: str = "") -> Point:
+          weight_draw: str = "", graph8: bool = False) -> Point:
     """A Point timing those of ``variants`` that run this problem on ``device`` (default:
-    the live GPU, else the registry's H200); "auto" always."""
+    the live GPU, else the registry's H200); "auto" always. ``graph8``: also 8 back-to-back
+    launches in one graph."""
     if device is None:
         device = live_device() or DEVICES["H200"]
     prob = problem_for(shape, contexts, cache, fmt, page)
     runs = tuple(v for v in variants
                  if v == "auto" or (v in DESIGNS and DESIGNS[v].runs(prob, device)))
-    return Point(shape, tuple(contexts), fmt, cache, page, runs, weight_draw=weight_draw)
+    return Point(shape, tuple(contexts), fmt, cache, page, runs, weight_draw=weight_draw,
+                 graph8=graph8)
 
 
 def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
@@ -42,11 +45,16 @@ def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: in
     return point(shape, contexts, fmt, cache, page, TIMED, device, weight_draw)
 
 
+# Issue 13's points, scored on graph rows with plain calls and graph8 reported beside them.
+GRAPH8_POINTS = tuple(f"kimi/fp8_row/fp8/p1/{c}" for c in (*HEADLINE, "64x4096")) + (
+    "deepseek-v3-tp1/fp8_row/fp8/p1/32000",)
+
+
 def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     """name -> Point: Kimi-K3 TP8 at the headline contexts for every weight format and cache
     dtype (MXFP4 also with a weight too wide for e4m3, ``.../wide``); fp8 per-row at page
     sizes 16, 64 and 128; the ragged batch; 64 sequences of 4096; DeepSeek-V3 TP8 and TP1
-    and GLM-5-style heads at 32000."""
+    and GLM-5-style heads at 32000. The points of ``GRAPH8_POINTS`` also time graph8."""
     out = {}
     for cache in ("fp8", "bf16"):
         for fmt in WEIGHT_FORMATS:
@@ -65,7 +73,7 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     for shape in ("deepseek-v3-tp8", "deepseek-v3-tp1", "glm-5-style"):
         out[f"{shape}/fp8_row/fp8/p1/32000"] = _point(shape, (32000,), "fp8_row", "fp8", 1,
                                                       device)
-    return out
+    return {name: replace(pt, graph8=name in GRAPH8_POINTS) for name, pt in out.items()}
 
 
 def select(patterns: Iterable[str] | None, device: DeviceSpec = DEVICES["H200"]

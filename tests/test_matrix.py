@@ -23,6 +23,19 @@ def test_every_point_draws_a_known_weight():
     assert all(p.weight_draw == "" for k, p in points.items() if not k.endswith("/wide"))
 
 
+def test_issue_13_points_also_time_graph8():
+    # Scored on graph rows with graph8 reported beside them: those six points, no other.
+    points = matrix.points()
+    flagged = {k for k, p in points.items() if p.graph8}
+    assert flagged == set(matrix.GRAPH8_POINTS)
+    assert {(points[k].shape, points[k].contexts[0], len(points[k].contexts)) for k in flagged} \
+        == {("kimi-k3-tp8", c, 1) for c in (4096, 32000, 65536, 109440)} \
+        | {("kimi-k3-tp8", 4096, 64), ("deepseek-v3-tp1", 32000, 1)}
+    assert all((p.weight_format, p.cache_dtype, p.block_size) == ("fp8_row", "fp8", 1)
+               for k, p in points.items() if k in flagged)
+    assert matrix.point("kimi-k3-tp8", (8,), "fp8_row", "fp8", 1, ["auto"]).graph8 is False
+
+
 def test_weight_draws_put_mxfp4_items_on_the_routes_they_name(seed):
     # The default draw: every 128-row item on hopper_ws's e4m3 route; "wide": none.
     default = mk.build_inputs("kimi-k3-tp8", [4], weight_format="mxfp4", seed=seed)
