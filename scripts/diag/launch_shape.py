@@ -12,9 +12,9 @@ The parts, each added to the one before (132 programs):
 - `+ partitions`: the same work in gl.warp_specialize partitions of 4, 4 and 1 warps with
   hopper_ws's register budgets (12 warps launched, as hopper_ws's default).
 
-Last session's switch build with every partition's loop empty (launch, barrier init, one load
-of cs) took 6.2 us at 4096 tokens against 3.97 for the anchor (docs/perf-notes.md); these
-kernels say which part of that 2.2 us each costs.
+A switch build of hopper_ws with every partition's loop empty (launch, barrier init, one
+load of cs) took 6.2 us at 4096 tokens against 3.97 for the anchor (docs/perf-notes.md,
+session of 2026-11-30, late night); these kernels say which part of that 2.2 us each costs.
 
 Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/launch_shape.py OUT.csv
 On a machine with no GPU:  python3 scripts/diag/launch_shape.py --check  (compiles each for
