@@ -27,17 +27,15 @@ TIMED = ("chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
 
 def point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
           variants: Iterable[str], device: DeviceSpec | None = None,
-          weight_draw: str = "", graph8: bool = False) -> Point:
+          weight_draw: str = "") -> Point:
     """A Point timing those of ``variants`` that run this problem on ``device`` (default:
-    the live GPU, else the registry's H200); "auto" always. ``graph8``: also 8 back-to-back
-    launches in one graph."""
+    the live GPU, else the registry's H200); "auto" always."""
     if device is None:
         device = live_device() or DEVICES["H200"]
     prob = problem_for(shape, contexts, cache, fmt, page)
     runs = tuple(v for v in variants
                  if v == "auto" or (v in DESIGNS and DESIGNS[v].runs(prob, device)))
-    return Point(shape, tuple(contexts), fmt, cache, page, runs, weight_draw=weight_draw,
-                 graph8=graph8)
+    return Point(shape, tuple(contexts), fmt, cache, page, runs, weight_draw=weight_draw)
 
 
 def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
