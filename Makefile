@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 report: $(STAMP)
-	$(BIN)/python -m mla_kernels.report $(if $(CONFIG),--config $(CONFIG))
+	$(BIN)/python -m mla_kernels.review.report $(if $(CONFIG),--config $(CONFIG))
 
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .

@@ -1,5 +1,6 @@
 """mla_kernels: the cached-prefix gather_kv_b_proj of multi-head latent attention."""
 
+from . import _moved
 from .api import gather_kv_b_proj
 from .designs import DESIGNS, variant_names
 from .inputs import GatherInputs, build_inputs
@@ -18,4 +19,6 @@ __all__ = [
     "validate_inputs",
     "variant_names",
 ]
-__version__ = "0.2.0"
+__version__ = "0.3.0"
+
+_moved.install()

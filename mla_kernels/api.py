@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from .designs import DesignConfig, resolve
-from .designs.base import DEBUG
+from .designs.launch import DEBUG
 from .devices import INTERPRETER, device_spec
 from .problem import (
     GatherArgs,

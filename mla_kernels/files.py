@@ -1,6 +1,6 @@
-"""Writing files so a reader never sees half of one: a temp file in the same folder, then
-os.replace (atomic on one filesystem). The result gets the mode a plain ``open`` would give
-(0666 less the umask), not mkstemp's private 0600."""
+"""Where the repository's files are, and writing them so a reader never sees half of one: a
+temp file in the same folder, then os.replace (atomic on one filesystem). The result gets the
+mode a plain ``open`` would give (0666 less the umask), not mkstemp's private 0600."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+
+# The checkout this package is installed from (an editable install): configs, notebooks, data.
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def _umask() -> int:

@@ -15,7 +15,7 @@ import pandas as pd
 
 CHILD = r"""
 import sys, pandas as pd, dataclasses
-from mla_kernels import bench
+from mla_kernels.lab import bench
 K = "kimi-k3-tp8"
 fp8 = ("chunked", "tiled", "tiled_tma", "hopper_ws")
 pts = [bench.Point(K, (4096,), "fp8_row", "fp8", 1, ("serial",) + fp8)]

@@ -25,7 +25,7 @@ for step in $steps; do
               tests/test_eager.py tests/test_hopper_ws.py tests/test_designs.py \
               tests/test_checks.py} ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
               | tee "$OUT/pytest_gpu.log" | tail -12 ;;
-    report) timeout ${REPORT_TIMEOUT:-360} python3 -m mla_kernels.report --config h200 \
+    report) timeout ${REPORT_TIMEOUT:-360} python3 -m mla_kernels.review.report --config h200 \
               --commit "$sha" --archive "$OUT/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
     matrix) # Also under reports/matrix/: the report's formats notebook draws from it.
             mkdir -p reports/matrix

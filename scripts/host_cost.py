@@ -14,10 +14,10 @@ import sys
 import pandas as pd
 
 import mla_kernels
-from mla_kernels import bench
 from mla_kernels.designs import DESIGNS
-from mla_kernels.measurements import write_csv_atomic
-from mla_kernels.provenance import provenance
+from mla_kernels.lab import bench
+from mla_kernels.lab.measurements import write_csv_atomic
+from mla_kernels.lab.provenance import provenance
 
 
 def load_tree(path: str, name: str = "mla_kernels_before"):

@@ -1,4 +1,4 @@
-"""The performance matrix on the live GPU (``mla_kernels.matrix``): every point's designs and
+"""The performance matrix on the live GPU (``mla_kernels.lab.matrix``): every point's designs and
 torch paths, plain calls and from a CUDA graph, each checked against the reference. Each
 point's rows are appended to OUT.csv as soon as they are measured (atomically).
 
@@ -15,10 +15,10 @@ import argparse
 import time
 from dataclasses import replace
 
-from mla_kernels import bench, matrix
 from mla_kernels.designs import DESIGNS
-from mla_kernels.designs.base import parse_config
-from mla_kernels.measurements import append_csv_atomic, frame
+from mla_kernels.designs.record import parse_config
+from mla_kernels.lab import bench, matrix
+from mla_kernels.lab.measurements import append_csv_atomic, frame
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out", nargs="?", help="CSV to append the rows to")

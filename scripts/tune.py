@@ -5,8 +5,8 @@ Usage: python scripts/tune.py OUT.csv [--designs tiled ...] [--formats fp8_row .
 import argparse
 import time
 
-from mla_kernels import bench
-from mla_kernels.measurements import append_csv_atomic, frame
+from mla_kernels.lab import bench
+from mla_kernels.lab.measurements import append_csv_atomic, frame
 
 SEARCH = {
     "tiled": [dict(block_m=bm, num_warps=w, num_stages=st, split=sp)

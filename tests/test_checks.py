@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import mla_kernels as mk
-from mla_kernels.checks import (
+from mla_kernels.lab.checks import (
     MAGNITUDE_FLOOR,
     TOLERANCES,
     check_outputs,

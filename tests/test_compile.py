@@ -12,15 +12,15 @@ import textwrap
 import pytest
 import triton
 
-from mla_kernels.compile_check import HOPPER_SMEM
 from mla_kernels.designs.chunk_loop import RESIDENT_WEIGHT_BYTES
+from mla_kernels.lab.compile_check import HOPPER_SMEM
 
 
 @pytest.fixture(scope="module")
 def reports():
     pytest.importorskip("triton.backends.nvidia.compiler")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-m", "mla_kernels.compile_check", "--variant", "serial",
+    out = subprocess.run([sys.executable, "-m", "mla_kernels.lab.compile_check", "--variant", "serial",
                           "tiled", "--weight-format", "fp8_row", "bf16"],
                          capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -50,7 +50,7 @@ def test_hopper_ws_compiles_for_sm90():
     # fp8 wgmma only, no spills (its accumulator lives in the 256-register default group).
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-m", "mla_kernels.compile_check", "--variant",
+    out = subprocess.run([sys.executable, "-m", "mla_kernels.lab.compile_check", "--variant",
                           "hopper_ws"], capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     (r,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -65,7 +65,7 @@ def test_hopper_ws_lockstep_runs_compile_for_sm90():
     # and costs no registers (no spills).
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    code = ("import json; from mla_kernels.compile_check import compile_design; "
+    code = ("import json; from mla_kernels.lab.compile_check import compile_design; "
             "print(json.dumps(compile_design('hopper_ws', 'deepseek-v3-tp1')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                          timeout=900)
@@ -104,10 +104,10 @@ _COMPILE_PATHS = textwrap.dedent(r"""
     import json, re, sys
     from dataclasses import replace
     import torch
-    from mla_kernels.compile_check import HOPPER, _compile_launch, _ptxas_report
+    from mla_kernels.lab.compile_check import HOPPER, _compile_launch, _ptxas_report
     from mla_kernels.designs.hopper_ws import HopperWSConfig
     from mla_kernels.inputs import build_inputs
-    from mla_kernels.occupancy import problem_for
+    from mla_kernels.lab.occupancy import problem_for
 
     for fmt, kind, dtype, depth, cache, *groups in json.loads(sys.argv[1]):
         inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt)

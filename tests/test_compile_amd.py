@@ -11,15 +11,15 @@ import sys
 
 import pytest
 
-from mla_kernels.compile_check import (
+from mla_kernels.designs import resolve
+from mla_kernels.devices import DEVICES
+from mla_kernels.lab.compile_check import (
     AMD_MAX_WAVES_PER_SIMD,
     amd_backend_missing,
     amd_resident_programs,
     parse_amdgcn,
 )
-from mla_kernels.designs import resolve
-from mla_kernels.devices import DEVICES
-from mla_kernels.occupancy import problem_for
+from mla_kernels.lab.occupancy import problem_for
 
 MI355X = DEVICES["MI355X"]
 PORTABLE = ("serial", "chunked", "tiled")
@@ -27,7 +27,7 @@ PORTABLE = ("serial", "chunked", "tiled")
 
 def _run_cli(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, TRITON_INTERPRET="0")
-    return subprocess.run([sys.executable, "-m", "mla_kernels.compile_check", "--device",
+    return subprocess.run([sys.executable, "-m", "mla_kernels.lab.compile_check", "--device",
                            "MI355X", *args], capture_output=True, text=True, env=env,
                           timeout=600)
 

@@ -15,15 +15,16 @@ import pytest
 import torch
 
 import mla_kernels as mk
-from mla_kernels import bench, designs, tuning
-from mla_kernels import occupancy as occ
-from mla_kernels.checks import check_outputs
+from mla_kernels import designs, tuning
 from mla_kernels.designs import DESIGNS, parse_config, resolve
 from mla_kernels.designs.chunk_loop import ChunkConfig
 from mla_kernels.designs.hopper_ws import HopperWSConfig
 from mla_kernels.designs.tiled import TiledConfig
 from mla_kernels.devices import DEVICES, INTERPRETER
 from mla_kernels.formats import CACHE_DTYPES, WEIGHT_FORMATS
+from mla_kernels.lab import bench
+from mla_kernels.lab import occupancy as occ
+from mla_kernels.lab.checks import check_outputs
 from mla_kernels.shapes import MLAShape
 
 ROOT = Path(__file__).parents[1]
@@ -73,7 +74,7 @@ def test_a_throwaway_design_is_served_with_no_other_edit(grid_stride, device, se
 
 def test_compile_check_serves_a_throwaway_design():
     pytest.importorskip("triton.backends.nvidia.compiler")
-    code = ("import grid_stride_design; from mla_kernels.compile_check import main; "
+    code = ("import grid_stride_design; from mla_kernels.lab.compile_check import main; "
             "main(['--variant', 'grid_stride', '--weight-format', 'fp8_row'])")
     env = dict(os.environ, TRITON_INTERPRET="0", PYTHONPATH=str(FIXTURES))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
@@ -280,7 +281,7 @@ def test_the_cycle_finder_bites():
     assert "mla_kernels.designs.chunk_loop" in _imports(
         ROOT / "mla_kernels" / "designs" / "__init__.py", "mla_kernels.designs")
     assert "mla_kernels.inputs" in _imports(ROOT / "mla_kernels" / "occupancy.py",
-                                            "mla_kernels.occupancy")  # inside a function
+                                            "mla_kernels.lab.occupancy")  # inside a function
     old = {"mla_kernels.designs": {"mla_kernels.tuning"},
            "mla_kernels.tuning": {"mla_kernels.designs"}, "mla_kernels.api": {"mla_kernels.designs"}}
     assert _find_cycle(old) == ["mla_kernels.designs", "mla_kernels.tuning", "mla_kernels.designs"]

@@ -8,8 +8,8 @@ import torch
 
 import mla_kernels as mk
 from mla_kernels import api
-from mla_kernels.checks import check_outputs
 from mla_kernels.designs import base
+from mla_kernels.lab.checks import check_outputs
 from mla_kernels.shapes import MLAShape
 
 SMALL = MLAShape("test-2h", num_heads=2)

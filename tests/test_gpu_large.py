@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import mla_kernels as mk
-from mla_kernels.checks import check_outputs
 from mla_kernels.designs import DESIGNS
 from mla_kernels.devices import device_spec
 from mla_kernels.inputs import random_weight
+from mla_kernels.lab.checks import check_outputs
 from mla_kernels.problem import check_arguments
 
 

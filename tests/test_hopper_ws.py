@@ -18,7 +18,6 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import mla_kernels as mk
-from mla_kernels.checks import check_outputs
 from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.designs.hopper_ws import (
     _E4M3_TO_BF16,
@@ -34,6 +33,7 @@ from mla_kernels.designs.hopper_ws import (
 )
 from mla_kernels.designs.jit import SCALE_CODES
 from mla_kernels.devices import DEVICES, INTERPRETER
+from mla_kernels.lab.checks import check_outputs
 
 KIMI = "kimi-k3-tp8"
 
@@ -211,8 +211,8 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
                                                                         field):
     # Refused when the launch is prepared, before anything is written: two groups only for
     # fp8 per-row over an fp8 cache, rings past 4 only beside an fp8 latent tile.
-    from mla_kernels.compile_check import HOPPER, _compile_launch
-    from mla_kernels.occupancy import problem_for
+    from mla_kernels.lab.compile_check import HOPPER, _compile_launch
+    from mla_kernels.lab.occupancy import problem_for
 
     inp = mk.build_inputs(KIMI, [300], cache_dtype=cache, weight_format=fmt)
     prob = problem_for(KIMI, [300], cache, fmt, 1)
@@ -658,7 +658,7 @@ def test_fp8_route_rule():
 
 
 def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16, **kw):
-    from mla_kernels.occupancy import problem_for
+    from mla_kernels.lab.occupancy import problem_for
 
     return replace(problem_for(shape, [10], cache, fmt, 1), out_dtype=out_dtype, **kw)
 

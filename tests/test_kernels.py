@@ -12,8 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mla_kernels as mk
-from mla_kernels.checks import TOLERANCES, check_outputs, expected
 from mla_kernels.formats import WEIGHT_FORMATS
+from mla_kernels.lab.checks import TOLERANCES, check_outputs, expected
 from mla_kernels.shapes import MLAShape
 
 # Real kv_c / pe / nope / v dims with few heads keep the interpreter fast.

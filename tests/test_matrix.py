@@ -6,9 +6,9 @@ import math
 import torch
 
 import mla_kernels as mk
-from mla_kernels import bench, matrix
 from mla_kernels.designs.hopper_ws import fp8_route
-from mla_kernels.measurements import Measurement
+from mla_kernels.lab import bench, matrix
+from mla_kernels.lab.measurements import Measurement
 
 CEILINGS = {"copy_tbps": 4.2, "write_tbps": 3.4, "mm_tflops_bf16": 630.0, "mm_tflops_fp8": 1000.0}
 PROV = {"device": "x", "torch": "x", "triton": "x", "commit": "x", "date": "x", "compute_units": 132}
@@ -69,7 +69,7 @@ def test_figures_leave_other_weight_draws_out():
     # figures compare designs on the default one unless asked.
     import pandas as pd
 
-    from mla_kernels import analysis
+    from mla_kernels.review import analysis
 
     rows = pd.DataFrame([
         {"model": "kimi-k3-tp8", "weight_format": "mxfp4", "cache_dtype": "fp8", "block_size": 1,

@@ -13,7 +13,7 @@ import papermill as pm
 import pytest
 import torch
 
-from mla_kernels import analysis, report
+from mla_kernels.review import analysis, report
 
 ROOT = Path(__file__).parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
@@ -76,8 +76,8 @@ def test_parameters_cell_holds_every_knob(path):
     knobs = COMMON_KNOBS if path.stem != "04_formats" else COMMON_KNOBS - {
         "cache_dtype", "weight_format", "contexts", "batch", "ragged_contexts"}
     assert knobs <= set(declared), knobs - set(declared)
-    # Every parameter is one the package checks (mla_kernels.params.SPECS).
-    from mla_kernels.params import SPECS
+    # Every parameter is one the package checks (mla_kernels.review.params.SPECS).
+    from mla_kernels.review.params import SPECS
 
     assert set(declared) <= set(SPECS), set(declared) - set(SPECS)
     # Every knob is commented: the parameters cell is the notebook's documentation.
@@ -92,7 +92,7 @@ def test_configs_name_only_declared_parameters(config, tmp_path):
         params = report.notebook_parameters(cfg, path, tmp_path)
         assert params["out_dir"] == str(tmp_path)
         # Relative paths are the notebook's to resolve, from the repository root.
-        from mla_kernels.params import checked
+        from mla_kernels.review.params import checked
 
         assert checked(params)["data_dir"].startswith(str(ROOT))
         # On the H200 the formats notebook draws the matrix the same call measured first.
@@ -370,7 +370,7 @@ def test_papermill_from_another_folder_finds_the_data(tmp_path, monkeypatch):
     ("data_dir", 3, ["data_dir", "path"]),
 ])
 def test_a_bad_parameter_is_a_value_error_naming_it(name, value, words):
-    from mla_kernels import params
+    from mla_kernels.review import params
 
     with pytest.raises(ValueError) as err:
         params.checked({name: value})
@@ -379,7 +379,7 @@ def test_a_bad_parameter_is_a_value_error_naming_it(name, value, words):
 
 
 def test_list_parameters_take_what_papermill_passes():
-    from mla_kernels import params
+    from mla_kernels.review import params
 
     got = params.checked({"variants": '["serial","tiled"]', "contexts": 1024,
                           "check_contexts": "[1, 40]", "ragged_contexts": "[]",

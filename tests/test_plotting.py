@@ -14,9 +14,10 @@ matplotlib.use("Agg")
 from matplotlib.legend import Legend  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from mla_kernels import analysis, plotting, roofline  # noqa: E402
-from mla_kernels import occupancy as occ  # noqa: E402
 from mla_kernels.devices import get_device  # noqa: E402
+from mla_kernels.lab import occupancy as occ  # noqa: E402
+from mla_kernels.lab import roofline  # noqa: E402
+from mla_kernels.review import analysis, plotting
 
 FIXTURE = Path(__file__).parent / "fixtures" / "measurements_sample.csv"
 REFERENCE = Path(__file__).parents[1] / "data" / "reference" / "seed_mi355x.csv"

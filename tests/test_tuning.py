@@ -8,11 +8,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from mla_kernels import analysis
 from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.devices import DEVICES
-from mla_kernels.measurements import parse_contexts
-from mla_kernels.occupancy import problem_for
+from mla_kernels.lab.measurements import parse_contexts
+from mla_kernels.lab.occupancy import problem_for
+from mla_kernels.review import analysis
 
 ROOT = Path(__file__).parents[1]
 POINT = ["model", "weight_format", "cache_dtype", "block_size", "contexts", "weight_draw"]

@@ -11,9 +11,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import mla_kernels as mk
 from mla_kernels import api
-from mla_kernels.checks import TOLERANCES, check_outputs
 from mla_kernels.designs.tiled import TiledConfig
-from mla_kernels.measurements import write_csv_atomic
+from mla_kernels.lab.checks import TOLERANCES, check_outputs
+from mla_kernels.lab.measurements import write_csv_atomic
 from mla_kernels.shapes import MLAShape
 
 SMALL = MLAShape("test-2h", num_heads=2)

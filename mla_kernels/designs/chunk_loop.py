@@ -15,19 +15,11 @@ import triton.language as tl
 from ..devices import DeviceSpec
 from ..formats import WEIGHT_FORMATS
 from ..problem import GatherArgs, Problem
-from .base import (
-    Design,
-    DesignConfig,
-    JitLauncher,
-    check_grid,
-    context_bound,
-    default_block_k,
-    no_launch,
-    one_of,
-    optional,
-    portable_plan,
-)
+from ..rules import one_of, optional
+from .host import check_grid, context_bound, default_block_k, no_launch, portable_plan
 from .jit import INTERPRET, load_k_scale, project_chunk, sequence_bounds
+from .launch import JitLauncher
+from .record import Design, DesignConfig
 
 
 @dataclass(frozen=True)

@@ -115,16 +115,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..devices import DeviceSpec
 from ..formats import as_uint8
 from ..problem import GatherArgs, Problem
-from .base import (
-    DescriptorCache,
-    Design,
-    DesignConfig,
-    JitLauncher,
-    no_launch,
-    optional,
-    positive_int,
-)
+from ..rules import flag, int_in, one_of, optional
+from .host import no_launch
 from .jit import SCALE_CODES, find_sequence, search_steps
+from .launch import DescriptorCache, JitLauncher
+from .record import Design, DesignConfig
 from .weight_widening import WidenedWeight, widened_problem, widened_shapes
 
 # Asynchronous copies under either release's names: triton 3.6 has async_copy_global_to_shared
@@ -234,10 +229,8 @@ class HopperWSConfig(DesignConfig):
     mma_groups: int = 1
     latent_in_registers: bool = False
 
-    _rules = {"ring_depth": (lambda v: type(v) is int and 2 <= v <= 6, "an int in [2, 6]"),
-              "programs": optional(positive_int(1 << 20)),
-              "mma_groups": (lambda v: type(v) is int and v in (1, 2), "1 or 2"),
-              "latent_in_registers": (lambda v: type(v) is bool, "a bool")}
+    _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
+              "mma_groups": one_of(1, 2), "latent_in_registers": flag()}
     _legacy = {"stages": "ring_depth", "programs": "programs"}
 
 
@@ -1437,9 +1430,18 @@ def serves(prob: Problem, device: DeviceSpec) -> bool:
     return device.sm == 90 and supports(prob)
 
 
+def row_extras(prob: Problem, args: GatherArgs) -> dict[str, float]:
+    """The measurement column this design reports of its own: an MXFP4 weight's share of
+    work items on the e4m3 route."""
+    if prob.weight_format != "mxfp4":
+        return {}
+    return {"fp8_route_share": float(fp8_route(args.kv_proj_scale, prob.cache_is_fp8)
+                                     .float().mean())}
+
+
 HOPPER_WS = Design("hopper_ws", "persistent, warp-specialised Gluon kernel: TMA weight ring, "
                    "cp.async latent gather, async wgmma, overlapped TMA stores (sm_90 only)",
                    ("fp8_row", "fp8_block", "bf16", "mxfp4"), HopperWSConfig, hopper_ws_grid,
                    prepare_hopper_ws, hopper_ws_work, kernels=(hopper_ws_kernel,), vendors=("nvidia",),
-                   serves=serves)
+                   serves=serves, row_extras=row_extras)
 DESIGNS = (HOPPER_WS,)

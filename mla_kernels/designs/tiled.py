@@ -19,18 +19,8 @@ import triton.language as tl
 from ..devices import DeviceSpec
 from ..formats import WEIGHT_FORMATS
 from ..problem import GatherArgs, Problem
-from .base import (
-    FLAG,
-    DescriptorCache,
-    Design,
-    DesignConfig,
-    JitLauncher,
-    default_block_k,
-    no_launch,
-    one_of,
-    optional,
-    portable_plan,
-)
+from ..rules import flag, one_of, optional
+from .host import default_block_k, no_launch, portable_plan
 from .jit import (
     cast_out,
     find_sequence,
@@ -42,6 +32,8 @@ from .jit import (
     search_steps,
     store_cols,
 )
+from .launch import DescriptorCache, JitLauncher
+from .record import Design, DesignConfig
 
 
 @dataclass(frozen=True)
@@ -56,7 +48,7 @@ class TiledConfig(DesignConfig):
     num_warps: int = 4
     num_stages: int | None = None
 
-    _rules = {"block_m": one_of(16, 32, 64, 128), "split": FLAG,
+    _rules = {"block_m": one_of(16, 32, 64, 128), "split": flag(),
               "block_k": optional(one_of(32, 64, 128)), "num_warps": one_of(1, 2, 4, 8, 16),
               "num_stages": optional(one_of(1, 2, 3, 4, 5))}
     _legacy = {"chunk_tokens": "block_m", "split_parts": "split", "block_k": "block_k",

@@ -32,7 +32,7 @@ import triton.language as tl
 
 from ..formats import as_uint8
 from ..problem import Problem
-from .base import JitLauncher
+from .launch import JitLauncher
 
 ROWS = 16  # weight rows a program widens
 BK = 128  # K per step (kv_c is a multiple of 128 where this is used)

@@ -40,8 +40,8 @@ from mla_kernels.designs.jit import (
     search_steps,
 )
 from mla_kernels.inputs import GatherInputs, build_inputs
+from mla_kernels.lab.roofline import output_bytes
 from mla_kernels.reference import token_rows
-from mla_kernels.roofline import output_bytes
 
 
 @triton.jit
@@ -191,10 +191,10 @@ def search(inp: GatherInputs, gather: bool, add) -> tuple[str, tuple]:
 def measure(out: str, tokens: list[int]) -> None:
     import pandas as pd
 
-    from mla_kernels import bench
     from mla_kernels.api import gather_kv_b_proj
-    from mla_kernels.checks import check_outputs, expected
-    from mla_kernels.provenance import provenance
+    from mla_kernels.lab import bench
+    from mla_kernels.lab.checks import check_outputs, expected
+    from mla_kernels.lab.provenance import provenance
 
     prov, rows = provenance(), []
 

@@ -97,8 +97,8 @@ def check() -> None:
 def main(out: str) -> None:
     import pandas as pd
 
-    from mla_kernels import bench
-    from mla_kernels.provenance import provenance
+    from mla_kernels.lab import bench
+    from mla_kernels.lab.provenance import provenance
 
     cs = torch.tensor([0, 4096], dtype=torch.int32, device="cuda")
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")

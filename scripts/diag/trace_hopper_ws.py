@@ -22,10 +22,10 @@ import pandas as pd
 import torch
 
 import mla_kernels as mk
-from mla_kernels import bench
 from mla_kernels.designs import hopper_ws as hw
-from mla_kernels.designs.base import parse_config
-from mla_kernels.provenance import provenance
+from mla_kernels.designs.record import parse_config
+from mla_kernels.lab import bench
+from mla_kernels.lab.provenance import provenance
 
 # Stamp slot -> what had happened (the partitions' order within a program). Slots 19 and
 # 22-31 come with hopper_ws_trace_chunks.patch; a slot no program stamped is left out.

@@ -12,9 +12,9 @@ import sys
 import pandas as pd
 import torch
 
-from mla_kernels import bench
-from mla_kernels.provenance import provenance
-from mla_kernels.roofline import output_bytes
+from mla_kernels.lab import bench
+from mla_kernels.lab.provenance import provenance
+from mla_kernels.lab.roofline import output_bytes
 
 out = sys.argv[1]
 tokens = [int(t) for t in sys.argv[2:]] or [4096, 32000]

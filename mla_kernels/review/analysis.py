@@ -13,8 +13,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .devices import lookup_device
-from .measurements import Measurement, contexts_str, write_csv_atomic
+from ..devices import lookup_device
+from ..lab.measurements import Measurement, contexts_str, write_csv_atomic
 
 __all__ = ["contexts_str", "write_csv_atomic"]  # re-exported for the notebooks
 
@@ -29,11 +29,6 @@ TORCH_BASE = ("torch_bf16", "torch_fp8")
 
 # The public change's headline contexts; the sweep adds a log grid around them.
 HEADLINE_CONTEXTS = (4096, 32000, 65536, 109440)
-
-
-def repo_root() -> Path:
-    """The checkout this package lives in (an editable install keeps it there)."""
-    return Path(__file__).resolve().parents[1]
 
 
 def log_grid(lo: int = 1024, hi: int = 131072, per_octave: int = 1) -> list[int]:
@@ -119,7 +114,7 @@ def save_csv(df: pd.DataFrame, path: str | os.PathLike) -> Path:
     """Write a notebook's table atomically, with the provenance columns (device, torch,
     triton, commit, date) added where it lacks them: every CSV of a run names where it came
     from. A table whose ``device`` column is the modelled device keeps it."""
-    from .provenance import provenance
+    from ..lab.provenance import provenance
 
     prov = provenance()
     missing = {k: v for k, v in prov.items() if k not in df.columns}
@@ -217,11 +212,11 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     ``device`` defaults to the CPU under the Triton interpreter and to the GPU otherwise.
     Designs this machine cannot run (a GPU-family design off its GPU) are left out.
     """
-    from . import build_inputs, gather_kv_b_proj
-    from .checks import check_outputs, expected
-    from .designs import DESIGNS
-    from .devices import INTERPRETER, device_spec
-    from .problem import check_arguments, interpreting
+    from .. import build_inputs, gather_kv_b_proj
+    from ..designs import DESIGNS
+    from ..devices import INTERPRETER, device_spec
+    from ..lab.checks import check_outputs, expected
+    from ..problem import check_arguments, interpreting
 
     if device is None:
         device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
@@ -235,7 +230,7 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     for v in variants:
         if v in DESIGNS and not DESIGNS[v].runs(prob, dev):
             continue
-        from .designs import resolve
+        from ..designs import resolve
 
         design = resolve(v, prob, dev)[0].name
         inp.poison_outputs()
@@ -303,7 +298,7 @@ def model_table(shape: str, contexts: Sequence[int], cache_dtype: str, weight_fo
                 ) -> pd.DataFrame:
     """Minimum bytes, FLOPs and arithmetic intensity from the package's byte/FLOP model,
     with the floors they imply when ceilings are given."""
-    from . import roofline
+    from ..lab import roofline
 
     rows = []
     for c in contexts:

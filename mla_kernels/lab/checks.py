@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 import torch
 
-from .inputs import GatherInputs
+from ..inputs import GatherInputs
 
 # Largest relative error per output column (see max_rel_err) each weight format may show.
 # bf16 output rounding alone is up to 2^-8 per element; fp8 adds Hopper's fast fp8

@@ -46,9 +46,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from . import roofline
-from .devices import lookup_device
-from .files import atomic_path
+from ..devices import lookup_device
+from ..files import atomic_path
+from ..lab import roofline
 
 # ------------------------------------------------------------------ colours and styles
 # The designs of this repository, in the order figures list them.

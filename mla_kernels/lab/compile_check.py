@@ -32,9 +32,9 @@ from pathlib import Path
 import triton
 from triton.runtime.jit import JITFunction
 
-from .designs import DESIGNS, DesignConfig, resolve
-from .devices import DEVICES, DeviceSpec, get_device
-from .inputs import build_inputs
+from ..designs import DESIGNS, DesignConfig, resolve
+from ..devices import DEVICES, DeviceSpec, get_device
+from ..inputs import build_inputs
 from .occupancy import problem_for
 
 HOPPER = DEVICES["H200"]  # the sm_90 part whose limits the checks use

@@ -15,17 +15,17 @@ import torch
 import triton
 import triton.language as tl
 
+from ..api import gather_kv_b_proj
+from ..designs import DesignConfig, resolve
+from ..devices import device_spec
+from ..inputs import GatherInputs, build_inputs
+from ..problem import check_arguments
+from ..reference import token_rows
+from ..shapes import get_shape
 from . import roofline
-from .api import gather_kv_b_proj
 from .checks import check_outputs, expected
-from .designs import DesignConfig, hopper_ws, resolve
-from .devices import device_spec
-from .inputs import GatherInputs, build_inputs
 from .measurements import Measurement, contexts_str
-from .problem import check_arguments
 from .provenance import provenance
-from .reference import token_rows
-from .shapes import get_shape
 
 L2_ROTATE_BYTES = 2 * 60 * 2**20  # rotate input sets smaller than twice the H200's L2
 
@@ -114,7 +114,7 @@ def torch_path(inp: GatherInputs, dot: str) -> Callable[[], None]:
     ks = inp.k_scale if inp.k_scale is not None else torch.ones(1, device=cache.device)
     k_out, v_out = inp.k_prefix, inp.v_prefix
     nope, kv_c = s.qk_nope_dim, s.kv_c_dim
-    from .formats import dequantize_weight
+    from ..formats import dequantize_weight
 
     if dot == "bf16":
         w = dequantize_weight(inp.kv_proj_weight, inp.kv_proj_scale, inp.weight_format)
@@ -271,15 +271,14 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                                       spare_rows=0, spare_blocks=0, **draw)
                 for i in range(n_sets - 1)]
         prob, dev = check_arguments(*base.args()), device_spec(base.k_buffer.device)
-        # hopper_ws widens an MXFP4 weight item by item: the share it runs in e4m3.
-        share = (float(hopper_ws.fp8_route(base.kv_proj_scale, prob.cache_is_fp8).float().mean())
-                 if pt.weight_format == "mxfp4" and hopper_ws is not None else float("nan"))
         for name, dot, make in candidates(pt, torch_paths):
-            design, cfg = "", pt.configs.get(name)
+            design, cfg, extras = "", pt.configs.get(name), {}
             try:
                 if not name.startswith("torch"):
                     resolved, resolved_cfg = resolve(name, prob, dev, cfg)
                     design = resolved.name
+                    # Columns the design reports of its own (hopper_ws: MXFP4's e4m3 share).
+                    extras = resolved.row_extras(prob, base.args())
                     cfg = None if cfg is None else resolved_cfg
                 timings = [("flushed", _bench(_rotating(sets, make)))]
                 if name.startswith("torch") or design_graphs:
@@ -299,7 +298,7 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
             rows += [measurement_row(prov, pt, name, timing, us, dot, ceilings,
                                      chk["max_rel_err"], chk["correct"],
                                      "" if cfg is None else repr(cfg), error, design,
-                                     share if design == "hopper_ws" else float("nan"))
+                                     extras.get("fp8_route_share", float("nan")))
                      for timing, us in timings]
         del sets, base, ref
         torch.cuda.empty_cache()

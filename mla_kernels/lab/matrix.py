@@ -11,10 +11,10 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..designs import DESIGNS
+from ..devices import DEVICES, DeviceSpec, live_device
+from ..formats import WEIGHT_FORMATS
 from .bench import Point
-from .designs import DESIGNS
-from .devices import DEVICES, DeviceSpec, live_device
-from .formats import WEIGHT_FORMATS
 from .occupancy import problem_for
 
 KIMI = "kimi-k3-tp8"

@@ -9,7 +9,7 @@ import subprocess
 import torch
 import triton
 
-from .devices import live_device
+from ..devices import live_device
 
 
 def git_commit() -> str:

@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from .designs import DESIGNS, Design, DesignConfig, resolve
-from .devices import DeviceSpec, get_device, live_device
-from .formats import DEFAULT_SCALE, cache_torch_dtype
+from ..designs import DESIGNS, Design, DesignConfig, resolve
+from ..devices import DeviceSpec, get_device, live_device
+from ..formats import DEFAULT_SCALE, cache_torch_dtype
+from ..problem import Problem
+from ..shapes import MLAShape, get_shape
 from .measurements import contexts_str
-from .problem import Problem
-from .shapes import MLAShape, get_shape
 
 # Stored weight dtype of each format, as check_arguments would see it (MXFP4 travels as
 # uint8 bytes). Only ``Problem.dot_in_fp8`` reads it here.
@@ -228,8 +228,8 @@ def measure_resources(shape: str, variants: Iterable[str], device: DeviceSpec, *
     """Launch each variant once on this GPU and read what the kernel it runs uses
     (registers, spills, shared memory, warps) and the programs per compute unit that
     allows. None without a GPU: the interpreter compiles nothing to read."""
-    from .inputs import build_inputs
-    from .problem import check_arguments, interpreting
+    from ..inputs import build_inputs
+    from ..problem import check_arguments, interpreting
 
     if interpreting() or not torch.cuda.is_available():
         return None

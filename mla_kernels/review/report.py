@@ -26,12 +26,11 @@ from pathlib import Path
 
 import yaml
 
-from .files import atomic_path, write_text_atomic
+from ..files import REPO_ROOT, atomic_path, write_text_atomic
 
-ROOT = Path(__file__).resolve().parents[1]
-CONFIG_DIR = ROOT / "configs"
-NOTEBOOK_DIR = ROOT / "notebooks"
-REPORT_DIR = ROOT / "reports"
+CONFIG_DIR = REPO_ROOT / "configs"
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+REPORT_DIR = REPO_ROOT / "reports"
 
 
 @dataclass
@@ -199,7 +198,7 @@ def child_environment(commit: str | None = None) -> Iterator[dict[str, str]]:
     if commit:
         changes["MLA_COMMIT"] = commit
     elif "MLA_COMMIT" not in os.environ:
-        from .provenance import git_commit
+        from ..lab.provenance import git_commit
 
         # One commit for every notebook of the run, even if the tree moves meanwhile.
         changes["MLA_COMMIT"] = git_commit()

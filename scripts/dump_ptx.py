@@ -1,0 +1,125 @@
+"""Compile every design for sm_90 on a machine with no GPU and write each kernel's PTX,
+debug line info stripped, one file per (design, config, weight format, cache, page size):
+the before/after check of a change that should not alter what a kernel compiles to.
+
+    python scripts/dump_ptx.py OUT_DIR          # then: diff -r BEFORE_DIR AFTER_DIR
+
+Every kernel a launch compiles is kept (the weight widening ahead of ``hopper_ws`` over a
+bf16 cache included). Run with TRITON_INTERPRET unset or 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+# hopper_ws's configs that its tuning table or its tests reach, beside the default.
+HOPPER_WS_CONFIGS = (
+    {},
+    {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True},
+    {"ring_depth": 6, "mma_groups": 2},
+    {"ring_depth": 2},
+)
+PAGE_SIZES = (1, 16)
+
+
+def strip_debug(ptx: str) -> str:
+    """PTX without what moves when only source lines move: ``.loc`` and ``.file``
+    directives, the ``.debug_*`` sections and the inline-scope labels that point into them."""
+    out, in_debug = [], False
+    for line in ptx.splitlines():
+        s = line.strip()
+        if s.startswith(".section") and ".debug" in s:
+            in_debug = True
+            continue
+        if in_debug:
+            if s == "}":
+                in_debug = False
+            continue
+        if s.startswith((".loc", ".file")) or re.match(r"\$L__(tmp|func_begin|func_end)\d+:", s):
+            continue
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def kernels_of(variant: str, weight_format: str, cache: str, page: int, config: dict | None):
+    """(name, ptx) of each kernel the launch compiles, in launch order."""
+    import triton
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime.jit import JITFunction, create_function_from_signature
+
+    from mla_kernels.designs import resolve
+    from mla_kernels.inputs import build_inputs
+    from mla_kernels.lab.compile_check import HOPPER, _target
+    from mla_kernels.lab.occupancy import problem_for
+
+    target = _target(HOPPER, 90)
+    backend = make_backend(target)
+    seen: list[tuple[str, str]] = []
+
+    def compile_instead(self, *args, grid, warmup, **kwargs):
+        binder = create_function_from_signature(self.signature, self.params, backend)
+        bound, spec, opts = binder(*args, **kwargs)
+        opts, sig, consts, attrs = self._pack_args(backend, kwargs, bound, spec, opts)
+        source = ASTSource
+        if self.is_gluon():
+            from triton.experimental.gluon._runtime import GluonASTSource as source
+        k = triton.compile(source(self, sig, consts, attrs), target=target, options=opts.__dict__)
+        seen.append((self.fn.__name__, k.asm["ptx"]))
+
+    inp = build_inputs("kimi-k3-tp8", [300], block_size=page, cache_dtype=cache,
+                       weight_format=weight_format, device="cpu")
+    prob = problem_for("kimi-k3-tp8", [300], cache, weight_format, page)
+    design, cfg = resolve(variant, prob, HOPPER, config or None)
+    real = JITFunction.run
+    JITFunction.run = compile_instead
+    try:
+        design.launch(prob, inp.args(), None, cfg, HOPPER)
+    finally:
+        JITFunction.run = real
+    return seen
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="folder for the .ptx files")
+    ap.add_argument("--variant", nargs="*", help="designs (default: every registered one)")
+    a = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "0") == "1":
+        ap.error("run with TRITON_INTERPRET unset or 0")
+    from mla_kernels.designs import DESIGNS
+    from mla_kernels.formats import WEIGHT_FORMATS
+    from mla_kernels.lab.compile_check import HOPPER
+    from mla_kernels.lab.occupancy import problem_for
+
+    a.out.mkdir(parents=True, exist_ok=True)
+    n = 0
+    for name in a.variant or list(DESIGNS):
+        configs = HOPPER_WS_CONFIGS if name == "hopper_ws" else ({},)
+        for config in configs:
+            tag = "-".join(f"{k}{int(v)}" for k, v in config.items()) or "default"
+            for fmt in WEIGHT_FORMATS:
+                for cache in ("fp8", "bf16"):
+                    for page in PAGE_SIZES:
+                        prob = problem_for("kimi-k3-tp8", [300], cache, fmt, page)
+                        if not DESIGNS[name].runs(prob, HOPPER):
+                            continue
+                        try:
+                            DESIGNS[name].config(config or None)
+                            kernels = kernels_of(name, fmt, cache, page, config)
+                        except ValueError as e:  # a config this problem refuses
+                            print(f"skip {name} {tag} {fmt} {cache} p{page}: {e}", file=sys.stderr)
+                            continue
+                        for i, (kname, ptx) in enumerate(kernels):
+                            f = a.out / f"{name}.{tag}.{fmt}.{cache}.p{page}.{i}.{kname}.ptx"
+                            f.write_text(strip_debug(ptx))
+                            n += 1
+    print(f"{n} kernels written to {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
