@@ -25,11 +25,14 @@ from .problem import (
     check_aliasing,
     check_arguments,
     check_hint,
+    check_indices,
     interpreting,
     validate_inputs,
 )
+from .rules import flag
 
 _INTERPRETING = interpreting()  # fixed per process, as Triton's own switch
+_FLAG = flag()
 _PLANS: dict[tuple, _Plan] = {}
 _PLAN_LIMIT = 512  # signatures kept; past it the cache starts afresh
 _LOCK = threading.Lock()
@@ -44,10 +47,12 @@ class _Plan:
     the launch, and the byte sizes the aliasing check compares."""
 
     __slots__ = ("prob", "design", "config", "launch", "pairs", "device_index", "validate",
-                 "hint", "clear")
+                 "hint", "clear", "host_bounds")
 
     def __init__(self, args: GatherArgs, variant, max_context_len, config, validate: bool,
                  debug: bool = False):
+        _FLAG("validate", validate)
+        _FLAG("debug", debug)
         check_hint(max_context_len)
         prob = check_arguments(*args)
         device = INTERPRETER if interpreting() else device_spec(args.k_buffer.device)
@@ -55,6 +60,9 @@ class _Plan:
         self.prob: Problem = prob
         self.hint = max_context_len
         self.validate = validate
+        # The interpreter compiles nothing, so debug's device asserts cannot stop a block id
+        # out of range there: debug checks the indices on the host instead.
+        self.host_bounds = bool(debug) and _INTERPRETING and not validate
         token = DEBUG.set(bool(debug))
         try:
             self.launch: Callable[..., object] = self.design.prepare(
@@ -74,6 +82,8 @@ class _Plan:
             self.clear.add(ptrs)
         if self.validate:
             validate_inputs(*args, max_context_len=self.hint)
+        elif self.host_bounds:
+            check_indices(args, self.prob, self.hint)
         index = self.device_index
         if index is not None and index != torch._C._cuda_getDevice():
             with torch.cuda.device(index):  # launch on the tensors' device and its stream
@@ -95,7 +105,7 @@ def gather_kv_b_proj(
     *,
     variant: str = "auto",
     max_context_len: int | None = None,
-    config: DesignConfig | dict | None = None,
+    config: DesignConfig | dict | str | None = None,
     validate: bool | None = None,
     debug: bool = False,
 ) -> None:
@@ -104,13 +114,15 @@ def gather_kv_b_proj(
     The contract (arguments, formats, what is checked when, tolerances) is docs/contract.md.
     ``variant`` names the design (``mla_kernels.variant_names()``); ``max_context_len``, a
     host int bounding every sequence's length, may shrink the grid; ``config`` overrides
-    the design's launch parameters (its config dataclass, or a mapping of its fields).
+    the design's launch parameters (its config dataclass, a mapping of its fields, or its
+    repr as ``designs.parse_config`` reads it).
     ``validate`` reads the index tensors and scales first (it synchronises): on by default
     under the Triton interpreter, off on a GPU, where contents are the caller's promise.
     Every argument check is a ValueError before anything is launched, the outputs
     untouched. Without validation the launch reads no tensor contents on the host.
     ``debug`` compiles the kernels with device-side asserts: a block id out of range stops
-    the kernel (a device-side error) instead of reading out of bounds.
+    the kernel (a device-side error) instead of reading out of bounds; under the interpreter,
+    which runs no device asserts, the indices are checked on the host instead (a ValueError).
     """
     args = GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
                       kv_proj_weight, kv_proj_scale, k_prefix, v_prefix)
@@ -127,8 +139,15 @@ def gather_kv_b_proj(
         # type(): a bool hint (True == 1) must not find the plan of an int one.
         aligned = not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
                        | ptrs[7] | ptrs[8]) & 15
+        # A negative view reads as its memory, not its values: such a call is refused, so it
+        # must not find the plan of an ordinary tensor.
+        neg = (k_buffer.is_neg() or kv_proj_weight.is_neg() or k_prefix.is_neg()
+               or v_prefix.is_neg() or kv_indptr.is_neg() or kv_indices.is_neg()
+               or kv_prefix_sum_context_lens.is_neg()
+               or (k_scale is not None and k_scale.is_neg())
+               or (kv_proj_scale is not None and kv_proj_scale.is_neg()))
         key = (variant, max_context_len, type(max_context_len), config, validate, debug,
-               aligned,
+               aligned, neg,
                k_buffer.dtype, k_buffer.shape, k_buffer.stride(), k_buffer.device,
                kv_indptr.dtype, kv_indptr.shape, kv_indptr.stride(), kv_indptr.device,
                kv_indices.dtype, kv_indices.shape, kv_indices.stride(), kv_indices.device,
@@ -147,7 +166,7 @@ def gather_kv_b_proj(
     except (AttributeError, TypeError, RuntimeError):  # not tensors (or no storage), or an
         key = plan = None  # unhashable variant / config: the checked path says which argument
     if plan is None:
-        plan = _Plan(args, variant, max_context_len, config, bool(validate), bool(debug))
+        plan = _Plan(args, variant, max_context_len, config, validate, debug)
         if key is not None and not (torch.cuda.is_available()
                                     and torch.cuda.is_current_stream_capturing()):
             with _LOCK:  # no cache fill while a graph is captured; warm up outside it

@@ -35,7 +35,7 @@ _UINT8_VIEWS = tuple(
 def cache_torch_dtype(cache_dtype: str) -> torch.dtype:
     """torch dtype of a latent cache by its name in CACHE_DTYPES."""
     table = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp8_fnuz": torch.float8_e4m3fnuz}
-    if cache_dtype not in table:
+    if not isinstance(cache_dtype, str) or cache_dtype not in table:
         raise ValueError(f"cache_dtype: expected one of {CACHE_DTYPES}, got {cache_dtype!r}")
     return table[cache_dtype]
 

@@ -7,19 +7,24 @@ drops or misplaces a scale fails the tolerance.
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from .formats import (
+    E8M0_NAN,
     FP8_BLOCK,
     FP8_MAX,
     MX_BLOCK,
+    WEIGHT_FORMATS,
     cache_torch_dtype,
     dequantize_weight,
 )
-from .problem import GatherArgs
+from .problem import OUT_DTYPES, GatherArgs
+from .rules import Reject, Rule, choice, flag, int_in
 from .shapes import MLAShape, get_shape
 
 
@@ -108,6 +113,88 @@ def random_weight(gen: torch.Generator, n: int, k: int, weight_format: str,
     raise ValueError(f"weight_format: expected bf16, fp8_row, fp8_block or mxfp4, got {weight_format!r}")
 
 
+def _whole(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _contexts(v) -> tuple[int, ...]:
+    if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not all(
+            _whole(c) and c >= 0 for c in v):
+        raise Reject
+    return tuple(int(c) for c in v)
+
+
+def _finite_positive(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _scale_range(v) -> tuple[float, float]:
+    if not (isinstance(v, Sequence) and len(v) == 2 and all(_finite_positive(x) for x in v)
+            and v[0] <= v[1]):
+        raise Reject
+    return float(v[0]), float(v[1])
+
+
+# e8m0 codes are exponent + 127 in [0, 254]; 255 is NaN.
+_E8M0_LO, _E8M0_HI = -127, E8M0_NAN - 1 - 127
+
+
+def _e8m0_range(v) -> tuple[int, int]:
+    if not (isinstance(v, Sequence) and len(v) == 2 and all(_whole(x) for x in v)
+            and _E8M0_LO <= v[0] <= v[1] <= _E8M0_HI):
+        raise Reject
+    return int(v[0]), int(v[1])
+
+
+def _seed(v) -> int:
+    if not _whole(v):
+        raise Reject
+    return int(v)
+
+
+def _k_scale(v) -> float | None:
+    if v is not None and not _finite_positive(v):
+        raise Reject
+    return None if v is None else float(v)
+
+
+def _out_dtype(v) -> torch.dtype:
+    if v not in OUT_DTYPES:
+        raise Reject
+    return v
+
+
+def _device(v) -> torch.device:
+    try:
+        d = torch.device(v)
+    except (RuntimeError, TypeError):
+        raise Reject from None
+    if d.type not in ("cpu", "cuda") or (d.type == "cuda" and not torch.cuda.is_available()):
+        raise Reject
+    if d.type == "cuda" and d.index is not None and d.index >= torch.cuda.device_count():
+        raise Reject
+    return d
+
+
+_BUILD_RULES: dict[str, Rule] = {
+    "contexts": Rule("a sequence of ints >= 0", _contexts),
+    "block_size": int_in(1),
+    "weight_format": choice(WEIGHT_FORMATS),
+    "device": Rule(lambda: "'cpu' or a CUDA device this machine has"
+                   + ("" if torch.cuda.is_available() else " (it has none)"), _device),
+    "seed": Rule("an int", _seed),
+    "spare_indices": int_in(0),
+    "spare_rows": int_in(0),
+    "spare_blocks": int_in(0),
+    "k_scale": Rule("None or a finite number > 0", _k_scale),
+    "weight_scale_range": Rule("(lo, hi) with 0 < lo <= hi, both finite", _scale_range),
+    "out_dtype": Rule(f"one of {[str(d) for d in OUT_DTYPES]}", _out_dtype),
+    "e8m0_range": Rule(f"(lo, hi) ints with {_E8M0_LO} <= lo <= hi <= {_E8M0_HI} (e8m0 "
+                       "codes 0-254)", _e8m0_range),
+    "e8m0_full_span": flag(),
+}
+
+
 def build_inputs(
     shape: str | MLAShape,
     contexts: Sequence[int],
@@ -137,10 +224,16 @@ def build_inputs(
     has ``spare_indices`` extra entries, and the outputs ``spare_rows`` extra rows.
     Outputs are poisoned with NaN.
     """
+    given = dict(contexts=contexts, block_size=block_size, weight_format=weight_format,
+                 device=device, seed=seed, spare_indices=spare_indices, spare_rows=spare_rows,
+                 spare_blocks=spare_blocks, k_scale=k_scale,
+                 weight_scale_range=weight_scale_range, out_dtype=out_dtype,
+                 e8m0_range=e8m0_range, e8m0_full_span=e8m0_full_span)
+    # Every argument checked before anything is drawn: a ValueError names the first bad one.
+    checked = {name: _BUILD_RULES[name](name, value) for name, value in given.items()}
     shp = get_shape(shape)
-    contexts = tuple(int(c) for c in contexts)
-    if any(c < 0 for c in contexts):
-        raise ValueError(f"contexts: expected lengths >= 0, got {contexts}")
+    contexts, device = checked["contexts"], checked["device"]
+    weight_scale_range, e8m0_range = checked["weight_scale_range"], checked["e8m0_range"]
     gen = torch.Generator().manual_seed(seed)
     cdt = cache_torch_dtype(cache_dtype)
     fp8_dtype = cdt if cdt in FP8_MAX else torch.float8_e4m3fn

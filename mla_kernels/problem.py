@@ -117,13 +117,31 @@ def _require(cond: bool, arg: str, expected: str, got) -> None:
 def _check_tensor(t, arg: str, *, dims: int, dtypes: tuple, device: torch.device) -> None:
     # Runs on every plan: the messages are only formatted once a check has failed.
     if (isinstance(t, torch.Tensor) and t.dim() == dims and t.dtype in dtypes
-            and t.device == device and t.is_contiguous()):
+            and t.device == device and t.is_contiguous() and not t.is_neg()):
         return
     _require(isinstance(t, torch.Tensor), arg, "a torch.Tensor", type(t).__name__)
     _require(t.dim() == dims, arg, f"{dims} dimensions", f"shape {tuple(t.shape)}")
     _require(t.dtype in dtypes, arg, f"dtype in {[str(d) for d in dtypes]}", t.dtype)
     _require(t.device == device, arg, f"device {device} (that of k_buffer)", t.device)
     _require(t.is_contiguous(), arg, "a contiguous tensor", f"strides {t.stride()}")
+    # A negative view's memory holds the values unnegated: the kernels would read (or write)
+    # them with the wrong sign. (Complex dtypes, the only ones with a pending conjugation,
+    # are refused above.)
+    _require(not t.is_neg(), arg, "a tensor with no pending negation (call .resolve_neg())",
+             "a negative view (is_neg() is True)")
+
+
+def data_ptr(t) -> int:
+    """A tensor's address, or 0 for one without real storage (a fake tensor being traced)."""
+    try:
+        return t.data_ptr()
+    except RuntimeError:
+        return 0
+
+
+def _devices_accepted() -> str:
+    return "a CUDA tensor, or a CPU one under the Triton interpreter" if interpreting() \
+        else "a GPU tensor (set TRITON_INTERPRET=1 to run on the CPU)"
 
 
 def _weight_dtypes() -> tuple:
@@ -171,15 +189,16 @@ def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
     _require(isinstance(k_buffer, torch.Tensor), "k_buffer", "a torch.Tensor",
              type(k_buffer).__name__)
     dev = k_buffer.device
-    if not interpreting():
-        _require(dev.type == "cuda", "k_buffer",
-                 "a GPU tensor (set TRITON_INTERPRET=1 to run on the CPU)", f"device {dev}")
+    _require(dev.type == "cuda" or (dev.type == "cpu" and interpreting()), "k_buffer",
+             _devices_accepted(), f"device {dev}")
     cache_dtypes = (torch.bfloat16, torch.float8_e4m3fn) + (
         (torch.float8_e4m3fnuz,) if fp8_fnuz_supported() else ())
     if k_buffer.dtype == torch.float8_e4m3fnuz and not fp8_fnuz_supported():
         raise _fail("k_buffer", "bfloat16 or float8_e4m3fn (float8_e4m3fnuz needs an AMD "
                     "MI300-class backend)", k_buffer.dtype)
     _check_tensor(k_buffer, "k_buffer", dims=3, dtypes=cache_dtypes, device=dev)
+    _require(k_buffer.shape[1] >= 1, "k_buffer", "a page size (shape[1]) >= 1",
+             f"shape {tuple(k_buffer.shape)}")
     if k_buffer.dtype in FP8_DTYPES:
         # A bf16 cache has nothing to dequantise: its k_scale, if any, is ignored.
         _require(k_scale is not None, "k_scale", "a float32 [1] tensor for an fp8 cache", None)
@@ -203,6 +222,8 @@ def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
     v_dim = v_prefix.shape[2]
 
     _check_tensor(kv_proj_weight, "kv_proj_weight", dims=2, dtypes=_weight_dtypes(), device=dev)
+    _require(kv_proj_scale is None or isinstance(kv_proj_scale, torch.Tensor), "kv_proj_scale",
+             "a torch.Tensor or None", type(kv_proj_scale).__name__)
     fmt = detect_weight_format(kv_proj_weight, kv_proj_scale)
     n = kv_proj_weight.shape[0]
     kv_c = kv_proj_weight.shape[1] * (2 if fmt == "mxfp4" else 1)
@@ -225,7 +246,7 @@ def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
         out_dtype=k_prefix.dtype, weight_scale=kind,
         scale_dtype=kv_proj_scale.dtype if kind in ("row", "block")
         and kv_proj_scale.dtype != torch.float32 else None,
-        aligned16=aligned16(kv_proj_weight.data_ptr(), k_prefix.data_ptr(), v_prefix.data_ptr()),
+        aligned16=aligned16(data_ptr(kv_proj_weight), data_ptr(k_prefix), data_ptr(v_prefix)),
     )
 
 
@@ -257,13 +278,30 @@ def check_aliasing(args: GatherArgs, pairs: tuple | None = None, ptrs: tuple | N
     caller has them, save recomputing them."""
     pairs = aliasing_pairs(args) if pairs is None else pairs
     if ptrs is None:
-        ptrs = tuple(0 if t is None else t.data_ptr() for t in args)
+        # A bf16 cache's k_scale is ignored, whatever it is: it is in no pair.
+        ptrs = tuple(t.data_ptr() if isinstance(t, torch.Tensor) else 0 for t in args)
     for i, o, m, n in pairs:
         lo, olo = ptrs[i], ptrs[o]
         if lo < olo + n and olo < lo + m:
             raise _fail(_ARG_NAMES[o], f"memory that overlaps no other argument "
                         f"({_ARG_NAMES[i]} holds bytes [{lo:#x}, {lo + m:#x}))",
                         f"bytes [{olo:#x}, {olo + n:#x})")
+
+
+def check_aliasing_traced(args: GatherArgs) -> None:
+    """The aliasing rule on tensors without addresses (fake tensors while a graph is traced):
+    two tensors overlap only where they share a storage, and there their byte ranges are
+    compared by storage offset. A traced graph may hand the op copies of its arguments
+    (functionalization), so this is where an overlap of the caller's tensors still shows."""
+    for i, o, m, n in aliasing_pairs(args):
+        a, out = args[i], args[o]
+        if not torch._C._is_alias_of(a, out):
+            continue
+        lo, olo = a.storage_offset() * a.element_size(), out.storage_offset() * out.element_size()
+        if lo < olo + n and olo < lo + m:
+            raise _fail(_ARG_NAMES[o], f"memory that overlaps no other argument "
+                        f"({_ARG_NAMES[i]} holds bytes [{lo}, {lo + m}) of the same storage)",
+                        f"bytes [{olo}, {olo + n})")
 
 
 def check_hint(max_context_len) -> None:
@@ -291,6 +329,16 @@ def validate_inputs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
     prob = check_arguments(*args)
     check_aliasing(args)
     check_hint(max_context_len)
+    used = check_indices(args, prob, max_context_len)
+    _check_values(args, prob, used)
+
+
+def check_indices(args: GatherArgs, prob: Problem, max_context_len: int | None = None) -> int:
+    """validate_inputs' checks of the index tensors (it synchronises): the sequences' block
+    counts, every block id in range, the hint, a row for every token. Returns the blocks
+    used (kv_indptr[-1])."""
+    k_buffer, kv_indptr, kv_indices = args.k_buffer, args.kv_indptr, args.kv_indices
+    kv_prefix_sum_context_lens = args.kv_prefix_sum_context_lens
     indptr = kv_indptr.cpu().long()
     cs = kv_prefix_sum_context_lens.cpu().long()
     indices = kv_indices.cpu().long()
@@ -325,7 +373,14 @@ def validate_inputs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
                     f"{int(ctx[b])})", max_context_len)
     _require(int(cs[-1]) <= prob.out_rows, "k_prefix",
              f"at least {int(cs[-1])} rows (kv_prefix_sum_context_lens[-1])", prob.out_rows)
+    return used
 
+
+def _check_values(args: GatherArgs, prob: Problem, used: int) -> None:
+    """validate_inputs' checks of values: scales, the weight, every cache row a token reads."""
+    (k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens, kv_proj_weight,
+     kv_proj_scale) = args[:7]
+    bs, cs = prob.block_size, kv_prefix_sum_context_lens.cpu().long()
     if prob.cache_is_fp8:
         ks = float(k_scale.float().cpu()[0])
         _require(ks == ks and 0 < ks < float("inf"), "k_scale", "a finite value > 0", ks)

@@ -53,5 +53,5 @@ def get_shape(shape: str | MLAShape) -> MLAShape:
         return shape
     try:
         return SHAPES[shape]
-    except KeyError:
+    except (KeyError, TypeError):  # not a name, or not hashable
         raise ValueError(f"shape: expected one of {sorted(SHAPES)}, got {shape!r}") from None

@@ -47,40 +47,15 @@ def strip_debug(ptx: str) -> str:
 
 def kernels_of(variant: str, weight_format: str, cache: str, page: int, config: dict | None):
     """(name, ptx) of each kernel the launch compiles, in launch order."""
-    import triton
-    from triton.compiler import ASTSource, make_backend
-    from triton.runtime.jit import JITFunction, create_function_from_signature
-
-    from mla_kernels.designs import resolve
     from mla_kernels.inputs import build_inputs
-    from mla_kernels.lab.compile_check import HOPPER, _target
+    from mla_kernels.lab.compile_check import HOPPER, compile_launches
     from mla_kernels.lab.occupancy import problem_for
-
-    target = _target(HOPPER, 90)
-    backend = make_backend(target)
-    seen: list[tuple[str, str]] = []
-
-    def compile_instead(self, *args, grid, warmup, **kwargs):
-        binder = create_function_from_signature(self.signature, self.params, backend)
-        bound, spec, opts = binder(*args, **kwargs)
-        opts, sig, consts, attrs = self._pack_args(backend, kwargs, bound, spec, opts)
-        source = ASTSource
-        if self.is_gluon():
-            from triton.experimental.gluon._runtime import GluonASTSource as source
-        k = triton.compile(source(self, sig, consts, attrs), target=target, options=opts.__dict__)
-        seen.append((self.fn.__name__, k.asm["ptx"]))
 
     inp = build_inputs("kimi-k3-tp8", [300], block_size=page, cache_dtype=cache,
                        weight_format=weight_format, device="cpu")
     prob = problem_for("kimi-k3-tp8", [300], cache, weight_format, page)
-    design, cfg = resolve(variant, prob, HOPPER, config or None)
-    real = JITFunction.run
-    JITFunction.run = compile_instead
-    try:
-        design.launch(prob, inp.args(), None, cfg, HOPPER)
-    finally:
-        JITFunction.run = real
-    return seen
+    _, kernels = compile_launches(variant, inp, prob, config or None, HOPPER, 90)
+    return [(k.metadata.name, k.asm["ptx"]) for k in kernels]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -242,15 +242,34 @@ def _module_path(module: str) -> Path | None:
 
 
 def test_no_import_cycle():
+    graph = _import_graph()
+    assert graph["mla_kernels.tuning"] == set(), "the tuning table is data: no imports"
+    assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph))
+
+
+def _layer(module: str) -> int:
+    """0: the operation (the package's top and designs/), 1: the lab, 2: the review layer."""
+    parts = module.split(".")
+    return {"lab": 1, "review": 2}.get(parts[1] if len(parts) > 1 else "", 0)
+
+
+def _import_graph() -> dict[str, set[str]]:
     graph = {}
     for path in (ROOT / "mla_kernels").rglob("*.py"):
-        rel = path.relative_to(ROOT).with_suffix("")
-        parts = list(rel.parts)
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         graph[".".join(parts)] = _imports(path, ".".join(parts))
-    assert graph["mla_kernels.tuning"] == set(), "the tuning table is data: no imports"
-    assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph))
+    return graph
+
+
+def test_layers_import_only_downward():
+    # The operation needs nothing of the lab or the review layer, nor the lab of the review:
+    # an engineer porting the call takes the package's top and designs/ alone.
+    up = sorted((m, n) for m, targets in _import_graph().items() for n in targets
+                if _layer(n) > _layer(m) and m != "mla_kernels._moved")
+    assert up == []
+    assert _layer("mla_kernels.review.report") == 2 and _layer("mla_kernels.designs.tiled") == 0
 
 
 def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
@@ -280,7 +299,7 @@ def test_the_cycle_finder_bites():
     assert "mla_kernels.designs" in _imports(ROOT / "mla_kernels" / "api.py", "mla_kernels.api")
     assert "mla_kernels.designs.chunk_loop" in _imports(
         ROOT / "mla_kernels" / "designs" / "__init__.py", "mla_kernels.designs")
-    assert "mla_kernels.inputs" in _imports(ROOT / "mla_kernels" / "occupancy.py",
+    assert "mla_kernels.inputs" in _imports(ROOT / "mla_kernels" / "lab" / "occupancy.py",
                                             "mla_kernels.lab.occupancy")  # inside a function
     old = {"mla_kernels.designs": {"mla_kernels.tuning"},
            "mla_kernels.tuning": {"mla_kernels.designs"}, "mla_kernels.api": {"mla_kernels.designs"}}

@@ -89,7 +89,7 @@ def coerce_config(config_type: type[DesignConfig], given) -> DesignConfig:
         return given
     if isinstance(given, Mapping):
         names = {f.name for f in dataclasses.fields(config_type)}
-        unknown = sorted(set(given) - names)
+        unknown = sorted(set(given) - names, key=repr)  # keys may be of any type
         if unknown:
             raise ValueError(f"config: expected fields of {config_type.__name__} "
                              f"{sorted(names)}, got {unknown}")
@@ -146,10 +146,12 @@ class Design:
 
     def config(self, given=None) -> DesignConfig:
         """The launch config for ``given``: None for the design's default, its config
-        dataclass, or a mapping of fields that override the default."""
+        dataclass, a mapping of fields that override the default, or a config's repr."""
         default = self.default_config or self.config_type()
         if given is None:
             return default
+        if isinstance(given, str):  # a repr, as the custom op and measurement CSVs carry it
+            return parse_config(self.config_type, given)
         if isinstance(given, Mapping) and not isinstance(given, self.config_type):
             coerce_config(self.config_type, given)  # names an unknown or bad field
             return dataclasses.replace(default, **given)

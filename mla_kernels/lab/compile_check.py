@@ -53,9 +53,11 @@ def _target(device: DeviceSpec, capability: int):
     return GPUTarget("cuda", capability, 32)
 
 
-def _compile_launch(variant: str, inputs, prob, config: DesignConfig | None,
-                    device: DeviceSpec, capability: int):
-    """Compile what the launcher would launch, for the target, instead of launching it.
+def compile_launches(variant: str, inputs, prob, config: DesignConfig | None,
+                     device: DeviceSpec, capability: int) -> tuple:
+    """Compile what the launcher would launch, for the target, instead of launching it:
+    (the design, every kernel compiled, in launch order: a weight widening ahead of the
+    main kernel included).
 
     The launcher's kernel call is intercepted and handed to Triton's own argument binder
     and packer, so the signature, the constants and the specialisations (16-byte
@@ -66,7 +68,7 @@ def _compile_launch(variant: str, inputs, prob, config: DesignConfig | None,
 
     target = _target(device, capability)
     backend = make_backend(target)
-    seen = {}
+    seen = []
 
     def compile_instead(self, *args, grid, warmup, **kwargs):
         binder = create_function_from_signature(self.signature, self.params, backend)
@@ -75,8 +77,8 @@ def _compile_launch(variant: str, inputs, prob, config: DesignConfig | None,
         source = ASTSource
         if self.is_gluon():  # Gluon's source class sets the module's warp count first
             from triton.experimental.gluon._runtime import GluonASTSource as source
-        seen["kernel"] = triton.compile(source(self, sig, consts, attrs), target=target,
-                                        options=opts.__dict__)
+        seen.append(triton.compile(source(self, sig, consts, attrs), target=target,
+                                   options=opts.__dict__))
 
     design, cfg = resolve(variant, prob, device, config)
     real = JITFunction.run
@@ -87,7 +89,14 @@ def _compile_launch(variant: str, inputs, prob, config: DesignConfig | None,
         JITFunction.run = real
     if not seen:
         raise ValueError(f"variant: {variant!r} launched nothing for this problem")
-    return design, seen["kernel"]
+    return design, seen
+
+
+def _compile_launch(variant: str, inputs, prob, config: DesignConfig | None,
+                    device: DeviceSpec, capability: int):
+    """(the design, the last kernel its launch compiles: the main one)."""
+    design, kernels = compile_launches(variant, inputs, prob, config, device, capability)
+    return design, kernels[-1]
 
 
 def _ptxas_report(ptx: str, capability: int) -> dict[str, int]:
