@@ -8,7 +8,7 @@ import torch
 
 import mla_kernels as mk
 from mla_kernels import api
-from mla_kernels.designs import base
+from mla_kernels.designs import launch
 from mla_kernels.lab.checks import check_outputs
 from mla_kernels.shapes import MLAShape
 
@@ -94,7 +94,7 @@ def test_cuda_graph_capture_after_warm_up(seed):
 
 @pytest.mark.gpu
 def test_fast_launch_matches_triton_s_own_and_follows_alignment(seed):
-    if not base.FAST_LAUNCH:
+    if not launch.FAST_LAUNCH:
         pytest.skip("this triton takes Triton's own launch path")
     inp = mk.build_inputs("kimi-k3-tp8", [700, 1], block_size=1, device="cuda", seed=seed)
     api.clear_plans()
@@ -186,7 +186,7 @@ def test_direct_launch_calls_the_entry_as_the_wrapper_does_and_encodes_once():
     run.launch.__closure__[[c for c in run.launch.__code__.co_freevars].index("launcher")] \
         .cell_contents = lambda *a: seen.append(a)
     compiled = _Compiled(run)
-    direct = base._Direct.of(compiled, (5, 2, 1), n_args=6, tail=("T",))
+    direct = launch._Direct.of(compiled, (5, 2, 1), n_args=6, tail=("T",))
     assert direct is not None
     d2, d4 = object(), object()
     args = [10, 11, d2, 13, d4, 15]
@@ -211,22 +211,22 @@ def test_direct_launch_without_descriptors_and_its_refusals():
             seen.append(a)
     raw = Entry()
     run = mod.Launcher(raw, set(), [])
-    direct = base._Direct.of(_Compiled(run), (3, 1, 1), n_args=2, tail=())
+    direct = launch._Direct.of(_Compiled(run), (3, 1, 1), n_args=2, tail=())
     direct([1, 2], 5)
     assert seen == [(3, 1, 1, 5, "fn", False, True, None, None, ("packed",), None, None, None,
                      1, 2)]
     # Another layout, scratch buffers, a descriptor past the positional arguments: refused.
-    assert base._Direct.of(_Compiled(_launcher_module("fake_drv_other", 16).Launcher(
+    assert launch._Direct.of(_Compiled(_launcher_module("fake_drv_other", 16).Launcher(
         raw, set(), [])), (1, 1, 1), 2, ()) is None
     scratch = mod.Launcher(raw, set(), [])
     scratch.global_scratch_size = 64
-    assert base._Direct.of(_Compiled(scratch), (1, 1, 1), 2, ()) is None
-    assert base._Direct.of(_Compiled(mod.Launcher(raw, {3}, ["m"])), (1, 1, 1), 2, ()) is None
+    assert launch._Direct.of(_Compiled(scratch), (1, 1, 1), 2, ()) is None
+    assert launch._Direct.of(_Compiled(mod.Launcher(raw, {3}, ["m"])), (1, 1, 1), 2, ()) is None
     annotated = mod.Launcher(raw, set(), [])
     annotated.arg_annotations = ()
-    assert base._Direct.of(_Compiled(annotated), (1, 1, 1), 2, ()) is None
+    assert launch._Direct.of(_Compiled(annotated), (1, 1, 1), 2, ()) is None
     # A Python function in the entry's place is a wrapper it does not know: refused.
-    assert base._Direct.of(_Compiled(mod.Launcher(lambda *a: None, set(), [])), (1, 1, 1), 2,
+    assert launch._Direct.of(_Compiled(mod.Launcher(lambda *a: None, set(), [])), (1, 1, 1), 2,
                            ()) is None
 
 
@@ -263,7 +263,7 @@ def test_cached_launch_over_many_outputs_matches_triton_s_path(variant, fmt, cac
                     widen._slow = None
             else:
                 assert torch.equal(k[:t], first[i][0]) and torch.equal(v[:t], first[i][1])
-    if base.FAST_LAUNCH:
+    if launch.FAST_LAUNCH:
         assert torch.cuda.current_device() in launcher.compiled
         if widen is not None:
             assert torch.cuda.current_device() in widen.compiled
@@ -289,16 +289,16 @@ def test_cached_launch_over_many_outputs_matches_triton_s_path(variant, fmt, cac
 def test_launch_hooks_count_only_when_one_is_set(monkeypatch):
     # Triton keeps an empty chain of launch hooks when none is set: the cached launch stays
     # on; a profiler's hook (or one assigned) sends launches through Triton's own path.
-    assert not base._hooks_set()
-    chain = base._KNOBS.runtime.launch_enter_hook
+    assert not launch._hooks_set()
+    chain = launch._KNOBS.runtime.launch_enter_hook
     if hasattr(chain, "add"):
         def hook(*a):
             return None
         chain.add(hook)
         try:
-            assert base._hooks_set()
+            assert launch._hooks_set()
         finally:
             chain.remove(hook)
-        assert not base._hooks_set()
-    monkeypatch.setattr(base._KNOBS.runtime, "launch_exit_hook", lambda *a: None)
-    assert base._hooks_set()
+        assert not launch._hooks_set()
+    monkeypatch.setattr(launch._KNOBS.runtime, "launch_exit_hook", lambda *a: None)
+    assert launch._hooks_set()

@@ -42,10 +42,10 @@ def test_model_counts_what_a_launch_launches(monkeypatch, device):
     # The grid a real launch hands to Triton (intercepted) against the model's count.
     import mla_kernels as mk
     from mla_kernels.api import clear_plans
-    from mla_kernels.designs import base
+    from mla_kernels.designs import launch
 
     seen = []
-    monkeypatch.setattr(base.JitLauncher, "__call__",
+    monkeypatch.setattr(launch.JitLauncher, "__call__",
                         lambda self, *args: seen.append(math.prod(self.grid)))
     clear_plans()
     contexts = [5, 0, 77]
