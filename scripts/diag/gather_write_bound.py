@@ -25,7 +25,6 @@ git ignores). Off the GPU: TRITON_INTERPRET=1 python scripts/diag/gather_write_b
 """
 from __future__ import annotations
 
-import argparse
 import functools
 import itertools
 from pathlib import Path
@@ -33,6 +32,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
+from _args import parser, write_rows
 
 from mla_kernels.designs.jit import (
     cast_out,
@@ -233,16 +233,13 @@ def measure(out: Path, tokens: list[int]) -> None:
     add("empty launch", 0, "", bench.empty_launch(), True)
     df = pd.DataFrame(rows)
     df["out_bytes"] = [output_bytes("kimi-k3-tp8", t) for t in df.tokens]
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "gather_write_bound.csv", index=False)
+    write_rows(df, out, "gather_write_bound.csv")
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = parser(__doc__, "gather_write_bound.csv")
     ap.add_argument("tokens", nargs="*", type=int, default=[4096, 32000],
                     help="tokens of one sequence (default 4096 32000)")
-    ap.add_argument("--out", type=Path, default=Path("reports/diag"), metavar="FOLDER",
-                    help="folder for gather_write_bound.csv (default reports/diag/)")
     ap.add_argument("--check", action="store_true",
                     help="check every config shape on small problems under the interpreter")
     a = ap.parse_args()

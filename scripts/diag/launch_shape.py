@@ -22,10 +22,10 @@ Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/launch_shape.py [--out 
 On a machine with no GPU:  python3 scripts/diag/launch_shape.py --check  (compiles each for
 sm_90 and prints its shared memory and warps; nothing is timed or written)
 """
-import argparse
 from pathlib import Path
 
 import torch
+from _args import parser, write_rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -119,16 +119,13 @@ def main(out: Path) -> None:
                                  median_us=bench._bench(f) / n))
     assert int(sink.item()) == 0
     df = pd.DataFrame(rows)
-    out.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out / "launch_shape.csv", index=False)
+    write_rows(df, out, "launch_shape.csv")
     print(df.pivot_table(index="what", columns=["timing", "round"], values="median_us",
                          sort=False).round(2).to_string())
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, default=Path("reports/diag"), metavar="FOLDER",
-                    help="folder for launch_shape.csv (default reports/diag/)")
+    ap = parser(__doc__, "launch_shape.csv")
     ap.add_argument("--check", action="store_true",
                     help="compile each kernel for sm_90 on the CPU and print its resources")
     a = ap.parse_args()

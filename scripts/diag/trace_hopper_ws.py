@@ -19,11 +19,9 @@ time, the span from the first program's start to the last one's end, and the sta
 ends' spread. Kimi-K3 TP8, fp8 per row, fp8 cache, page 1.
 """
 
-import argparse
-from pathlib import Path
-
 import pandas as pd
 import torch
+from _args import parser, write_rows
 
 import mla_kernels as mk
 from mla_kernels.designs import hopper_ws as hw
@@ -60,10 +58,8 @@ STAMPS = {
     7: "MMA: every store drained (end)",
 }
 
-ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap = parser(__doc__, "the rows (--name)")
 ap.add_argument("tokens", nargs="+", type=int, help="tokens of one sequence")
-ap.add_argument("--out", type=Path, default=Path("reports/diag"), metavar="FOLDER",
-                help="folder for the rows (default reports/diag/)")
 ap.add_argument("--name", default="trace.csv", help="file name of the rows (default trace.csv)")
 ap.add_argument("--config", default=None, help="a HopperWSConfig repr (default: the default)")
 a = ap.parse_args()
@@ -99,5 +95,4 @@ for tokens in a.tokens:
                          p90_us=float(q[2]), max_us=float(us.max()), graph_us=graph_us,
                          span_us=span, programs=len(t), sm_ghz=float(ghz.median())))
     hw.TRACE = None
-a.out.mkdir(parents=True, exist_ok=True)
-pd.DataFrame(rows).to_csv(a.out / a.name, index=False)
+write_rows(pd.DataFrame(rows), a.out, a.name)

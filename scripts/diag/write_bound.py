@@ -9,21 +9,17 @@ docs/log/2026-12-01-gather-write-bound.md).
 Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/write_bound.py [--out FOLDER] [tokens ...]
 (rows to FOLDER/write_bound.csv; FOLDER defaults to reports/diag/, which git ignores).
 """
-import argparse
-from pathlib import Path
-
 import pandas as pd
 import torch
+from _args import parser, write_rows
 
 from mla_kernels.lab import bench
 from mla_kernels.lab.provenance import provenance
 from mla_kernels.lab.roofline import output_bytes
 
-ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+ap = parser(__doc__, "write_bound.csv")
 ap.add_argument("tokens", nargs="*", type=int, default=[4096, 32000],
                 help="tokens of one sequence (default 4096 32000)")
-ap.add_argument("--out", type=Path, default=Path("reports/diag"), metavar="FOLDER",
-                help="folder for write_bound.csv (default reports/diag/)")
 a = ap.parse_args()
 tokens = a.tokens
 
@@ -45,7 +41,6 @@ for t in tokens:
 rows += timed("empty launch", 0, 0, bench.empty_launch())
 df = pd.DataFrame(rows)
 df["tbps"] = df.nbytes / df.median_us / 1e6
-a.out.mkdir(parents=True, exist_ok=True)
-df.to_csv(a.out / "write_bound.csv", index=False)
+write_rows(df, a.out, "write_bound.csv")
 print(df[["what", "tokens", "dtype", "nbytes", "timing", "median_us", "tbps"]].to_string(
     index=False))
