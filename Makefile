@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m ruff check mla_kernels tests
+	$(BIN)/python -m ruff check mla_kernels tests scripts
 	$(BIN)/python -m pytest -q
 
 report: $(STAMP)

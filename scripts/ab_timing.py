@@ -1,8 +1,8 @@
-"""Two trees of this package timed side by side in one device session: each design's time
+"""Two trees of this package timed side by side in one run on the GPU: each design's time
 replayed from a CUDA graph (L2 flushed), the trees interleaved round by round so drift hits
 both. Each round runs each tree in its own process (PYTHONPATH = the tree).
 
-Usage: python scripts/ab_timing.py OUT.csv --tree 6a3775e=.ab/6a3775e --tree <sha>=. [--rounds 2]
+Usage: python scripts/ab_timing.py ROWS.csv --tree 6a3775e=.ab/6a3775e --tree <sha>=. [--rounds 2]
 A tree's label is recorded as its commit; it must hold mla_kernels/ (of any version whose
 bench.Point and bench.run_points(design_graphs=...) exist: 3daddda and later)."""
 import argparse

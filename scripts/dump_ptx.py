@@ -2,7 +2,7 @@
 debug line info stripped, one file per (design, config, weight format, cache, page size):
 the before/after check of a change that should not alter what a kernel compiles to.
 
-    python scripts/dump_ptx.py OUT_DIR          # then: diff -r BEFORE_DIR AFTER_DIR
+    python scripts/dump_ptx.py FOLDER           # then: diff -r BEFORE_FOLDER AFTER_FOLDER
 
 Every kernel a launch compiles is kept (the weight widening ahead of ``hopper_ws`` over a
 bf16 cache included). Run with TRITON_INTERPRET unset or 0.

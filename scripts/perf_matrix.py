@@ -1,8 +1,8 @@
 """The performance matrix on the live GPU (``mla_kernels.lab.matrix``): every point's designs and
 torch paths, plain calls and from a CUDA graph, each checked against the reference. Each
-point's rows are appended to OUT.csv as soon as they are measured (atomically).
+point's rows are appended to ROWS.csv as soon as they are measured (atomically).
 
-Usage: MLA_COMMIT=<sha> python scripts/perf_matrix.py OUT.csv [--points GLOB ...] [--list]
+Usage: MLA_COMMIT=<sha> python scripts/perf_matrix.py ROWS.csv [--points GLOB ...] [--list]
 
 For rounds of kernel work between committed runs (docs/perf-notes.md quotes their console
 output; their rows stay out of data/h200/), ``--variants`` times only the named designs (no
@@ -56,7 +56,7 @@ if a.list:
         print(f"{name:40s} {' '.join(pt.variants)}")
     raise SystemExit(0)
 if not a.out:
-    ap.error("OUT.csv is needed")
+    ap.error("ROWS.csv (the CSV to append the rows to) is needed")
 t0 = time.time()
 ceil = bench.measure_ceilings()
 print({k: round(v, 2) for k, v in ceil.items()}, flush=True)

@@ -1,6 +1,6 @@
 """Search launch configs of each design per weight format on the live GPU; prints the best
-per (format, cache, ctx) and appends every row to OUT.csv as it is measured.
-Usage: python scripts/tune.py OUT.csv [--designs tiled ...] [--formats fp8_row ...]
+per (format, cache, ctx) and appends every row to ROWS.csv as it is measured.
+Usage: python scripts/tune.py ROWS.csv [--designs tiled ...] [--formats fp8_row ...]
        [--caches fp8 ...] [--contexts 32000 ...] [--shapes kimi-k3-tp8 ...]"""
 import argparse
 import time

@@ -174,11 +174,12 @@ def test_hopper_ws_new_paths_compile_for_sm90():
         # one int every partition derives from the arguments (cs_ptr + batch), across the
         # partitions' register reallocation, loaded once a partition (16 bytes); newer
         # ptxas also some of the widener's per-item values (up to 56 bytes, a few loads an
-        # item of ~1,500 instructions). Read from the SASS (docs/perf-notes.md).
-        # Elsewhere none under 3.9 and newer. Under 3.6 (the lent H200's) ptxas also spills
-        # on the bf16-tile paths (a bf16 weight or a bf16 cache) with a block scale or a
-        # ring shallower than 4 (up to 328 bytes: the MMA warps' ring indices and scale
-        # vector, the gather warps' per-tile row offsets; read from the SASS); at 8ad2c70
+        # item of ~1,500 instructions). Read from the SASS (MXFP4 on hopper_ws:
+        # docs/log/2026-11-30-mxfp4-fast-path.md). Elsewhere none under 3.9 and newer. Under
+        # 3.6 (the H200's) ptxas also spills on the bf16-tile paths (a bf16 weight or a
+        # bf16 cache) with a block scale or a ring shallower than 4 (up to 328 bytes: the
+        # MMA warps' ring indices and scale vector, the gather warps' per-tile row offsets;
+        # read from the SASS); at 8ad2c70
         # a bf16 cache's row-scaled path spilled 144 bytes at depth 3 already. The
         # unscaled and row-scaled paths at auto's depth of 4, which the matrix times, do not.
         allowed = 64 if fmt == "mxfp4" and cache == "fp8" else 0

@@ -154,7 +154,7 @@ def test_bad_config_fields_name_the_field(make, field):
 
 
 # Config fields that rounds ran and the package took out again (both are in 468e490): their
-# rows stay as measured (docs/perf-notes.md, session of 2026-12-01, 03:52 UTC).
+# rows stay as measured (docs/log/2026-12-01-rounds-i-j-bounds.md).
 RETIRED_FIELDS = {"hopper_ws": ("paired_runs", "late_rope")}
 
 

@@ -529,7 +529,7 @@ def test_select_keeps_shipped_configs_and_names_graph_rows(data_dir):
 
 def test_load_measurements_skips_other_csvs_and_duplicates(data_dir):
     pd.DataFrame({"a": [1]}).to_csv(data_dir / "occupancy.csv", index=False)
-    sub = data_dir / "second-session"
+    sub = data_dir / "second-run"
     sub.mkdir()
     shutil.copy(FIXTURE, sub / "again.csv")  # the same rows twice: kept once
     df = analysis.load_measurements(data_dir)

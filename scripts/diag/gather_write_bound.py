@@ -1,6 +1,6 @@
 """What gathering a call's latent rows and writing its outputs costs with no matrix work: a
 lower bound for any design of the operation, since every output byte depends on a gathered
-row (docs/perf-notes.md, session of 2026-12-01, 05:03 UTC).
+row (measured on 2026-12-01: docs/log/2026-12-01-gather-write-bound.md).
 
 ``gather_write`` does the call's index work (the row-to-sequence search, ``kv_indptr``, the
 block ids, as the designs do), gathers each row's 576 cache bytes and writes every output
@@ -18,19 +18,21 @@ call, checked against the reference), each as a plain call and replayed from a C
 L2 flushed. Kimi-K3 TP8, fp8 cache, page 1. (The first run, at 5660a94, searched the
 gather kernel's grids only, and filled a uint8 buffer.)
 
-Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/gather_write_bound.py OUT.csv [tokens ...]
-Off the GPU: TRITON_INTERPRET=1 python scripts/diag/gather_write_bound.py --check
-(small problems, every config shape, on the CPU).
+Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/gather_write_bound.py [--out FOLDER]
+[tokens ...] (rows to FOLDER/gather_write_bound.csv; FOLDER defaults to reports/diag/, which
+git ignores). Off the GPU: TRITON_INTERPRET=1 python scripts/diag/gather_write_bound.py
+--check (small problems, every config shape, on the CPU; nothing is written).
 """
 from __future__ import annotations
 
 import functools
 import itertools
-import sys
+from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
+from _args import parser, write_rows
 
 from mla_kernels.designs.jit import (
     cast_out,
@@ -188,7 +190,7 @@ def search(inp: GatherInputs, gather: bool, add) -> tuple[str, tuple]:
     return best[1], best[2]
 
 
-def measure(out: str, tokens: list[int]) -> None:
+def measure(out: Path, tokens: list[int]) -> None:
     import pandas as pd
 
     from mla_kernels.api import gather_kv_b_proj
@@ -231,11 +233,17 @@ def measure(out: str, tokens: list[int]) -> None:
     add("empty launch", 0, "", bench.empty_launch(), True)
     df = pd.DataFrame(rows)
     df["out_bytes"] = [output_bytes("kimi-k3-tp8", t) for t in df.tokens]
-    df.to_csv(out, index=False)
+    write_rows(df, out, "gather_write_bound.csv")
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--check"]:
+    ap = parser(__doc__, "gather_write_bound.csv")
+    ap.add_argument("tokens", nargs="*", type=int, default=[4096, 32000],
+                    help="tokens of one sequence (default 4096 32000)")
+    ap.add_argument("--check", action="store_true",
+                    help="check every config shape on small problems under the interpreter")
+    a = ap.parse_args()
+    if a.check:
         check_on_cpu()
     else:
-        measure(sys.argv[1], [int(t) for t in sys.argv[2:]] or [4096, 32000])
+        measure(a.out, a.tokens)

@@ -13,16 +13,19 @@ The parts, each added to the one before (132 programs):
   hopper_ws's register budgets (12 warps launched, as hopper_ws's default).
 
 A switch build of hopper_ws with every partition's loop empty (launch, barrier init, one
-load of cs) took 6.2 us at 4096 tokens against 3.97 for the anchor (docs/perf-notes.md,
-session of 2026-11-30, late night); these kernels say which part of that 2.2 us each costs.
+load of cs) took 6.2 us at 4096 tokens against 3.97 for the anchor, measured on 2026-11-30
+(docs/log/2026-11-30-fp8-row-rounds-a-b.md); these kernels say which part of that 2.2 us each
+costs (docs/log/2026-12-01-launch-shape-graph8.md).
 
-Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/launch_shape.py OUT.csv
+Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/launch_shape.py [--out FOLDER]
+(rows to FOLDER/launch_shape.csv; FOLDER defaults to reports/diag/, which git ignores).
 On a machine with no GPU:  python3 scripts/diag/launch_shape.py --check  (compiles each for
-sm_90 and prints its shared memory and warps; nothing is timed)
+sm_90 and prints its shared memory and warps; nothing is timed or written)
 """
-import sys
+from pathlib import Path
 
 import torch
+from _args import parser, write_rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -94,7 +97,7 @@ def check() -> None:
               f"ld.global {ptx.count('ld.global')}")
 
 
-def main(out: str) -> None:
+def main(out: Path) -> None:
     import pandas as pd
 
     from mla_kernels.lab import bench
@@ -116,13 +119,17 @@ def main(out: str) -> None:
                                  median_us=bench._bench(f) / n))
     assert int(sink.item()) == 0
     df = pd.DataFrame(rows)
-    df.to_csv(out, index=False)
+    write_rows(df, out, "launch_shape.csv")
     print(df.pivot_table(index="what", columns=["timing", "round"], values="median_us",
                          sort=False).round(2).to_string())
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--check"]:
+    ap = parser(__doc__, "launch_shape.csv")
+    ap.add_argument("--check", action="store_true",
+                    help="compile each kernel for sm_90 on the CPU and print its resources")
+    a = ap.parse_args()
+    if a.check:
         check()
     else:
-        main(sys.argv[1])
+        main(a.out)

@@ -1,13 +1,16 @@
-"""Where one hopper_ws launch spends its time, program by program (docs/perf-notes.md,
-issue 13): each partition of every program stamps the SM's cycle counter (and the global
-timer at the MMA partition's start and end) at fixed points into a buffer, on a tree with
-``scripts/diag/hopper_ws_trace.patch`` applied (the buffer is passed in the weight-pointer
-argument that only MXFP4 reads, so fp8 and bf16 weights only). The launch is replayed from
+"""Where one hopper_ws launch spends its time, program by program (issue 13; measured on
+2026-12-01, docs/log/2026-12-01-rounds-g-h-trace.md): each partition of every program stamps
+the SM's cycle counter (and the global timer at the MMA partition's start and end) at fixed
+points into a buffer, on a tree with ``scripts/diag/hopper_ws_trace.patch`` applied (the
+buffer is passed in the weight-pointer argument that only MXFP4 reads, so fp8 and bf16
+weights only). The launch is replayed from
 a CUDA graph with the L2 flushed (as the matrix's graph rows); the stamps of the last replay
-are read back. On the lent H200, from the patched tree:
+are read back. On the H200, from the patched tree:
 
-  MLA_COMMIT=<sha>+trace python3 scripts/diag/trace_hopper_ws.py OUT.csv 4096 32000 \
-      [--config 'HopperWSConfig(...)']
+  MLA_COMMIT=<sha>+trace python3 scripts/diag/trace_hopper_ws.py 4096 32000 \
+      [--config 'HopperWSConfig(...)'] [--out FOLDER] [--name trace_default.csv]
+
+(rows to FOLDER/NAME; FOLDER defaults to reports/diag/, which git ignores, NAME to trace.csv).
 
 Rows: one per (tokens, config, stamp) with the median, 10th and 90th percentile and the
 largest time across programs, in µs after the program's MMA partition started (cycles over
@@ -16,10 +19,9 @@ time, the span from the first program's start to the last one's end, and the sta
 ends' spread. Kimi-K3 TP8, fp8 per row, fp8 cache, page 1.
 """
 
-import argparse
-
 import pandas as pd
 import torch
+from _args import parser, write_rows
 
 import mla_kernels as mk
 from mla_kernels.designs import hopper_ws as hw
@@ -56,9 +58,9 @@ STAMPS = {
     7: "MMA: every store drained (end)",
 }
 
-ap = argparse.ArgumentParser()
-ap.add_argument("out")
-ap.add_argument("tokens", nargs="+", type=int)
+ap = parser(__doc__, "the rows (--name)")
+ap.add_argument("tokens", nargs="+", type=int, help="tokens of one sequence")
+ap.add_argument("--name", default="trace.csv", help="file name of the rows (default trace.csv)")
 ap.add_argument("--config", default=None, help="a HopperWSConfig repr (default: the default)")
 a = ap.parse_args()
 cfg = parse_config(hw.HopperWSConfig, a.config) if a.config else hw.HopperWSConfig()
@@ -93,4 +95,4 @@ for tokens in a.tokens:
                          p90_us=float(q[2]), max_us=float(us.max()), graph_us=graph_us,
                          span_us=span, programs=len(t), sm_ghz=float(ghz.median())))
     hw.TRACE = None
-pd.DataFrame(rows).to_csv(a.out, index=False)
+write_rows(pd.DataFrame(rows), a.out, a.name)

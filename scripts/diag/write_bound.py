@@ -1,23 +1,27 @@
 """What writing a call's outputs alone costs, timed as the designs' rows are (median, L2
 flushed, one launch replayed from a CUDA graph and a plain call): ``fill_`` of one buffer of
 the call's output bytes (K and V, bf16) at each token count, as uint8, bf16 and float32
-elements (``dtype``; rows before 2026-12-01 05:03 UTC are uint8 only), and an empty Triton
+elements (``dtype``; the rows of a8be341, 2026-12-01, are uint8 only), and an empty Triton
 launch. Not a lower bound for a kernel that writes those outputs: a plain Triton store
-kernel writes them faster (scripts/diag/gather_write_bound.py; docs/perf-notes.md).
+kernel writes them faster (scripts/diag/gather_write_bound.py;
+docs/log/2026-12-01-gather-write-bound.md).
 
-Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/write_bound.py OUT.csv [tokens ...]
+Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/write_bound.py [--out FOLDER] [tokens ...]
+(rows to FOLDER/write_bound.csv; FOLDER defaults to reports/diag/, which git ignores).
 """
-import sys
-
 import pandas as pd
 import torch
+from _args import parser, write_rows
 
 from mla_kernels.lab import bench
 from mla_kernels.lab.provenance import provenance
 from mla_kernels.lab.roofline import output_bytes
 
-out = sys.argv[1]
-tokens = [int(t) for t in sys.argv[2:]] or [4096, 32000]
+ap = parser(__doc__, "write_bound.csv")
+ap.add_argument("tokens", nargs="*", type=int, default=[4096, 32000],
+                help="tokens of one sequence (default 4096 32000)")
+a = ap.parse_args()
+tokens = a.tokens
 
 
 def timed(what: str, tokens: int, nbytes: int, fn, dtype: str = "") -> list[dict]:
@@ -37,6 +41,6 @@ for t in tokens:
 rows += timed("empty launch", 0, 0, bench.empty_launch())
 df = pd.DataFrame(rows)
 df["tbps"] = df.nbytes / df.median_us / 1e6
-df.to_csv(out, index=False)
+write_rows(df, a.out, "write_bound.csv")
 print(df[["what", "tokens", "dtype", "nbytes", "timing", "median_us", "tbps"]].to_string(
     index=False))

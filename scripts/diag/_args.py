@@ -1,0 +1,27 @@
+"""What the diagnostics' command lines share: where their rows go.
+
+Imported by the scripts beside it (run as ``python3 scripts/diag/<script>.py``, which puts
+this folder first on ``sys.path``).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_FOLDER = Path("reports/diag")  # inside the repository; git ignores reports/
+
+
+def parser(doc: str, rows: str) -> argparse.ArgumentParser:
+    """An argument parser described by ``doc``'s first paragraph, with ``--out FOLDER``, the
+    folder ``rows`` (the file the script writes) goes to."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_FOLDER, metavar="FOLDER",
+                    help=f"folder for {rows} (default {DEFAULT_FOLDER}/; created)")
+    return ap
+
+
+def write_rows(df, out: Path, name: str) -> Path:
+    """``df`` as ``out/name``, the folder created first."""
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / name, index=False)
+    return out / name
