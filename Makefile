@@ -41,7 +41,7 @@ clean:
 	rm -rf $(VENV) reports
 
 # The notebook stack for the offline H200 (CPython 3.12 there), as wheels in .whl/ (git
-# ignores it; the device tool carries it). Packages its image already has are left out.
+# ignores it; it is copied to the H200 with the tree). Packages its image already has are left out.
 WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 \
 	manylinux2014_x86_64 manylinux1_x86_64 any,--platform $(p))
 ON_DEVICE := attrs certifi charset_normalizer click idna jinja2 markupsafe packaging psutil \

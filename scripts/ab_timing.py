@@ -39,7 +39,7 @@ with tempfile.TemporaryDirectory() as tmp:
         for label, path in trees:
             out = os.path.join(tmp, f"{label}-{rnd}.csv")
             env = dict(os.environ, PYTHONPATH=os.path.abspath(path) + os.pathsep
-                       + os.environ.get("PYTHONPATH", ""), MLA_COMMIT=label)
+                       + os.environ.get("PYTHONPATH", ""), MLA_RUN_LABEL=label)
             r = subprocess.run([sys.executable, "-c", CHILD, out], env=env, text=True,
                                capture_output=True)
             if r.returncode:

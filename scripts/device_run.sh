@@ -19,10 +19,16 @@ for step in $steps; do
   case $step in tests|report|matrix|host|ab) ;; *) echo "unknown step $step"; exit 2 ;; esac
 done
 mkdir -p "$out" || exit 1
-export PYTHONUNBUFFERED=1 MLA_COMMIT=$sha TRITON_INTERPRET=0
+export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter
+# The rows stamp the commit their package files match (provenance-manifest.json, written in
+# the checkout by `python -m mla_kernels.lab.provenance --manifest`): it must be <commit>.
+stamp=$(python3 -m mla_kernels.lab.provenance) || exit 2
+if [[ $stamp == *+* || ( $stamp != "$sha"* && $sha != "$stamp"* ) ]]; then
+  echo "commit: expected the tree of $sha (its manifest matching), got stamp $stamp"; exit 2
+fi
 # The ipykernel spec found under JUPYTER_PATH starts "python": make it this python3.
 mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
 for step in $steps; do

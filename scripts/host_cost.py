@@ -4,7 +4,7 @@ interleaved round by round), host_profile.txt (cProfile of cached calls) and
 eager_layers.csv (61 eager calls back to back against the same calls from one CUDA graph,
 per call).
 
-Usage: MLA_COMMIT=<sha> python scripts/host_cost.py FOLDER [--before LABEL=PATH]
+Usage: python scripts/host_cost.py FOLDER [--before LABEL=PATH]
 ``--before`` also times the package of another tree (its checkout at PATH, e.g. made by
 ``git worktree add``) in the same process and rounds, as LABEL: a before/after."""
 import argparse

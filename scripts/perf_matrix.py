@@ -2,7 +2,7 @@
 torch paths, plain calls and from a CUDA graph, each checked against the reference. Each
 point's rows are appended to ROWS.csv as soon as they are measured (atomically).
 
-Usage: MLA_COMMIT=<sha> python scripts/perf_matrix.py ROWS.csv [--points GLOB ...] [--list]
+Usage: python scripts/perf_matrix.py ROWS.csv [--points GLOB ...] [--list]
 
 For rounds of kernel work between committed runs (docs/perf-notes.md quotes their console
 output; their rows stay out of data/h200/), ``--variants`` times only the named designs (no

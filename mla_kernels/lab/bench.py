@@ -340,7 +340,7 @@ def host_cost(variants: Sequence[str], contexts: Sequence[int] = (256, 4096),
     constants, grid 132) and ``torch_add`` (``x.add_(1)``).
 
     Every round times the anchors and then every (tree, context, variant) once, so the
-    host's drift (1.5x between calls on the lent H200) hits all alike; ``host_us`` is the
+    host's drift (up to 1.5x from one run to the next on the H200) hits all alike; ``host_us`` is the
     median over rounds and ``x_empty_launch`` the median of each round's ratio to that
     round's anchor. ``trees`` maps a label (the commit) to the ``gather_kv_b_proj`` it
     times, for a before/after in one process; by default this tree's, as its commit."""

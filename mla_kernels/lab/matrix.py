@@ -2,7 +2,7 @@
 
 ``scripts/perf_matrix.py`` times a subset (``--points``, glob patterns over the names) and
 appends each point's rows to its CSV as soon as they are measured, so a run may span
-several device calls at one commit (one CSV part per call).
+several runs at one commit (one CSV part per run).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ run() { # diag config points...
   MLA_HWS_DIAG=$d rows diag$d bounds.csv "$cfg" "$@"
 }
 nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
-MLA_COMMIT=$SHA python3 scripts/diag/write_bound.py --out "$out" 4096 32000 2>&1 | tail -8
+python3 scripts/diag/write_bound.py --out "$out" 4096 32000 2>&1 | tail -8
 for round in 1 2; do
   for d in 0 20 21 22; do run $d "" $P4 $P32; done
 done

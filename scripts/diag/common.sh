@@ -17,7 +17,7 @@ rows() { # label csv config points...
   local label=$1 csv=$2 cfg=$3; shift 3
   if [[ -n ${BUDGET:-} ]] && (( SECONDS > BUDGET )); then echo "skip $label"; return; fi
   echo "== $label ${cfg:+($cfg) }($SECONDS s)"
-  MLA_COMMIT=$SHA+$label timeout 150 python3 scripts/perf_matrix.py "$out/$csv" \
+  MLA_RUN_LABEL=$label timeout 150 python3 scripts/perf_matrix.py "$out/$csv" \
     --variants hopper_ws --rows --config "hopper_ws=HopperWSConfig($cfg)" --points "$@" 2>&1 \
     | grep -v -i warn | grep -E " graph|rror|Traceback|wrong|FAIL" | cut -c1-150
 }

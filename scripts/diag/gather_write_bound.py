@@ -18,7 +18,7 @@ call, checked against the reference), each as a plain call and replayed from a C
 L2 flushed. Kimi-K3 TP8, fp8 cache, page 1. (The first run, at 5660a94, searched the
 gather kernel's grids only, and filled a uint8 buffer.)
 
-Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/gather_write_bound.py [--out FOLDER]
+Usage on the H200: python3 scripts/diag/gather_write_bound.py [--out FOLDER]
 [tokens ...] (rows to FOLDER/gather_write_bound.csv; FOLDER defaults to reports/diag/, which
 git ignores). Off the GPU: TRITON_INTERPRET=1 python scripts/diag/gather_write_bound.py
 --check (small problems, every config shape, on the CPU; nothing is written).

@@ -17,7 +17,7 @@ load of cs) took 6.2 us at 4096 tokens against 3.97 for the anchor, measured on 
 (docs/log/2026-11-30-fp8-row-rounds-a-b.md); these kernels say which part of that 2.2 us each
 costs (docs/log/2026-12-01-launch-shape-graph8.md).
 
-Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/launch_shape.py [--out FOLDER]
+Usage on the H200: python3 scripts/diag/launch_shape.py [--out FOLDER]
 (rows to FOLDER/launch_shape.csv; FOLDER defaults to reports/diag/, which git ignores).
 On a machine with no GPU:  python3 scripts/diag/launch_shape.py --check  (compiles each for
 sm_90 and prints its shared memory and warps; nothing is timed or written)

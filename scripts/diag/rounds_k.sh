@@ -11,7 +11,7 @@ run() { # direct label config points...
   MLA_HWS_DIRECT=$d rows "$1" rounds_k.csv "${@:2}"
 }
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw --format=csv,noheader
-MLA_COMMIT=$SHA python3 scripts/diag/write_bound.py --out "$out" 4096 32000 2>&1 | tail -14
+python3 scripts/diag/write_bound.py --out "$out" 4096 32000 2>&1 | tail -14
 for round in 1 2; do
   run 0 default "" $P4 $P32
   run 1 direct "" $P4 $P32

@@ -7,7 +7,7 @@ weights only). The launch is replayed from
 a CUDA graph with the L2 flushed (as the matrix's graph rows); the stamps of the last replay
 are read back. On the H200, from the patched tree:
 
-  MLA_COMMIT=<sha>+trace python3 scripts/diag/trace_hopper_ws.py 4096 32000 \
+  MLA_RUN_LABEL=trace python3 scripts/diag/trace_hopper_ws.py 4096 32000 \
       [--config 'HopperWSConfig(...)'] [--out FOLDER] [--name trace_default.csv]
 
 (rows to FOLDER/NAME; FOLDER defaults to reports/diag/, which git ignores, NAME to trace.csv).

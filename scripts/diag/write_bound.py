@@ -6,7 +6,7 @@ launch. Not a lower bound for a kernel that writes those outputs: a plain Triton
 kernel writes them faster (scripts/diag/gather_write_bound.py;
 docs/log/2026-12-01-gather-write-bound.md).
 
-Usage on the H200: MLA_COMMIT=<sha> python3 scripts/diag/write_bound.py [--out FOLDER] [tokens ...]
+Usage on the H200: python3 scripts/diag/write_bound.py [--out FOLDER] [tokens ...]
 (rows to FOLDER/write_bound.csv; FOLDER defaults to reports/diag/, which git ignores).
 """
 import pandas as pd
