@@ -527,6 +527,55 @@ def test_select_keeps_shipped_configs_and_names_graph_rows(data_dir):
     assert set(only.variant) == {"serial"}
 
 
+def test_format_table_holds_each_variants_value_per_format_and_cache():
+    df = pd.concat([synthetic(("chunked", "torch_bf16", "torch_fp8"), contexts=(32000, 65536),
+                              weight_format=wf, cache_dtype=cache)
+                    for wf in ("bf16", "mxfp4") for cache in ("fp8", "bf16")])
+    tables = analysis.format_table(df, ctx=32000)
+    assert list(tables) == ["bf16", "fp8"]  # the bf16 cache first
+    for cache, t in tables.items():
+        assert list(t.index) == list(analysis.FORMAT_ORDER)
+        assert list(t.columns) == ["chunked", "torch_bf16", "torch_fp8"]  # every torch path
+        for wf in ("bf16", "mxfp4"):
+            r = df[(df.cache_dtype == cache) & (df.weight_format == wf) & (df.ctx == 32000)
+                   & (df.timing == "graph")].set_index("variant")
+            np.testing.assert_allclose(t.loc[wf].to_numpy(dtype=float),
+                                       r.roof_fraction[t.columns].to_numpy())
+        assert t.loc[["fp8_row", "fp8_block"]].isna().all().all()
+    us = analysis.format_table(df, ctx=65536, value="median_us", series=["chunked/flushed"])
+    r = df[(df.variant == "chunked") & (df.timing == "flushed") & (df.ctx == 65536)
+           & (df.cache_dtype == "fp8") & (df.weight_format == "mxfp4")]
+    assert us["fp8"].loc["mxfp4", "chunked"] == r.median_us.iloc[0]
+    assert plotting.format_table is analysis.format_table  # the notebooks' name
+
+
+def test_peak_fractions_against_each_set_of_roofs():
+    df = synthetic(("hopper_ws",), timings=("graph",))
+    roofs = {"datasheet": (4.8, {"fp8": 1979.0}), "measured": (4.245, {"fp8": 1006.0}),
+             "unknown": (None, {"fp8": 1000.0})}
+    fr = analysis.peak_fractions(df, roofs)
+    assert list(fr.against) == ["datasheet", "measured"] * 3  # per row, in the roofs' order
+    assert list(fr.ctx) == [c for c in df.ctx for _ in range(2)]
+    ai = (df.flops / df.min_bytes).to_numpy()
+    for against, (bw, mm) in list(roofs.items())[:2]:
+        got = fr[fr.against == against]
+        np.testing.assert_allclose(got.ai, ai)
+        np.testing.assert_allclose(got.fraction, df.achieved_tflops.to_numpy()
+                                   / np.minimum(bw * ai, mm["fp8"]))
+    # No matrix roof for the rows' dot dtype: no fraction.
+    assert analysis.peak_fractions(df.assign(dot_dtype="bf16"), roofs).empty
+
+
+def test_timed_points_place_a_published_table_by_the_model():
+    ref = analysis.reference_table(pd.read_csv(REFERENCE))
+    pts = analysis.timed_points("kimi-k3-tp8", ref.ctx, ref.after_us, "fp8", "fp8_row")
+    nb = np.array([roofline.min_bytes("kimi-k3-tp8", c, "fp8", "fp8_row") for c in ref.ctx])
+    nf = np.array([roofline.flops("kimi-k3-tp8", c) for c in ref.ctx])
+    np.testing.assert_allclose(pts.flop_per_byte, nf / nb)
+    np.testing.assert_allclose(pts.achieved_tflops, nf / (ref.after_us.to_numpy() * 1e-6) / 1e12)
+    assert set(pts.dot_dtype) == {"fp8"}
+
+
 def test_load_measurements_skips_other_csvs_and_duplicates(data_dir):
     pd.DataFrame({"a": [1]}).to_csv(data_dir / "occupancy.csv", index=False)
     sub = data_dir / "second-session"

@@ -37,12 +37,14 @@ Rows named ``<variant>_graph`` (what ``analysis.select`` makes of graph-timed ro
 as ``<variant>`` timed ``graph``.
 """
 
+# Tables computed in analysis, importable here under their names of 0.3.0.
+from ..analysis import FORMAT_ORDER, attainable_tbps, format_table, reference_table
 from .axes import column_values, ctx_label, describe, footer, run_label, save_figure, set_ctx_axis
-from .formats import FORMAT_ORDER, format_table, plot_formats
+from .formats import plot_formats
 from .occupancy import plot_occupancy
 from .peaks import plot_peaks
-from .roofs import attainable_tbps, plot_bandwidth, plot_roofline
-from .series import choose_series, default_series, device_timing, present_series, reference_table, tidy
+from .roofs import plot_bandwidth, plot_roofline
+from .series import choose_series, default_series, device_timing, present_series, tidy
 from .style import (
     ATTAINABLE_COLOR,
     CEILING_COLOR,

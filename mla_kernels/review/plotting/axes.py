@@ -10,13 +10,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from ...files import atomic_path
+from ..analysis import positive
 from .style import TIMING_LONG, TIMINGS
 
 
@@ -86,7 +86,7 @@ def ctx_label(n: float) -> str:
 def set_ctx_axis(ax, contexts: Iterable[float],
                  label: str = "cached context (tokens, k = 1024, log scale)") -> list[int]:
     """Log x axis with a labelled tick at each context that has data, and no other."""
-    ctx = sorted({int(c) for c in contexts if _finite(c)})
+    ctx = sorted({int(c) for c in contexts if positive(c)})
     ax.set_xscale("log", base=2)
     ax.set_xlabel(label)
     if not ctx:
@@ -126,13 +126,6 @@ def _plain_log_x(ax, lo: float, hi: float) -> None:
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{x:g}"))
     ax.set_xlim(lo, hi)
-
-
-def _finite(x) -> bool:
-    try:
-        return x is not None and np.isfinite(float(x)) and float(x) > 0
-    except (TypeError, ValueError):
-        return False
 
 
 def _fig_legend(fig: Figure, axes: Sequence, ncol: int = 4) -> None:

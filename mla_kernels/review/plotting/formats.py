@@ -8,48 +8,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from ..analysis import format_rows, format_table
 from .axes import _new_figure, _plain_log_y, _suptitle, _timings_text, column_values, describe, footer
-from .series import _rows_of, choose_series, tidy
+from .series import _rows_of, choose_series
 from .style import DEFAULT_LIMIT, design_color, series_label, set_style
-
-FORMAT_ORDER = ("bf16", "fp8_row", "fp8_block", "mxfp4")
-
-
-def format_table(df: pd.DataFrame, *, ctx: int = 32000, value: str = "roof_fraction",
-                 series=None, limit: int = DEFAULT_LIMIT) -> dict[str, pd.DataFrame]:
-    """{cache dtype: weight format x variant table of ``value``} at ``ctx``, each variant in
-    the timing ``choose_series`` picks; NaN where nothing was measured."""
-    d = _format_rows(df, ctx)
-    chosen = choose_series(d, series, limit=limit, torch="all")
-    cols = [v for v, _ in chosen]
-    out = {}
-    for cache in _cache_order(d):
-        t = pd.DataFrame(np.nan, index=list(FORMAT_ORDER), columns=cols)
-        for v, tm in chosen:
-            r = _rows_of(d, (v, tm))
-            r = r[r["cache_dtype"] == cache].groupby("weight_format")[value].median()
-            for wf, val in r.items():
-                if wf not in t.index:
-                    t.loc[wf] = np.nan
-                t.loc[wf, v] = val
-        out[cache] = t
-    return out
-
-
-def _cache_order(d: pd.DataFrame) -> list[str]:
-    return sorted(pd.unique(d["cache_dtype"].astype(str)), key=lambda c: (c != "bf16", c))
-
-
-def _format_rows(df: pd.DataFrame, ctx: int) -> pd.DataFrame:
-    d = tidy(df)
-    d = d[d["ctx"].astype(int) == int(ctx)]
-    if "batch" in d.columns:
-        d = d[d["batch"].astype(int) == 1]
-    if "config" in d.columns:
-        d = d[d["config"].isna() | (d["config"].astype(str).str.strip() == "")]
-    if "model" in d.columns and d["model"].nunique() > 1:
-        d = d[d["model"] == d["model"].value_counts().idxmax()]
-    return d
 
 
 def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
@@ -64,7 +26,7 @@ def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
     model are kept. Each design in its device timing (``series`` as in ``choose_series``).
     """
     set_style()
-    d = _format_rows(df, ctx)
+    d = format_rows(df, ctx)
     chosen = choose_series(d, series, limit=limit, torch="all")
     fracs = format_table(d, ctx=ctx, series=chosen)
     times = format_table(d, ctx=ctx, value="median_us", series=chosen)

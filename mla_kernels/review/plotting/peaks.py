@@ -9,9 +9,9 @@ from matplotlib.figure import Figure
 
 from ...devices import lookup_device
 from ...lab import roofline
+from ..analysis import peak_fractions, positive, timed_points
 from .axes import (
     _ctx_sizes,
-    _finite,
     _new_figure,
     _plain_log_x,
     _plain_log_y,
@@ -36,10 +36,11 @@ from .style import (
 )
 
 
-def _op_point(shape: str, ctx: int, cache_dtype: str, weight_format: str, us: float):
-    nb = roofline.min_bytes(shape, int(ctx), cache_dtype, weight_format)
-    nf = roofline.flops(shape, int(ctx))
-    return nf / nb, nf / (us * 1e-6) / 1e12, nb / (us * 1e-6) / 1e12
+def _marks(fr: pd.DataFrame, device: str, group: str, color: str, marker: str) -> list[tuple]:
+    """``analysis.peak_fractions``' rows as the fraction panel's marks: (device, group label,
+    colour, marker, ctx, fraction, against)."""
+    return [(device, group, color, marker, c, f, a)
+            for c, f, a in zip(fr["ctx"], fr["fraction"], fr["against"], strict=True)]
 
 
 def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
@@ -54,10 +55,10 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     their device; the public change's tables on ``reference_device``: ``reference`` (its
     first table: ctx, before_ms, after_ms) and ``merged`` (the version merged: ctx_tokens,
     before_us, after_us), their points computed from the byte/FLOP model
-    (``roofline.min_bytes(shape, ctx, cache_dtype, weight_format)`` and ``roofline.flops``).
+    (``analysis.timed_points(shape, ctx, us, cache_dtype, weight_format)``).
     Bottom: the fraction of the attainable peak, min(bandwidth x AI, matrix roof), per
-    (device, design, context): filled against the datasheet roofs, hollow against the
-    measured ones.
+    (device, design, context), as ``analysis.peak_fractions`` computes it: filled against
+    the datasheet roofs, hollow against the measured ones.
 
     Expects single-sequence rows of the op (``flops``, ``min_bytes``, ``achieved_tflops``,
     ``ctx``, ``dot_dtype``, ``copy_tbps``, ``mm_tflops``), e.g. ``roofline.csv``'s.
@@ -70,12 +71,10 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     ours = column_values(d, "device", "")
     refs = _reference_list({"first table": reference, "as merged": merged},
                            default_name="public change")
-    ref_pts = []  # (name, which, ctx, ai, tflops)
-    for name, ref, _raw in refs:
-        for which in ("before", "after"):
-            for c, us in zip(ref["ctx"], ref[f"{which}_us"], strict=True):
-                ai, tf, _tb = _op_point(shape, c, cache_dtype, weight_format, us)
-                ref_pts.append((name, which, int(c), ai, tf))
+    # The public change's calls placed by the byte/FLOP model: {(table, which): rows}.
+    ref_pts = {(name, which): timed_points(shape, ref["ctx"], ref[f"{which}_us"], cache_dtype,
+                                           weight_format)
+               for name, ref, _raw in refs for which in ("before", "after")}
     ref_dev = reference_device
     for _name, _ref, raw in refs:
         ref_dev = _ref_device(raw, reference_device)
@@ -87,9 +86,9 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     panels = {n: body.add_subplot(gs[0, i]) for i, n in enumerate(devices)}
     ax_b = body.add_subplot(gs[1, :])
 
-    all_ai = list(shown["ai"]) + [p[3] for p in ref_pts]
+    all_ai = list(shown["ai"]) + [a for p in ref_pts.values() for a in p["flop_per_byte"]]
     a0, a1 = (min(all_ai), max(all_ai)) if all_ai else (380.0, 380.0)
-    contexts = set(shown["ctx"].astype(int)) | {p[2] for p in ref_pts}
+    contexts = set(shown["ctx"].astype(int)) | {c for p in ref_pts.values() for c in p["ctx"]}
     sizes = _ctx_sizes(contexts, 6, 14)
     fractions = []  # (device, group label, colour, marker, ctx, fraction, against)
     for name, ax in panels.items():
@@ -99,11 +98,11 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
         # The roofs of the op's dot dtype, and of the dtypes of our series drawn.
         keep = {dot} | (set(shown["dot_dtype"]) if mine and not shown.empty else set())
         ds = {dt: spec.peak(dt) for dt in sorted(keep)} if spec is not None else {}
-        ds = {k: v for k, v in ds.items() if _finite(v)}
+        ds = {k: v for k, v in ds.items() if positive(v)}
         bw = _copy_roof(d, None) if mine else None
         roofs = {k: v for k, v in _matrix_roofs(d, None).items() if k in keep} if mine else {}
         ridges = [v / b for v, b in ((ds.get(dot), ds_bw), (roofs.get(dot), bw))
-                  if _finite(v) and _finite(b)]
+                  if positive(v) and positive(b)]
         lo, hi = min([a0] + ridges) / 2.2, max([a1] + ridges) * 2.2
         x = np.geomspace(lo, hi, 400)
         if roofs and bw:
@@ -124,32 +123,22 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
                     continue
                 st = variant_style(v, t)
                 pts_y += list(p["achieved_tflops"])
-                group = f"{name}: {series_label(v, t)}"
-                for _, r in p.iterrows():
-                    if spec is not None and _finite(ds.get(r["dot_dtype"])):
-                        att = min(ds_bw * r["ai"], ds[r["dot_dtype"]])
-                        fractions.append((name, group, st["color"], st["marker"], int(r["ctx"]),
-                                          r["achieved_tflops"] / att, "datasheet"))
-                    mm = roofs.get(r["dot_dtype"])
-                    if bw and _finite(mm):
-                        att = min(bw * r["ai"], mm)
-                        fractions.append((name, group, st["color"], st["marker"], int(r["ctx"]),
-                                          r["achieved_tflops"] / att, "measured"))
+                fr = peak_fractions(p, {"datasheet": (ds_bw, ds), "measured": (bw, roofs)})
+                fractions += _marks(fr, name, f"{name}: {series_label(v, t)}", st["color"],
+                                    st["marker"])
         if name == ref_dev and refs:
             for i, (rname, _ref, _raw) in enumerate(refs):
                 for which in ("before", "after"):
-                    pts = sorted((p for p in ref_pts if p[0] == rname and p[1] == which),
-                                 key=lambda p: p[2])
+                    pts = ref_pts[(rname, which)].sort_values("ctx", kind="stable")
                     st = _ref_style(i, which)
                     label = f"public change, {rname}: {which}"
-                    ax.plot([p[3] for p in pts], [p[4] for p in pts], **{**st, "lw": 1.2},
-                            label=label, gid=f"reference/{rname}/{which}", zorder=4)
-                    pts_y += [p[4] for p in pts]
-                    for p in pts:
-                        if spec is not None and _finite(ds.get(dot)):
-                            att = min(ds_bw * p[3], ds[dot])
-                            fractions.append((name, f"{name}: {label}", REFERENCE_COLOR,
-                                              st["marker"], p[2], p[4] / att, "datasheet"))
+                    ax.plot(pts["flop_per_byte"].tolist(), pts["achieved_tflops"].tolist(),
+                            **{**st, "lw": 1.2}, label=label, gid=f"reference/{rname}/{which}",
+                            zorder=4)
+                    pts_y += pts["achieved_tflops"].tolist()
+                    fr = peak_fractions(pts, {"datasheet": (ds_bw, ds)})
+                    fractions += _marks(fr, name, f"{name}: {label}", REFERENCE_COLOR,
+                                        st["marker"])
         _plain_log_x(ax, lo, hi)
         _plain_log_y(ax)
         tops = list(ds.values()) + list(roofs.values()) + pts_y

@@ -10,10 +10,10 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ...devices import lookup_device
+from ..analysis import attainable_tbps, positive
 from .axes import (
     _ctx_sizes,
     _fig_legend,
-    _finite,
     _new_figure,
     _plain_log_x,
     _plain_log_y,
@@ -42,22 +42,22 @@ def _matrix_roofs(d: pd.DataFrame, mm_tflops: float | dict[str, float] | None
                   ) -> dict[str, float]:
     """{dot dtype: measured matmul TFLOP/s}: given, or the rows' median per ``dot_dtype``."""
     if isinstance(mm_tflops, Mapping):
-        return {str(k): float(v) for k, v in mm_tflops.items() if _finite(v)}
+        return {str(k): float(v) for k, v in mm_tflops.items() if positive(v)}
     if mm_tflops is not None:
         dtype = column_values(d, "dot_dtype", "")
-        return {dtype: float(mm_tflops)} if _finite(mm_tflops) else {}
+        return {dtype: float(mm_tflops)} if positive(mm_tflops) else {}
     if d.empty or "mm_tflops" not in d.columns:
         return {}
     if "dot_dtype" not in d.columns:
         return {"": float(d["mm_tflops"].median())}
     roofs = d.groupby("dot_dtype")["mm_tflops"].median()
-    return {str(k): float(v) for k, v in roofs.items() if _finite(v)}
+    return {str(k): float(v) for k, v in roofs.items() if positive(v)}
 
 
 def _copy_roof(d: pd.DataFrame, bw_tbps: float | None) -> float | None:
     if bw_tbps is None and "copy_tbps" in d.columns and not d.empty:
         bw_tbps = float(d["copy_tbps"].median())
-    return bw_tbps if _finite(bw_tbps) else None
+    return bw_tbps if positive(bw_tbps) else None
 
 
 def _datasheet(d: pd.DataFrame, device: str | None = None):
@@ -76,13 +76,13 @@ def _draw_roofs(ax, x: np.ndarray, bw: float | None, roofs: Mapping[str, float],
     at ``ridge_label_y`` (axes fraction). Returns {dot dtype: ridge}."""
     top = max(roofs.values()) if roofs else None
     ridges = {}
-    if _finite(bw):
+    if positive(bw):
         # TB/s x FLOP/B = TFLOP/s.
         y = x * bw if top is None else np.minimum(x * bw, top)
         ax.plot(x, y, color=color, ls=ls, lw=lw, label=f"bandwidth roof: {kind} {bw:.2f} TB/s",
                 gid=f"roof/{kind}/bandwidth", zorder=2)
     for i, (dtype, mm) in enumerate(sorted(roofs.items(), key=lambda kv: -kv[1])):
-        ridge = mm / bw if _finite(bw) else float(x[0])
+        ridge = mm / bw if positive(bw) else float(x[0])
         ridges[dtype] = ridge
         xs = x[x >= ridge]
         xs = np.concatenate(([ridge], xs)) if len(xs) else np.array([ridge, x[-1]])
@@ -92,7 +92,7 @@ def _draw_roofs(ax, x: np.ndarray, bw: float | None, roofs: Mapping[str, float],
         ax.annotate(f"{kind} {dtype} {mm:.0f}", xy=(x[-1], mm), xytext=(-4, -3 if below else 3),
                     textcoords="offset points", ha="right", va="top" if below else "bottom",
                     fontsize=10, color=color)
-        if dtype in ridge_dtypes and _finite(bw):
+        if dtype in ridge_dtypes and positive(bw):
             ax.axvline(ridge, color=color, ls=":", lw=1.3, gid=f"ridge/{kind}/{dtype}",
                        label=f"ridge, {kind} {dtype}: {ridge:.0f} FLOP/B", zorder=1)
             if label_ridges:
@@ -149,7 +149,7 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
         peak_tbps = spec.peak_tbps
     if peak_tflops is None and spec is not None:
         peak_tflops = {dt: spec.peak(dt) for dt in (roofs or {"fp8": 0})}
-    ds_roofs = {k: float(v) for k, v in (peak_tflops or {}).items() if _finite(v)}
+    ds_roofs = {k: float(v) for k, v in (peak_tflops or {}).items() if positive(v)}
     fig, body = _new_figure((21, 8.5))
     ax, ax_f = body.subplots(1, 2, width_ratios=[1.3, 1])
 
@@ -160,15 +160,15 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
     roofs = {k: v for k, v in roofs.items() if k in dtypes} or roofs
     ds_roofs = {k: v for k, v in ds_roofs.items() if k in dtypes} or ds_roofs
     ridges = [r / b for r, b in ((max(roofs.values(), default=0), bw),
-                                 (max(ds_roofs.values(), default=0), peak_tbps)) if _finite(r)
-              and _finite(b)]
+                                 (max(ds_roofs.values(), default=0), peak_tbps)) if positive(r)
+              and positive(b)]
     xs = list(shown["ai"]) + ridges or [100.0]
     # Zoomed to the points and the ridges: the slanted and the flat roofs both show.
     lo, hi = min(xs) / 1.3, max(xs) * 1.35
     x = np.geomspace(lo, hi, 400)
     _draw_roofs(ax, x, bw, roofs, kind="measured", color=CEILING_COLOR, ls="-", lw=2.5,
                 ridge_dtypes=dtypes)
-    if _finite(peak_tbps) or ds_roofs:
+    if positive(peak_tbps) or ds_roofs:
         _draw_roofs(ax, x, peak_tbps, ds_roofs, kind="datasheet", color=PEAK_COLOR, ls="--",
                     lw=1.6, ridge_dtypes=dtypes, below=True)
     if not shown.empty:
@@ -208,12 +208,6 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
 
 
 # ------------------------------------------------------------------ bandwidth
-def attainable_tbps(ai: float, copy_tbps: float, mm_tflops: float) -> float:
-    """The bandwidth an operation of arithmetic intensity ``ai`` (FLOP/B) can reach:
-    min(bandwidth roof, matrix roof / ai), in TB/s."""
-    return min(copy_tbps, mm_tflops / ai) if _finite(mm_tflops) else copy_tbps
-
-
 def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
                    copy_tbps: float | None = None, write_tbps: float | None = None,
                    mm_tflops: float | dict[str, float] | None = None, series=None,
@@ -253,7 +247,7 @@ def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
     shown = pd.concat([_rows_of(d, s) for s in chosen]) if chosen else d.iloc[:0]
     top = [float(shown["achieved_tbps"].max()) if not shown.empty else 1e-3]
     ceilings = {}
-    if _finite(copy_tbps) and not shown.empty:
+    if positive(copy_tbps) and not shown.empty:
         for i, dt in enumerate(sorted(set(shown["dot_dtype"]), key=lambda k: -roofs.get(k, 0))):
             g = shown[shown["dot_dtype"] == dt]
             ai = (g["flops"] / g["min_bytes"]).groupby(g["ctx"]).median()
@@ -262,7 +256,7 @@ def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
             ceilings[dt] = c
             lab = (f"ceiling at this op's AI ({ai.iloc[-1]:.0f} FLOP/B), {dt} dot: "
                    f"min(copy, {mm:.0f} TFLOP/s / AI) = {c.iloc[-1]:.2f} TB/s"
-                   if _finite(mm) else f"ceiling, {dt} dot: copy {copy_tbps:.2f} TB/s")
+                   if positive(mm) else f"ceiling, {dt} dot: copy {copy_tbps:.2f} TB/s")
             ax.plot(c.index, c.values, color=ATTAINABLE_COLOR, lw=5 if i == 0 else 2.5,
                     alpha=0.35 if i == 0 else 0.6, ls="-", label=lab, gid=f"ceiling/{dt}",
                     zorder=1, solid_capstyle="round")
@@ -276,7 +270,7 @@ def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
              CEILING_COLOR, "-", "copy"),
             (write_tbps, f"measured write-only fill {write_tbps or 0:.2f} TB/s", CEILING_COLOR,
              ":", "write")):
-        if _finite(val):
+        if positive(val):
             ax.axhline(val, color=color, ls=style, lw=1.8, label=lab, gid=gid, zorder=1)
             ax.annotate(lab, xy=(0.01, val), xycoords=("axes fraction", "data"), xytext=(0, 3),
                         textcoords="offset points", color=color, fontsize=10, va="bottom")

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from ..analysis import reference_table
 from .style import DEFAULT_LIMIT, TIMINGS, _series_order, _variant_order, base_variant, is_torch
 
 
@@ -143,21 +144,6 @@ def _rows_of(d: pd.DataFrame, s: tuple[str, str]) -> pd.DataFrame:
 
 
 # ------------------------------------------------------------------ reference tables
-def reference_table(ref: pd.DataFrame) -> pd.DataFrame:
-    """A public table as ctx (tokens), before_us, after_us, speedup: from the first table's
-    ctx, before_ms, after_ms or the merged version's ctx_tokens, before_us, after_us."""
-    ctx = ref["ctx_tokens"] if "ctx_tokens" in ref.columns else ref["ctx"]
-    if "before_us" in ref.columns:
-        before, after = ref["before_us"], ref["after_us"]
-    else:
-        before, after = ref["before_ms"] * 1e3, ref["after_ms"] * 1e3
-    out = pd.DataFrame({"ctx": ctx.astype(int).to_numpy(),
-                        "before_us": before.astype(float).to_numpy(),
-                        "after_us": after.astype(float).to_numpy()})
-    out["speedup"] = out["before_us"] / out["after_us"]
-    return out.sort_values("ctx").reset_index(drop=True)
-
-
 def _reference_list(reference, default_name: str = "public change"
                     ) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
     """[(name, normalized table, the table as given)] from a frame, a {name: frame} map or a
