@@ -66,7 +66,7 @@ def footer_text(fig) -> str:
 def replot_sweep(data_dir: Path, **kw):
     rows = analysis.select(analysis.load_measurements(data_dir), shape="kimi-k3-tp8",
                            cache_dtype="fp8", weight_format="fp8_row", block_size=1,
-                           batch="single")
+                           batch="single", timing=None)
     return rows, plotting.plot_context_sweep(rows, analysis.load_reference(REFERENCE), **kw)
 
 
@@ -115,8 +115,8 @@ def test_replot_draws_the_fixture_and_follows_it(data_dir):
     np.testing.assert_allclose(line(ax_s, "chunked, plain call").get_ydata(),
                                serial / want["median_us"].to_numpy())
 
-    # select()'s "torch_fp8_graph" rows are torch_fp8 timed "graph": device time, solid,
-    # and the default shows them rather than the plain calls.
+    # torch_fp8's rows timed "graph" are device time, solid, and the default shows them
+    # rather than its plain calls.
     fx = shipped(pd.read_csv(FIXTURE))
     graph = fx[(fx.variant == "torch_fp8") & (fx.timing == "graph")].sort_values("ctx")
     torch_line = line(ax_t, "torch_fp8, device time")
@@ -230,7 +230,7 @@ def test_torch_paths_are_grey_and_the_public_change_black():
 
 def test_line_style_follows_the_timing():
     df = synthetic(("serial", "chunked", "torch_fp8"), timings=("flushed", "graph", "graph8"))
-    # Old naming: a "<variant>_graph" row is the variant timed graph.
+    # The naming of older runs' tables: a "<variant>_graph" row is the variant timed graph.
     old = df[df.timing == "graph"].assign(variant=lambda d: d.variant + "_graph",
                                           timing="flushed")
     df = pd.concat([df[df.timing != "graph"], old])
@@ -329,7 +329,7 @@ def test_bandwidth_draws_the_ceiling_at_the_ops_intensity():
 
 # ------------------------------------------------------------------ roofline
 def test_roofline_has_both_roofs_and_every_variant(data_dir):
-    rows = analysis.select(analysis.load_measurements(data_dir), batch="single")
+    rows = analysis.select(analysis.load_measurements(data_dir), batch="single", timing=None)
     fig = plotting.plot_roofline(rows, peak_tbps=4.8, series="all")
     ax = fig.axes[0]
     bw = line(ax, "bandwidth roof: measured 4.27 TB/s")
@@ -515,14 +515,16 @@ def test_save_figure_writes_png_and_svg_only(tmp_path, data_dir):
 
 
 # ------------------------------------------------------------------ analysis helpers
-def test_select_keeps_shipped_configs_and_names_graph_rows(data_dir):
+def test_select_keeps_shipped_configs_and_the_timing_asked_for(data_dir):
     df = analysis.load_measurements(data_dir)
     rows = analysis.select(df, batch="single")
     assert (rows.timing == "flushed").all()
-    assert set(rows.variant) == {"serial", "chunked", "torch_fp8", "torch_fp8_graph"}
+    assert set(rows.variant) == {"serial", "chunked", "torch_fp8"}
     assert rows[(rows.variant == "chunked") & (rows.ctx == 32000)].median_us.tolist() == [170.0]
-    tuned = analysis.select(df, batch="single", default_config=False, graph_as_variants=False)
-    assert len(tuned) == len(rows) - 4 + 1  # the graph rows are timing "graph" there
+    tuned = analysis.select(df, batch="single", default_config=False, timing=None)
+    assert len(tuned) == len(rows) + 4 + 1  # torch_fp8's four graph rows and the tuning row
+    graph = tuned[tuned.timing == "graph"]
+    assert set(graph.variant) == {"torch_fp8"} and len(graph) == 4  # named as measured
     only = analysis.select(df, batch="single", variants=["serial"])
     assert set(only.variant) == {"serial"}
 

@@ -26,8 +26,7 @@ __all__ = ["contexts_str", "write_csv_atomic"]  # re-exported for the notebooks
 MEASUREMENT_COLUMNS = ("device", "model", "cache_dtype", "weight_format", "block_size",
                        "contexts", "batch", "ctx", "variant", "timing", "median_us")
 
-# The torch code a user would write, as the harness names it (``_graph``: replayed from a
-# CUDA graph, see ``select``).
+# The torch code a user would write, as the harness names it.
 TORCH_BASE = ("torch_bf16", "torch_fp8")
 
 # The public change's headline contexts; the sweep adds a log grid around them.
@@ -151,26 +150,20 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
            variants: Sequence[str] | None = None,
            ragged_contexts: Sequence[int] | None = None,
            device: str | None = None, default_config: bool = True,
-           default_weight: bool = True, graph_as_variants: bool = True) -> pd.DataFrame:
+           default_weight: bool = True) -> pd.DataFrame:
     """The rows of one configuration; an empty frame when nothing matches.
 
     ``device`` (a registry name or torch's device name; None or "auto" for any) keeps the
     rows measured on that device. ``default_config`` drops rows of a tuning sweep (a
     non-empty ``config``): a figure compares designs as they ship; ``default_weight`` drops
-    rows of another weight draw (a non-empty ``weight_draw``, e.g. MXFP4's ``wide``). With
-    ``graph_as_variants``, rows timed as ``graph`` (the torch paths replayed from a CUDA
-    graph) join the ``flushed`` ones as variants named ``<variant>_graph``.
-    ``batch="single"`` keeps one-sequence rows; ``"ragged"`` keeps the rows whose
-    ``contexts`` equal ``ragged_contexts`` (or every multi-sequence row if not given).
+    rows of another weight draw (a non-empty ``weight_draw``, e.g. MXFP4's ``wide``).
+    ``timing`` keeps the rows of one timing (None: every timing; a figure tells them apart
+    by their ``timing`` column). ``batch="single"`` keeps one-sequence rows; ``"ragged"``
+    keeps the rows whose ``contexts`` equal ``ragged_contexts`` (or every multi-sequence row
+    if not given).
     """
     if df is None or df.empty:
         return pd.DataFrame(columns=list(MEASUREMENT_COLUMNS))
-    if graph_as_variants and timing == "flushed" and "timing" in df.columns:
-        graph = df["timing"].astype(str) == "graph"
-        if graph.any():
-            df = df.copy()
-            df.loc[graph, "variant"] = df.loc[graph, "variant"].astype(str) + "_graph"
-            df.loc[graph, "timing"] = "flushed"
     keep = pd.Series(True, index=df.index)
     for flag, col in ((default_config, "config"), (default_weight, "weight_draw")):
         if flag and col in df.columns:

@@ -33,8 +33,8 @@ Conventions shared by every figure
 * Context axes are log scale with ticks only at the contexts that have data, labelled in
   units of k = 1024 tokens (32768 -> "32k", 109440 -> "107k").
 
-Rows named ``<variant>_graph`` (what ``analysis.select`` makes of graph-timed rows) are read
-as ``<variant>`` timed ``graph``.
+Rows named ``<variant>_graph`` (how the tables of older runs in data/ name graph-timed rows)
+are read as ``<variant>`` timed ``graph``.
 """
 
 # Tables computed in analysis, importable here under their names of 0.3.0.

@@ -14,7 +14,8 @@ from .style import DEFAULT_LIMIT, TIMINGS, _series_order, _variant_order, base_v
 
 
 def tidy(df: pd.DataFrame) -> pd.DataFrame:
-    """A copy with a ``timing`` column and graph rows named by timing, not by variant."""
+    """A copy with a ``timing`` column and graph rows named by timing, not by variant: the
+    tables of older runs name them ``<variant>_graph``."""
     d = df.copy()
     if "timing" not in d.columns:
         d["timing"] = "flushed"
