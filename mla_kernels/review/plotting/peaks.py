@@ -22,8 +22,8 @@ from .axes import (
     column_values,
     footer,
 )
-from .roofs import _copy_roof, _draw_roofs, _matrix_roofs, _roofline_series
-from .series import _reference_list, _rows_of, choose_series, tidy
+from .roofs import _copy_roof, _draw_roofs, _matrix_roofs, _roofline_rows, _roofline_series
+from .series import _reference_list
 from .style import (
     CEILING_COLOR,
     DEFAULT_LIMIT,
@@ -64,10 +64,7 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     ``ctx``, ``dot_dtype``, ``copy_tbps``, ``mm_tflops``), e.g. ``roofline.csv``'s.
     """
     set_style()
-    d = tidy(df)
-    d["ai"] = d["flops"] / d["min_bytes"]
-    chosen = choose_series(d, series, limit=limit)
-    shown = pd.concat([_rows_of(d, s) for s in chosen]) if chosen else d.iloc[:0]
+    d, chosen, shown = _roofline_rows(df, series, limit)
     ours = column_values(d, "device", "")
     refs = _reference_list({"first table": reference, "as merged": merged},
                            default_name="public change")

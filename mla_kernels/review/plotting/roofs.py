@@ -25,7 +25,7 @@ from .axes import (
     footer,
     set_ctx_axis,
 )
-from .series import _rows_of, choose_series, tidy
+from .series import _rows_of, _series_rows, choose_series, tidy
 from .style import (
     ATTAINABLE_COLOR,
     CEILING_COLOR,
@@ -105,6 +105,16 @@ def _draw_roofs(ax, x: np.ndarray, bw: float | None, roofs: Mapping[str, float],
 
 
 # ------------------------------------------------------------------ roofline
+def _roofline_rows(df: pd.DataFrame, series, limit: int
+                   ) -> tuple[pd.DataFrame, list[tuple[str, str]], pd.DataFrame]:
+    """A roofline's rows: ``tidy``'s copy with each row's arithmetic intensity (``ai``, FLOP
+    per minimum byte), the series to draw (``choose_series``) and their rows."""
+    d = tidy(df)
+    d["ai"] = d["flops"] / d["min_bytes"]
+    chosen = choose_series(d, series, limit=limit)
+    return d, chosen, _series_rows(d, chosen)
+
+
 def _roofline_series(ax, d: pd.DataFrame, series: tuple[str, str], sizes: Mapping[int, float],
                      lw: float, **line) -> pd.DataFrame:
     """One series on a roofline: its points joined in context order, a marker sized by each
@@ -139,9 +149,7 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
     ``peak_tbps`` / ``peak_tflops`` or, with ``datasheet``, the device registry.
     """
     set_style()
-    d = tidy(df)
-    d["ai"] = d["flops"] / d["min_bytes"]
-    chosen = choose_series(d, series, limit=limit)
+    d, chosen, shown = _roofline_rows(df, series, limit)
     bw = _copy_roof(d, bw_tbps)
     roofs = _matrix_roofs(d, mm_tflops)
     spec = _datasheet(d) if datasheet else None
@@ -153,7 +161,6 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
     fig, body = _new_figure((21, 8.5))
     ax, ax_f = body.subplots(1, 2, width_ratios=[1.3, 1])
 
-    shown = pd.concat([_rows_of(d, s) for s in chosen]) if chosen else d.iloc[:0]
     sizes = _ctx_sizes(shown["ctx"]) if not shown.empty else {}
     dtypes = sorted(set(shown["dot_dtype"])) if "dot_dtype" in shown.columns else []
     # The roofs of the dot dtypes drawn (a bf16 roof without a bf16 series is noise).
@@ -244,7 +251,7 @@ def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
                 gid=f"{v}/{t}")
         if best is None or r.iloc[-1] > best[2].iloc[-1]:
             best = (v, t, r)
-    shown = pd.concat([_rows_of(d, s) for s in chosen]) if chosen else d.iloc[:0]
+    shown = _series_rows(d, chosen)
     top = [float(shown["achieved_tbps"].max()) if not shown.empty else 1e-3]
     ceilings = {}
     if positive(copy_tbps) and not shown.empty:

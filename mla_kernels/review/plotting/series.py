@@ -144,6 +144,11 @@ def _rows_of(d: pd.DataFrame, s: tuple[str, str]) -> pd.DataFrame:
     return d[(d["variant"] == s[0]) & (d["timing"] == s[1])]
 
 
+def _series_rows(d: pd.DataFrame, chosen: Sequence[tuple[str, str]]) -> pd.DataFrame:
+    """The rows of the series drawn, series by series (none drawn: no rows, d's columns)."""
+    return pd.concat([_rows_of(d, s) for s in chosen]) if chosen else d.iloc[:0]
+
+
 # ------------------------------------------------------------------ reference tables
 def _reference_list(reference, default_name: str = "public change"
                     ) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
