@@ -11,8 +11,9 @@ The modules, by what they hold: ``style`` (colours, markers, line styles, ``set_
 ``series`` (``tidy`` and which series a figure draws), ``axes`` (titles, footers, axes,
 legends, saving) and the figures: ``sweep`` (``plot_context_sweep``), ``roofs``
 (``plot_roofline``, ``plot_bandwidth``), ``peaks`` (``plot_peaks``), ``formats``
-(``plot_formats``), ``occupancy`` (``plot_occupancy``). Every public name is importable
-from here.
+(``plot_formats``), ``occupancy`` (``plot_occupancy``). The tables the figures draw
+(``format_table``, the peak fractions) are computed in ``mla_kernels.review.analysis``.
+Every public name is importable from here.
 
 Conventions shared by every figure
 ----------------------------------
@@ -37,7 +38,7 @@ Rows named ``<variant>_graph`` (how the tables of older runs in data/ name graph
 are read as ``<variant>`` timed ``graph``.
 """
 
-# Tables computed in analysis, importable here under their names of 0.3.0.
+# Tables, computed in analysis; importable from here too, as before the split.
 from ..analysis import FORMAT_ORDER, attainable_tbps, format_table, reference_table
 from .axes import column_values, ctx_label, describe, footer, run_label, save_figure, set_ctx_axis
 from .formats import plot_formats
