@@ -66,7 +66,7 @@ def footer_text(fig) -> str:
 def replot_sweep(data_dir: Path, **kw):
     rows = analysis.select(analysis.load_measurements(data_dir), shape="kimi-k3-tp8",
                            cache_dtype="fp8", weight_format="fp8_row", block_size=1,
-                           batch="single")
+                           batch="single", timing=None)
     return rows, plotting.plot_context_sweep(rows, analysis.load_reference(REFERENCE), **kw)
 
 
@@ -115,8 +115,8 @@ def test_replot_draws_the_fixture_and_follows_it(data_dir):
     np.testing.assert_allclose(line(ax_s, "chunked, plain call").get_ydata(),
                                serial / want["median_us"].to_numpy())
 
-    # select()'s "torch_fp8_graph" rows are torch_fp8 timed "graph": device time, solid,
-    # and the default shows them rather than the plain calls.
+    # torch_fp8's rows timed "graph" are device time, solid, and the default shows them
+    # rather than its plain calls.
     fx = shipped(pd.read_csv(FIXTURE))
     graph = fx[(fx.variant == "torch_fp8") & (fx.timing == "graph")].sort_values("ctx")
     torch_line = line(ax_t, "torch_fp8, device time")
@@ -230,7 +230,7 @@ def test_torch_paths_are_grey_and_the_public_change_black():
 
 def test_line_style_follows_the_timing():
     df = synthetic(("serial", "chunked", "torch_fp8"), timings=("flushed", "graph", "graph8"))
-    # Old naming: a "<variant>_graph" row is the variant timed graph.
+    # The naming of older runs' tables: a "<variant>_graph" row is the variant timed graph.
     old = df[df.timing == "graph"].assign(variant=lambda d: d.variant + "_graph",
                                           timing="flushed")
     df = pd.concat([df[df.timing != "graph"], old])
@@ -329,7 +329,7 @@ def test_bandwidth_draws_the_ceiling_at_the_ops_intensity():
 
 # ------------------------------------------------------------------ roofline
 def test_roofline_has_both_roofs_and_every_variant(data_dir):
-    rows = analysis.select(analysis.load_measurements(data_dir), batch="single")
+    rows = analysis.select(analysis.load_measurements(data_dir), batch="single", timing=None)
     fig = plotting.plot_roofline(rows, peak_tbps=4.8, series="all")
     ax = fig.axes[0]
     bw = line(ax, "bandwidth roof: measured 4.27 TB/s")
@@ -515,16 +515,67 @@ def test_save_figure_writes_png_and_svg_only(tmp_path, data_dir):
 
 
 # ------------------------------------------------------------------ analysis helpers
-def test_select_keeps_shipped_configs_and_names_graph_rows(data_dir):
+def test_select_keeps_shipped_configs_and_the_timing_asked_for(data_dir):
     df = analysis.load_measurements(data_dir)
     rows = analysis.select(df, batch="single")
     assert (rows.timing == "flushed").all()
-    assert set(rows.variant) == {"serial", "chunked", "torch_fp8", "torch_fp8_graph"}
+    assert set(rows.variant) == {"serial", "chunked", "torch_fp8"}
     assert rows[(rows.variant == "chunked") & (rows.ctx == 32000)].median_us.tolist() == [170.0]
-    tuned = analysis.select(df, batch="single", default_config=False, graph_as_variants=False)
-    assert len(tuned) == len(rows) - 4 + 1  # the graph rows are timing "graph" there
+    tuned = analysis.select(df, batch="single", default_config=False, timing=None)
+    assert len(tuned) == len(rows) + 4 + 1  # torch_fp8's four graph rows and the tuning row
+    graph = tuned[tuned.timing == "graph"]
+    assert set(graph.variant) == {"torch_fp8"} and len(graph) == 4  # named as measured
     only = analysis.select(df, batch="single", variants=["serial"])
     assert set(only.variant) == {"serial"}
+
+
+def test_format_table_holds_each_variants_value_per_format_and_cache():
+    df = pd.concat([synthetic(("chunked", "torch_bf16", "torch_fp8"), contexts=(32000, 65536),
+                              weight_format=wf, cache_dtype=cache)
+                    for wf in ("bf16", "mxfp4") for cache in ("fp8", "bf16")])
+    tables = analysis.format_table(df, ctx=32000)
+    assert list(tables) == ["bf16", "fp8"]  # the bf16 cache first
+    for cache, t in tables.items():
+        assert list(t.index) == list(analysis.FORMAT_ORDER)
+        assert list(t.columns) == ["chunked", "torch_bf16", "torch_fp8"]  # every torch path
+        for wf in ("bf16", "mxfp4"):
+            r = df[(df.cache_dtype == cache) & (df.weight_format == wf) & (df.ctx == 32000)
+                   & (df.timing == "graph")].set_index("variant")
+            np.testing.assert_allclose(t.loc[wf].to_numpy(dtype=float),
+                                       r.roof_fraction[t.columns].to_numpy())
+        assert t.loc[["fp8_row", "fp8_block"]].isna().all().all()
+    us = analysis.format_table(df, ctx=65536, value="median_us", series=["chunked/flushed"])
+    r = df[(df.variant == "chunked") & (df.timing == "flushed") & (df.ctx == 65536)
+           & (df.cache_dtype == "fp8") & (df.weight_format == "mxfp4")]
+    assert us["fp8"].loc["mxfp4", "chunked"] == r.median_us.iloc[0]
+    assert plotting.format_table is analysis.format_table  # the notebooks' name
+
+
+def test_peak_fractions_against_each_set_of_roofs():
+    df = synthetic(("hopper_ws",), timings=("graph",))
+    roofs = {"datasheet": (4.8, {"fp8": 1979.0}), "measured": (4.245, {"fp8": 1006.0}),
+             "unknown": (None, {"fp8": 1000.0})}
+    fr = analysis.peak_fractions(df, roofs)
+    assert list(fr.against) == ["datasheet", "measured"] * 3  # per row, in the roofs' order
+    assert list(fr.ctx) == [c for c in df.ctx for _ in range(2)]
+    ai = (df.flops / df.min_bytes).to_numpy()
+    for against, (bw, mm) in list(roofs.items())[:2]:
+        got = fr[fr.against == against]
+        np.testing.assert_allclose(got.ai, ai)
+        np.testing.assert_allclose(got.fraction, df.achieved_tflops.to_numpy()
+                                   / np.minimum(bw * ai, mm["fp8"]))
+    # No matrix roof for the rows' dot dtype: no fraction.
+    assert analysis.peak_fractions(df.assign(dot_dtype="bf16"), roofs).empty
+
+
+def test_timed_points_place_a_published_table_by_the_model():
+    ref = analysis.reference_table(pd.read_csv(REFERENCE))
+    pts = analysis.timed_points("kimi-k3-tp8", ref.ctx, ref.after_us, "fp8", "fp8_row")
+    nb = np.array([roofline.min_bytes("kimi-k3-tp8", c, "fp8", "fp8_row") for c in ref.ctx])
+    nf = np.array([roofline.flops("kimi-k3-tp8", c) for c in ref.ctx])
+    np.testing.assert_allclose(pts.flop_per_byte, nf / nb)
+    np.testing.assert_allclose(pts.achieved_tflops, nf / (ref.after_us.to_numpy() * 1e-6) / 1e12)
+    assert set(pts.dot_dtype) == {"fp8"}
 
 
 def test_load_measurements_skips_other_csvs_and_duplicates(data_dir):

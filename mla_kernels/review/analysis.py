@@ -1,5 +1,7 @@
 """What the notebooks do between measuring and plotting: batches, correctness checks, loading
-committed measurements, the tables a design review reads, and atomic writes.
+committed measurements, the tables a design review reads (the public change's, speedups,
+fractions of the floor, weight formats, fractions of each device's attainable peak), and
+atomic writes.
 
 Kept here, not in the notebooks, so it is under test and every notebook shares it.
 """
@@ -7,9 +9,10 @@ Kept here, not in the notebooks, so it is under test and every notebook shares i
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
@@ -23,8 +26,7 @@ __all__ = ["contexts_str", "write_csv_atomic"]  # re-exported for the notebooks
 MEASUREMENT_COLUMNS = ("device", "model", "cache_dtype", "weight_format", "block_size",
                        "contexts", "batch", "ctx", "variant", "timing", "median_us")
 
-# The torch code a user would write, as the harness names it (``_graph``: replayed from a
-# CUDA graph, see ``select``).
+# The torch code a user would write, as the harness names it.
 TORCH_BASE = ("torch_bf16", "torch_fp8")
 
 # The public change's headline contexts; the sweep adds a log grid around them.
@@ -148,26 +150,20 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
            variants: Sequence[str] | None = None,
            ragged_contexts: Sequence[int] | None = None,
            device: str | None = None, default_config: bool = True,
-           default_weight: bool = True, graph_as_variants: bool = True) -> pd.DataFrame:
+           default_weight: bool = True) -> pd.DataFrame:
     """The rows of one configuration; an empty frame when nothing matches.
 
     ``device`` (a registry name or torch's device name; None or "auto" for any) keeps the
     rows measured on that device. ``default_config`` drops rows of a tuning sweep (a
     non-empty ``config``): a figure compares designs as they ship; ``default_weight`` drops
-    rows of another weight draw (a non-empty ``weight_draw``, e.g. MXFP4's ``wide``). With
-    ``graph_as_variants``, rows timed as ``graph`` (the torch paths replayed from a CUDA
-    graph) join the ``flushed`` ones as variants named ``<variant>_graph``.
-    ``batch="single"`` keeps one-sequence rows; ``"ragged"`` keeps the rows whose
-    ``contexts`` equal ``ragged_contexts`` (or every multi-sequence row if not given).
+    rows of another weight draw (a non-empty ``weight_draw``, e.g. MXFP4's ``wide``).
+    ``timing`` keeps the rows of one timing (None: every timing; a figure tells them apart
+    by their ``timing`` column). ``batch="single"`` keeps one-sequence rows; ``"ragged"``
+    keeps the rows whose ``contexts`` equal ``ragged_contexts`` (or every multi-sequence row
+    if not given).
     """
     if df is None or df.empty:
         return pd.DataFrame(columns=list(MEASUREMENT_COLUMNS))
-    if graph_as_variants and timing == "flushed" and "timing" in df.columns:
-        graph = df["timing"].astype(str) == "graph"
-        if graph.any():
-            df = df.copy()
-            df.loc[graph, "variant"] = df.loc[graph, "variant"].astype(str) + "_graph"
-            df.loc[graph, "timing"] = "flushed"
     keep = pd.Series(True, index=df.index)
     for flag, col in ((default_config, "config"), (default_weight, "weight_draw")):
         if flag and col in df.columns:
@@ -199,6 +195,21 @@ def load_reference(path: str | os.PathLike) -> pd.DataFrame | None:
     version's: ctx_tokens, before_us, after_us; `#` lines are comments); None if absent."""
     p = Path(path)
     return pd.read_csv(p, comment="#") if p.is_file() else None
+
+
+def reference_table(ref: pd.DataFrame) -> pd.DataFrame:
+    """A public table as ctx (tokens), before_us, after_us, speedup: from the first table's
+    ctx, before_ms, after_ms or the merged version's ctx_tokens, before_us, after_us."""
+    ctx = ref["ctx_tokens"] if "ctx_tokens" in ref.columns else ref["ctx"]
+    if "before_us" in ref.columns:
+        before, after = ref["before_us"], ref["after_us"]
+    else:
+        before, after = ref["before_ms"] * 1e3, ref["after_ms"] * 1e3
+    out = pd.DataFrame({"ctx": ctx.astype(int).to_numpy(),
+                        "before_us": before.astype(float).to_numpy(),
+                        "after_us": after.astype(float).to_numpy()})
+    out["speedup"] = out["before_us"] / out["after_us"]
+    return out.sort_values("ctx").reset_index(drop=True)
 
 
 # ------------------------------------------------------------------ correctness checks
@@ -310,3 +321,112 @@ def model_table(shape: str, contexts: Sequence[int], cache_dtype: str, weight_fo
             row.update(roofline.floors(nb, nf, copy_tbps, mm_tflops))
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def timed_points(shape: str, contexts: Sequence[int], times_us: Sequence[float],
+                 cache_dtype: str, weight_format: str) -> pd.DataFrame:
+    """Calls timed elsewhere (a published table) as rows a roofline can place: ``model_table``'s
+    bytes and FLOPs at each context, with ``median_us`` (the time given, µs) and the
+    ``achieved_tflops`` it implies."""
+    t = model_table(shape, [int(c) for c in contexts], cache_dtype, weight_format)
+    us = np.asarray(times_us, dtype=float)
+    if t.empty:
+        return t.assign(median_us=us, achieved_tflops=us)
+    return t.assign(median_us=us, achieved_tflops=t["flops"] / (us * 1e-6) / 1e12)
+
+
+# ------------------------------------------------------------------ roofs and peaks
+def positive(x) -> bool:
+    """A number, finite and above zero: a rate or a roof that was measured or is known."""
+    try:
+        return x is not None and np.isfinite(float(x)) and float(x) > 0
+    except (TypeError, ValueError):
+        return False
+
+
+def attainable_tbps(ai: float, copy_tbps: float, mm_tflops: float) -> float:
+    """The bandwidth an operation of arithmetic intensity ``ai`` (FLOP/B) can reach:
+    min(bandwidth roof, matrix roof / ai), in TB/s."""
+    return min(copy_tbps, mm_tflops / ai) if positive(mm_tflops) else copy_tbps
+
+
+def attainable_tflops(ai: float, bw_tbps: float, mm_tflops: float) -> float:
+    """The TFLOP/s an operation of arithmetic intensity ``ai`` (FLOP/B) can reach:
+    min(bandwidth roof x ai, matrix roof)."""
+    return min(bw_tbps * ai, mm_tflops)
+
+
+PEAK_FRACTION_COLUMNS = ("ctx", "dot_dtype", "ai", "against", "attainable_tflops", "fraction")
+
+
+def peak_fractions(rows: pd.DataFrame,
+                   roofs: Mapping[str, tuple[float | None, Mapping[str, float]]]
+                   ) -> pd.DataFrame:
+    """Each row's achieved TFLOP/s as a fraction of the peak attainable at its arithmetic
+    intensity (``flops / min_bytes``) under each set of roofs in ``roofs``: {name (e.g.
+    "datasheet", "measured"): (bandwidth roof TB/s, {dot dtype: matrix roof TFLOP/s})}.
+
+    One row per (row, set of roofs) whose bandwidth roof and matrix roof for the row's
+    ``dot_dtype`` are known, in the rows' order and, per row, in ``roofs``' order; columns
+    ``PEAK_FRACTION_COLUMNS`` (``against``: the name of the set of roofs). ``rows`` need
+    ``ctx``, ``flops``, ``min_bytes``, ``achieved_tflops`` and ``dot_dtype``.
+    """
+    out = []
+    for r in rows.to_dict("records"):
+        ai = r["flops"] / r["min_bytes"]
+        for against, (bw, matrix) in roofs.items():
+            mm = matrix.get(r["dot_dtype"])
+            if positive(bw) and positive(mm):
+                att = attainable_tflops(ai, bw, mm)
+                out.append((int(r["ctx"]), r["dot_dtype"], ai, against, att,
+                            r["achieved_tflops"] / att))
+    return pd.DataFrame(out, columns=list(PEAK_FRACTION_COLUMNS))
+
+
+# ------------------------------------------------------------------ weight formats
+FORMAT_ORDER = ("bf16", "fp8_row", "fp8_block", "mxfp4")
+
+
+def format_rows(df: pd.DataFrame, ctx: int) -> pd.DataFrame:
+    """The rows a weight-format table compares at ``ctx`` (``plotting.tidy``'s copy): single
+    sequences, default launch configs, and the most common model where there are several."""
+    from .plotting.series import tidy  # plotting imports this module: imported when called
+
+    d = tidy(df)
+    d = d[d["ctx"].astype(int) == int(ctx)]
+    if "batch" in d.columns:
+        d = d[d["batch"].astype(int) == 1]
+    if "config" in d.columns:
+        d = d[d["config"].isna() | (d["config"].astype(str).str.strip() == "")]
+    if "model" in d.columns and d["model"].nunique() > 1:
+        d = d[d["model"] == d["model"].value_counts().idxmax()]
+    return d
+
+
+def _cache_order(d: pd.DataFrame) -> list[str]:
+    return sorted(pd.unique(d["cache_dtype"].astype(str)), key=lambda c: (c != "bf16", c))
+
+
+def format_table(df: pd.DataFrame, *, ctx: int = 32000, value: str = "roof_fraction",
+                 series=None, limit: int | None = None) -> dict[str, pd.DataFrame]:
+    """{cache dtype: weight format x variant table of ``value``} at ``ctx``, each variant in
+    the timing ``plotting.choose_series`` picks (``series``; ``limit``, default
+    ``plotting.DEFAULT_LIMIT``, with every torch path); NaN where nothing was measured."""
+    from .plotting.series import choose_series  # plotting imports this module
+    from .plotting.style import DEFAULT_LIMIT
+
+    d = format_rows(df, ctx)
+    chosen = choose_series(d, series, limit=DEFAULT_LIMIT if limit is None else limit,
+                           torch="all")
+    cols = [v for v, _ in chosen]
+    out = {}
+    for cache in _cache_order(d):
+        t = pd.DataFrame(np.nan, index=list(FORMAT_ORDER), columns=cols)
+        for v, tm in chosen:
+            r = d[(d["variant"] == v) & (d["timing"] == tm) & (d["cache_dtype"] == cache)]
+            for wf, val in r.groupby("weight_format")[value].median().items():
+                if wf not in t.index:
+                    t.loc[wf] = np.nan
+                t.loc[wf, v] = val
+        out[cache] = t
+    return out
