@@ -3,6 +3,7 @@ overrides, every notebook executed in the CPU configuration with its figures and
 replot from a CSV fixture, and a failing notebook that does not stop the others."""
 
 import json
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -13,7 +14,8 @@ import papermill as pm
 import pytest
 import torch
 
-from mla_kernels.review import analysis, report
+from mla_kernels import devices
+from mla_kernels.review import analysis, params, report
 
 ROOT = Path(__file__).parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
@@ -260,7 +262,9 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, capsys):
 def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
     # The GPU path, checked here so a slip in it does not cost a device run: the kernel
     # gets a stand-in GPU and harness (tests/fixtures/fake_gpu/sitecustomize.py).
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "fixtures" / "fake_gpu"))
+    # Prepended: a PYTHONPATH naming the tree under test (a second checkout) stays.
+    fake = str(Path(__file__).parent / "fixtures" / "fake_gpu")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [fake, os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("MLA_FAKE_GPU", "1")
     out_dir, results = report.run_report(
         "h200", out=tmp_path, notebooks=["02", "03", "04"], cell_progress=False,
@@ -362,7 +366,7 @@ def test_papermill_from_another_folder_finds_the_data(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("name", "value", "words"), [
     ("contexts", [1024, -5], ["contexts", "ints >= 1", "-5"]),
-    ("timing", "graph9", ["timing", "graph8", "graph9"]),
+    ("batch", "both", ["batch", "ragged", "both"]),
     ("variants", ["serial", "fastest"], ["variants", "fastest"]),
     ("block_size", 0, ["block_size", ">= 1", "0"]),
     ("mode", "plot", ["mode", "replot", "plot"]),
@@ -370,8 +374,6 @@ def test_papermill_from_another_folder_finds_the_data(tmp_path, monkeypatch):
     ("data_dir", 3, ["data_dir", "path"]),
 ])
 def test_a_bad_parameter_is_a_value_error_naming_it(name, value, words):
-    from mla_kernels.review import params
-
     with pytest.raises(ValueError) as err:
         params.checked({name: value})
     for w in words:
@@ -379,8 +381,6 @@ def test_a_bad_parameter_is_a_value_error_naming_it(name, value, words):
 
 
 def test_list_parameters_take_what_papermill_passes():
-    from mla_kernels.review import params
-
     got = params.checked({"variants": '["serial","tiled"]', "contexts": 1024,
                           "check_contexts": "[1, 40]", "ragged_contexts": "[]",
                           "design_graphs": "true", "data_dir": "data/h200"})
@@ -395,3 +395,87 @@ def test_a_notebook_rejects_a_bad_parameter_at_its_start(tmp_path):
                             str(tmp_path / "x.ipynb"), kernel_name="python3",
                             parameters={"contexts": [1024, -5], "out_dir": str(tmp_path)},
                             progress_bar=False)
+
+
+# ------------------------------------------------------------------ injected names
+def _parameters_cell(path: Path) -> str:
+    nb = nbformat.read(str(path), as_version=4)
+    return next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+
+
+def _as_papermill_runs(path: Path, **injected) -> dict:
+    """A notebook's globals at its first cell after papermill's, as IPython holds them: the
+    input history (``In``) of the parameters cell, papermill's cell, and the current one."""
+    from papermill.translators import PythonTranslator
+
+    ns: dict = {}
+    source = _parameters_cell(path)
+    exec(source, {}, ns)  # the parameters cell's defaults
+    ns.update(injected)
+    ns["In"] = ["", source, PythonTranslator.codify(injected), "globals().update(...)"]
+    return ns
+
+
+@pytest.mark.parametrize(("name", "value"), [("no_such_param", 3), ("context", [4096]),
+                                             ("timing", "flushed"), ("ctx", 4096)])
+def test_a_name_the_notebook_does_not_declare_is_an_error(name, value):
+    nb = ROOT / "notebooks" / "03_roofline.ipynb"
+    with pytest.raises(ValueError) as err:
+        params.start(_as_papermill_runs(nb, **{name: value, "out_dir": "x"}))
+    msg = str(err.value)
+    assert msg.startswith(f"{name}: expected a parameter of this notebook, one of [")
+    assert "'contexts'" in msg and msg.endswith(f"got {value!r}")
+
+
+def test_declared_injected_names_pass_checked_and_converted():
+    nb = ROOT / "notebooks" / "03_roofline.ipynb"
+    got = params.start(_as_papermill_runs(nb, contexts="[4096, 32000]", out_dir="x",
+                                          PAPERMILL_INPUT_PATH="in.ipynb"))
+    assert got["contexts"] == [4096, 32000] and got["out_dir"] == str(ROOT / "x")
+    # Run by hand: nothing injected, nothing to tell apart.
+    assert params.start({"contexts": [4096]})["contexts"] == [4096]
+    assert params.injected(["", "shape = 'x'\n", "print(shape)"]) == ([], [])
+
+
+def test_measure_mode_without_a_gpu_names_mode(monkeypatch):
+    monkeypatch.setattr(devices, "live_device", lambda index=0: None)
+    with pytest.raises(ValueError, match=r"^mode: expected 'replot' on a machine with no GPU"):
+        params.start({"mode": "measure"})
+    params.start({"mode": "replot"})
+    monkeypatch.setattr(devices, "live_device", lambda index=0: devices.DEVICES["H200"])
+    assert params.start({"mode": "measure"})["mode"] == "measure"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_declared_parameter_is_read_by_a_later_cell(path):
+    import ast
+
+    nb = nbformat.read(str(path), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    source = _parameters_cell(path)
+    # What params.injected takes as declared is what papermill reads from the cell, and the
+    # cell cannot pass for papermill's own.
+    assert params.assigned(source) == list(pm.inspect_notebook(str(path)))
+    assert not source.lstrip().startswith(params.INJECTED_HEADER)
+    read = {n.id for c in code[1:] for n in ast.walk(ast.parse(c.source))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unread = [n for n in params.assigned(source) if n not in read]
+    assert not unread, f"{path.stem} declares parameters no later cell reads: {unread}"
+    # The first cell after the parameters cell starts with params.start, names checked.
+    assert "params.start(globals())" in code[1].source
+
+
+def test_every_checked_name_is_a_parameter_of_some_notebook():
+    declared = set().union(*(pm.inspect_notebook(str(p)) for p in NOTEBOOKS))
+    assert set(params.SPECS) <= declared, set(params.SPECS) - declared
+
+
+def test_papermill_stops_on_a_name_the_notebook_does_not_declare(tmp_path):
+    # In a real kernel: the typo of `contexts`, ignored before, ends the run named.
+    with pytest.raises(pm.PapermillExecutionError,
+                       match=r"context: expected a parameter of this notebook"):
+        pm.execute_notebook(str(ROOT / "notebooks" / "03_roofline.ipynb"),
+                            str(tmp_path / "x.ipynb"), kernel_name="python3",
+                            parameters={"context": [4096], "out_dir": str(tmp_path)},
+                            progress_bar=False)
+
