@@ -266,6 +266,8 @@ def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
     fake = str(Path(__file__).parent / "fixtures" / "fake_gpu")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [fake, os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("MLA_FAKE_GPU", "1")
+    # The runner checks for a GPU before a notebook measures: the same stand-in here.
+    monkeypatch.setattr(devices, "live_device", lambda index=0: devices.DEVICES["H200"])
     out_dir, results = report.run_report(
         "h200", out=tmp_path, notebooks=["02", "03", "04"], cell_progress=False,
         # Tiny sizes: the bit-identity check of the measure path runs the kernels here.
@@ -395,6 +397,129 @@ def test_a_notebook_rejects_a_bad_parameter_at_its_start(tmp_path):
                             str(tmp_path / "x.ipynb"), kernel_name="python3",
                             parameters={"contexts": [1024, -5], "out_dir": str(tmp_path)},
                             progress_bar=False)
+
+
+# ------------------------------------------------------------------ bad input: one policy
+# Every entry point answers a bad argument, configuration or parameter with a ValueError
+# naming it, what it expects and what it got; the runner says it in one line on stderr and
+# exits 2, before creating anything.
+def _one_line_error(argv: list[str], capsys) -> str:
+    rc = report.main([*argv, "--no-cell-progress"])
+    captured = capsys.readouterr()
+    assert rc == 2, captured.err
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    assert "Traceback" not in captured.err and captured.out == ""  # nothing ran
+    return captured.err
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["-p", "contexts=[1,2"], ["-p contexts", "expected a YAML value", "[1,2"]),
+    (["-p", "contexts"], ["-p", "KEY=VALUE", "'contexts'"]),
+    (["-p", "no_such_param=3"], ["-p no_such_param", "a parameter of the notebooks run", "3"]),
+    (["-p", "timing=flushed"], ["-p timing", "flushed"]),  # declared by no notebook
+    (["-p", "contexts=[1024, -5]"], ["-p contexts", "ints >= 1", "-5"]),
+    (["-p", "variants=fastest"], ["-p variants", "fastest"]),
+    (["--notebooks", "04", "-p", "contexts=[4096]"], ["-p contexts", "notebooks run"]),
+    (["-p", "out_dir=elsewhere"], ["out_dir", "--out", "elsewhere"]),
+    (["--notebooks", "99"], ["--notebooks", "'99'", "01_occupancy"]),
+    (["--notebooks", "02", "99"], ["--notebooks", "['99']"]),
+    (["--config", "no-such-config"], ["--config", "no-such-config", "cpu"]),
+])
+def test_a_bad_argument_is_one_line_and_creates_nothing(argv, words, tmp_path, capsys):
+    out = tmp_path / "out"
+    err = _one_line_error([*argv, "--out", str(out)], capsys)
+    for w in words:
+        assert w in err, (w, err)
+    assert not out.exists()
+
+
+def test_a_bad_archive_path_is_found_before_the_run(tmp_path, capsys):
+    err = _one_line_error(["--out", str(tmp_path / "out"), "--archive",
+                           str(tmp_path / "no" / "such" / "rep")], capsys)
+    assert "--archive" in err and "no folder" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("text", "argv", "words"), [
+    # A shared typo is one whichever notebooks run.
+    ("parameters: {contxts: [1]}\n", ["--notebooks", "03"], ["contxts", "declared by no"]),
+    ("notebooks: {03_rooflin.ipynb: {contexts: [4096]}}\n", [],
+     ["notebooks", "03_rooflin.ipynb", "03_roofline.ipynb"]),
+    ("notebooks: {03_roofline.ipynb: {context: [4096]}}\n", [],
+     ["03_roofline.ipynb", "'context'", "contexts"]),
+    ("notebooks: {03_roofline.ipynb: [4096]}\n", [], ["03_roofline.ipynb", "a mapping"]),
+    ("notebooks: {03_roofline.ipynb: {contexts: [0]}}\n", [],
+     ["03_roofline.ipynb", "contexts", "ints >= 1", "[0]"]),
+    ("parameters: {shape: no-such-shape}\n", [], ["parameters", "shape", "no-such-shape"]),
+    ("parameters: {out_dir: elsewhere}\n", [], ["out_dir", "--out"]),
+    ("execution_timeout: soon\n", [], ["execution_timeout", "soon"]),
+])
+def test_a_bad_configuration_names_its_file_as_given(text, argv, words, tmp_path, capsys):
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(text)
+    out = tmp_path / "out"
+    err = _one_line_error(["--config", str(cfg), "--out", str(out), *argv], capsys)
+    for w in words:
+        assert w in err, (w, err)
+    assert str(cfg) in err and "configs/mine.yaml" not in err
+    assert not out.exists()
+
+
+def test_an_out_that_is_a_file_or_lies_under_one(tmp_path, capsys):
+    file = tmp_path / "file"
+    file.write_text("")
+    assert "a file" in _one_line_error(["--out", str(file)], capsys)
+    err = _one_line_error(["--out", str(file / "sub")], capsys)
+    assert "it can create" in err and f"{file} is a file" in err
+
+
+def test_an_out_this_user_cannot_write(tmp_path, capsys, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access",
+                        lambda p, mode, **kw: Path(p) != locked and real(p, mode, **kw))
+    err = _one_line_error(["--out", str(locked / "out")], capsys)
+    assert "can write" in err and f"{locked} is not writable" in err
+    assert not (locked / "out").exists()
+
+
+def test_an_out_the_system_refuses_is_one_line_and_left_as_it_was(tmp_path, capsys,
+                                                                    monkeypatch):
+    # A read-only mount passes the permission check (root) and refuses the first write.
+    def refuse(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(report.tempfile, "mkdtemp", refuse)
+    out = tmp_path / "out"
+    err = _one_line_error(["--out", str(out)], capsys)
+    assert "--out" in err and "Read-only file system" in err
+    assert not out.exists()
+
+
+def test_measuring_needs_a_gpu(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(devices, "live_device", lambda index=0: None)
+    out = tmp_path / "out"
+    err = _one_line_error(["--config", "h200", "--out", str(out)], capsys)
+    assert "mode" in err and "'measure'" in err and "configs/h200.yaml" in err
+    assert "02_context_sweep.ipynb" in err and "04_formats" not in err  # 04 replots there
+    err = _one_line_error(["-p", "mode=measure", "--notebooks", "3", "--out", str(out)],
+                          capsys)
+    assert "03_roofline.ipynb" in err and "-p mode=measure" in err
+    assert not out.exists()
+    # What replots needs none: the h200 configuration's formats notebook.
+    plan = report.plan_report("h200", out=out, notebooks=["04"])
+    assert [(p.name, v["mode"]) for p, v in plan.jobs] == [("04_formats.ipynb", "replot")]
+    assert not out.exists()
+
+
+def test_a_plan_checks_everything_and_creates_nothing(tmp_path):
+    out = tmp_path / "a" / "b"
+    plan = report.plan_report("cpu", out=out, overrides={"contexts": [4096]})
+    assert [p for p, _ in plan.jobs] == NOTEBOOKS and plan.out_dir == out.resolve()
+    assert all(v["out_dir"] == str(out.resolve()) for _, v in plan.jobs)
+    assert [v.get("contexts") for _, v in plan.jobs] == [[4096]] * 3 + [None]
+    assert not (tmp_path / "a").exists()
 
 
 # ------------------------------------------------------------------ injected names
@@ -542,4 +667,3 @@ def test_papermill_stops_on_a_context_the_data_lacks(tmp_path):
                             str(tmp_path / "x.ipynb"), kernel_name="python3",
                             parameters={"contexts": [1024, 4096], "out_dir": str(tmp_path)},
                             progress_bar=False)
-
