@@ -30,12 +30,13 @@ report: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/python -m ruff check .
 
-# JupyterLab on the same .venv, its kernel registered as "mla-kernels" (not one of the two
-# set-up commands: for exploring).
+# JupyterLab on the same .venv (not one of the two set-up commands: for exploring). No kernel
+# is registered: the notebooks name "python3", and a server started from the venv offers the
+# venv's own python3 kernel (found in the venv before the user's folder, run with the venv's
+# interpreter). As root (a container) JupyterLab needs --allow-root.
 lab: $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[lab]"
-	$(BIN)/python -m ipykernel install --user --name mla-kernels --display-name "mla-kernels"
-	$(BIN)/python -m jupyter lab notebooks/
+	$(BIN)/python -m jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 clean:
 	rm -rf $(VENV) reports

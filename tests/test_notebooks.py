@@ -3,6 +3,7 @@ overrides, every notebook executed in the CPU configuration with its figures and
 replot from a CSV fixture, and a failing notebook that does not stop the others."""
 
 import json
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -13,7 +14,8 @@ import papermill as pm
 import pytest
 import torch
 
-from mla_kernels.review import analysis, report
+from mla_kernels import devices
+from mla_kernels.review import analysis, params, report
 
 ROOT = Path(__file__).parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
@@ -146,9 +148,6 @@ def test_cpu_batch_wrote_figures_and_csvs(cpu_report):
             df = pd.read_csv(out_dir / "data" / csv)
             assert not df.empty, csv
             assert PROVENANCE <= set(df.columns), (csv, PROVENANCE - set(df.columns))
-        if measured and not have_data:
-            # Said in the output, not silently missing.
-            assert "no measurements" in outputs_text(out_dir / "notebooks" / f"{stem}.ipynb")
     # Atomic writes leave no temp files behind.
     for sub in ("figures", "data", "html"):
         assert not [p for p in (out_dir / sub).iterdir() if p.name.startswith(".")]
@@ -194,7 +193,10 @@ def fixture_report(tmp_path_factory):
         shutil.copy(FIXTURE, data / name)
     out = tmp_path_factory.mktemp("report-fixture")
     overrides = {"data_dir": str(data), "check_contexts": [], "check_ragged": [],
-                 "contexts": [4096, 32000, 65536, 109440]}
+                 "contexts": [4096, 32000, 65536, 109440],
+                 # The fixture holds one cache and weight format: the formats figure asks
+                 # for those (a format it lacks is an error, named).
+                 "caches": ["fp8"], "weight_formats": ["fp8_row"]}
     return report.run_report("cpu", out=out, overrides=overrides, cell_progress=False)
 
 
@@ -260,8 +262,12 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, capsys):
 def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
     # The GPU path, checked here so a slip in it does not cost a device run: the kernel
     # gets a stand-in GPU and harness (tests/fixtures/fake_gpu/sitecustomize.py).
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parent / "fixtures" / "fake_gpu"))
+    # Prepended: a PYTHONPATH naming the tree under test (a second checkout) stays.
+    fake = str(Path(__file__).parent / "fixtures" / "fake_gpu")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [fake, os.environ.get("PYTHONPATH")])))
     monkeypatch.setenv("MLA_FAKE_GPU", "1")
+    # The runner checks for a GPU before a notebook measures: the same stand-in here.
+    monkeypatch.setattr(devices, "live_device", lambda index=0: devices.DEVICES["H200"])
     out_dir, results = report.run_report(
         "h200", out=tmp_path, notebooks=["02", "03", "04"], cell_progress=False,
         # Tiny sizes: the bit-identity check of the measure path runs the kernels here.
@@ -362,7 +368,7 @@ def test_papermill_from_another_folder_finds_the_data(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize(("name", "value", "words"), [
     ("contexts", [1024, -5], ["contexts", "ints >= 1", "-5"]),
-    ("timing", "graph9", ["timing", "graph8", "graph9"]),
+    ("batch", "both", ["batch", "ragged", "both"]),
     ("variants", ["serial", "fastest"], ["variants", "fastest"]),
     ("block_size", 0, ["block_size", ">= 1", "0"]),
     ("mode", "plot", ["mode", "replot", "plot"]),
@@ -370,8 +376,6 @@ def test_papermill_from_another_folder_finds_the_data(tmp_path, monkeypatch):
     ("data_dir", 3, ["data_dir", "path"]),
 ])
 def test_a_bad_parameter_is_a_value_error_naming_it(name, value, words):
-    from mla_kernels.review import params
-
     with pytest.raises(ValueError) as err:
         params.checked({name: value})
     for w in words:
@@ -379,8 +383,6 @@ def test_a_bad_parameter_is_a_value_error_naming_it(name, value, words):
 
 
 def test_list_parameters_take_what_papermill_passes():
-    from mla_kernels.review import params
-
     got = params.checked({"variants": '["serial","tiled"]', "contexts": 1024,
                           "check_contexts": "[1, 40]", "ragged_contexts": "[]",
                           "design_graphs": "true", "data_dir": "data/h200"})
@@ -394,4 +396,274 @@ def test_a_notebook_rejects_a_bad_parameter_at_its_start(tmp_path):
         pm.execute_notebook(str(ROOT / "notebooks" / "01_occupancy.ipynb"),
                             str(tmp_path / "x.ipynb"), kernel_name="python3",
                             parameters={"contexts": [1024, -5], "out_dir": str(tmp_path)},
+                            progress_bar=False)
+
+
+# ------------------------------------------------------------------ bad input: one policy
+# Every entry point answers a bad argument, configuration or parameter with a ValueError
+# naming it, what it expects and what it got; the runner says it in one line on stderr and
+# exits 2, before creating anything.
+def _one_line_error(argv: list[str], capsys) -> str:
+    rc = report.main([*argv, "--no-cell-progress"])
+    captured = capsys.readouterr()
+    assert rc == 2, captured.err
+    assert captured.err.startswith("error: ") and captured.err.count("\n") == 1, captured.err
+    assert "Traceback" not in captured.err and captured.out == ""  # nothing ran
+    return captured.err
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["-p", "contexts=[1,2"], ["-p contexts", "expected a YAML value", "[1,2"]),
+    (["-p", "contexts"], ["-p", "KEY=VALUE", "'contexts'"]),
+    (["-p", "no_such_param=3"], ["-p no_such_param", "a parameter of the notebooks run", "3"]),
+    (["-p", "timing=flushed"], ["-p timing", "flushed"]),  # declared by no notebook
+    (["-p", "contexts=[1024, -5]"], ["-p contexts", "ints >= 1", "-5"]),
+    (["-p", "variants=fastest"], ["-p variants", "fastest"]),
+    (["--notebooks", "04", "-p", "contexts=[4096]"], ["-p contexts", "notebooks run"]),
+    (["-p", "out_dir=elsewhere"], ["out_dir", "--out", "elsewhere"]),
+    (["--notebooks", "99"], ["--notebooks", "'99'", "01_occupancy"]),
+    (["--notebooks", "02", "99"], ["--notebooks", "['99']"]),
+    (["--config", "no-such-config"], ["--config", "no-such-config", "cpu"]),
+])
+def test_a_bad_argument_is_one_line_and_creates_nothing(argv, words, tmp_path, capsys):
+    out = tmp_path / "out"
+    err = _one_line_error([*argv, "--out", str(out)], capsys)
+    for w in words:
+        assert w in err, (w, err)
+    assert not out.exists()
+
+
+def test_a_bad_archive_path_is_found_before_the_run(tmp_path, capsys):
+    err = _one_line_error(["--out", str(tmp_path / "out"), "--archive",
+                           str(tmp_path / "no" / "such" / "rep")], capsys)
+    assert "--archive" in err and "no folder" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("text", "argv", "words"), [
+    # A shared typo is one whichever notebooks run.
+    ("parameters: {contxts: [1]}\n", ["--notebooks", "03"], ["contxts", "declared by no"]),
+    ("notebooks: {03_rooflin.ipynb: {contexts: [4096]}}\n", [],
+     ["notebooks", "03_rooflin.ipynb", "03_roofline.ipynb"]),
+    ("notebooks: {03_roofline.ipynb: {context: [4096]}}\n", [],
+     ["03_roofline.ipynb", "'context'", "contexts"]),
+    ("notebooks: {03_roofline.ipynb: [4096]}\n", [], ["03_roofline.ipynb", "a mapping"]),
+    ("notebooks: {03_roofline.ipynb: {contexts: [0]}}\n", [],
+     ["03_roofline.ipynb", "contexts", "ints >= 1", "[0]"]),
+    ("parameters: {shape: no-such-shape}\n", [], ["parameters", "shape", "no-such-shape"]),
+    ("parameters: {out_dir: elsewhere}\n", [], ["out_dir", "--out"]),
+    ("execution_timeout: soon\n", [], ["execution_timeout", "soon"]),
+])
+def test_a_bad_configuration_names_its_file_as_given(text, argv, words, tmp_path, capsys):
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text(text)
+    out = tmp_path / "out"
+    err = _one_line_error(["--config", str(cfg), "--out", str(out), *argv], capsys)
+    for w in words:
+        assert w in err, (w, err)
+    assert str(cfg) in err and "configs/mine.yaml" not in err
+    assert not out.exists()
+
+
+def test_an_out_that_is_a_file_or_lies_under_one(tmp_path, capsys):
+    file = tmp_path / "file"
+    file.write_text("")
+    assert "a file" in _one_line_error(["--out", str(file)], capsys)
+    err = _one_line_error(["--out", str(file / "sub")], capsys)
+    assert "it can create" in err and f"{file} is a file" in err
+
+
+def test_an_out_this_user_cannot_write(tmp_path, capsys, monkeypatch):
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access",
+                        lambda p, mode, **kw: Path(p) != locked and real(p, mode, **kw))
+    err = _one_line_error(["--out", str(locked / "out")], capsys)
+    assert "can write" in err and f"{locked} is not writable" in err
+    assert not (locked / "out").exists()
+
+
+def test_an_out_the_system_refuses_is_one_line_and_left_as_it_was(tmp_path, capsys,
+                                                                    monkeypatch):
+    # A read-only mount passes the permission check (root) and refuses the first write.
+    def refuse(*args, **kwargs):
+        raise PermissionError(30, "Read-only file system")
+
+    monkeypatch.setattr(report.tempfile, "mkdtemp", refuse)
+    out = tmp_path / "out"
+    err = _one_line_error(["--out", str(out)], capsys)
+    assert "--out" in err and "Read-only file system" in err
+    assert not out.exists()
+
+
+def test_measuring_needs_a_gpu(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(devices, "live_device", lambda index=0: None)
+    out = tmp_path / "out"
+    err = _one_line_error(["--config", "h200", "--out", str(out)], capsys)
+    assert "mode" in err and "'measure'" in err and "configs/h200.yaml" in err
+    assert "02_context_sweep.ipynb" in err and "04_formats" not in err  # 04 replots there
+    err = _one_line_error(["-p", "mode=measure", "--notebooks", "3", "--out", str(out)],
+                          capsys)
+    assert "03_roofline.ipynb" in err and "-p mode=measure" in err
+    assert not out.exists()
+    # What replots needs none: the h200 configuration's formats notebook.
+    plan = report.plan_report("h200", out=out, notebooks=["04"])
+    assert [(p.name, v["mode"]) for p, v in plan.jobs] == [("04_formats.ipynb", "replot")]
+    assert not out.exists()
+
+
+def test_a_plan_checks_everything_and_creates_nothing(tmp_path):
+    out = tmp_path / "a" / "b"
+    plan = report.plan_report("cpu", out=out, overrides={"contexts": [4096]})
+    assert [p for p, _ in plan.jobs] == NOTEBOOKS and plan.out_dir == out.resolve()
+    assert all(v["out_dir"] == str(out.resolve()) for _, v in plan.jobs)
+    assert [v.get("contexts") for _, v in plan.jobs] == [[4096]] * 3 + [None]
+    assert not (tmp_path / "a").exists()
+
+
+# ------------------------------------------------------------------ injected names
+def _parameters_cell(path: Path) -> str:
+    nb = nbformat.read(str(path), as_version=4)
+    return next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+
+
+def _as_papermill_runs(path: Path, **injected) -> dict:
+    """A notebook's globals at its first cell after papermill's, as IPython holds them: the
+    input history (``In``) of the parameters cell, papermill's cell, and the current one."""
+    from papermill.translators import PythonTranslator
+
+    ns: dict = {}
+    source = _parameters_cell(path)
+    exec(source, {}, ns)  # the parameters cell's defaults
+    ns.update(injected)
+    ns["In"] = ["", source, PythonTranslator.codify(injected), "globals().update(...)"]
+    return ns
+
+
+@pytest.mark.parametrize(("name", "value"), [("no_such_param", 3), ("context", [4096]),
+                                             ("timing", "flushed"), ("ctx", 4096)])
+def test_a_name_the_notebook_does_not_declare_is_an_error(name, value):
+    nb = ROOT / "notebooks" / "03_roofline.ipynb"
+    with pytest.raises(ValueError) as err:
+        params.start(_as_papermill_runs(nb, **{name: value, "out_dir": "x"}))
+    msg = str(err.value)
+    assert msg.startswith(f"{name}: expected a parameter of this notebook, one of [")
+    assert "'contexts'" in msg and msg.endswith(f"got {value!r}")
+
+
+def test_declared_injected_names_pass_checked_and_converted():
+    nb = ROOT / "notebooks" / "03_roofline.ipynb"
+    got = params.start(_as_papermill_runs(nb, contexts="[4096, 32000]", out_dir="x",
+                                          PAPERMILL_INPUT_PATH="in.ipynb"))
+    assert got["contexts"] == [4096, 32000] and got["out_dir"] == str(ROOT / "x")
+    # Run by hand: nothing injected, nothing to tell apart.
+    assert params.start({"contexts": [4096]})["contexts"] == [4096]
+    assert params.injected(["", "shape = 'x'\n", "print(shape)"]) == ([], [])
+
+
+def test_measure_mode_without_a_gpu_names_mode(monkeypatch):
+    monkeypatch.setattr(devices, "live_device", lambda index=0: None)
+    with pytest.raises(ValueError, match=r"^mode: expected 'replot' on a machine with no GPU"):
+        params.start({"mode": "measure"})
+    params.start({"mode": "replot"})
+    monkeypatch.setattr(devices, "live_device", lambda index=0: devices.DEVICES["H200"])
+    assert params.start({"mode": "measure"})["mode"] == "measure"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_declared_parameter_is_read_by_a_later_cell(path):
+    import ast
+
+    nb = nbformat.read(str(path), as_version=4)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    source = _parameters_cell(path)
+    # What params.injected takes as declared is what papermill reads from the cell, and the
+    # cell cannot pass for papermill's own.
+    assert params.assigned(source) == list(pm.inspect_notebook(str(path)))
+    assert not source.lstrip().startswith(params.INJECTED_HEADER)
+    read = {n.id for c in code[1:] for n in ast.walk(ast.parse(c.source))
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unread = [n for n in params.assigned(source) if n not in read]
+    assert not unread, f"{path.stem} declares parameters no later cell reads: {unread}"
+    # The first cell after the parameters cell starts with params.start, names checked.
+    assert "params.start(globals())" in code[1].source
+
+
+def test_every_checked_name_is_a_parameter_of_some_notebook():
+    declared = set().union(*(pm.inspect_notebook(str(p)) for p in NOTEBOOKS))
+    assert set(params.SPECS) <= declared, set(params.SPECS) - declared
+
+
+def test_papermill_stops_on_a_name_the_notebook_does_not_declare(tmp_path):
+    # In a real kernel: the typo of `contexts`, ignored before, ends the run named.
+    with pytest.raises(pm.PapermillExecutionError,
+                       match=r"context: expected a parameter of this notebook"):
+        pm.execute_notebook(str(ROOT / "notebooks" / "03_roofline.ipynb"),
+                            str(tmp_path / "x.ipynb"), kernel_name="python3",
+                            parameters={"context": [4096], "out_dir": str(tmp_path)},
+                            progress_bar=False)
+
+
+# ------------------------------------------------------------------ data a figure needs
+def _fixture_rows(tmp_path: Path) -> pd.DataFrame:
+    shutil.copy(FIXTURE, tmp_path / "roofline.csv")
+    return analysis.load_measurements(tmp_path, ["roofline"])
+
+
+WHERE = {"shape": "kimi-k3-tp8", "cache_dtype": "fp8", "weight_format": "fp8_row",
+         "block_size": 1, "timing": None, "device": "auto"}
+
+
+@pytest.mark.parametrize(("where", "words"), [
+    ({"batch": "single", "require": {"contexts": ("ctx", [1024, 4096, 5000])}},
+     ["contexts: expected contexts present in", "got 1024, 5000",
+      "(there: 4096, 32000, 65536, 109440)"]),
+    ({"batch": "single", "device": "MI355X"},
+     ["device:", "'MI355X'", "there: NVIDIA H200 (synthetic fixture)"]),
+    ({"batch": "single", "cache_dtype": "bf16"}, ["cache_dtype:", "'bf16'", "there: fp8"]),
+    ({"batch": "ragged", "ragged_contexts": [5, 7]},
+     ["ragged_contexts:", "'5 7'", "there: 1024 2048 4096"]),
+    ({"batch": "single", "variants": ["hopper_ws"]}, ["variants:", "hopper_ws", "serial"]),
+    ({"batch": "single", "require": {"caches": ("cache_dtype", ["fp8", "bf16"])}},
+     ["caches:", "got bf16", "there: fp8"]),
+])
+def test_missing_data_names_what_is_missing_and_what_is_there(where, words, tmp_path):
+    with pytest.raises(ValueError) as err:
+        analysis.present(_fixture_rows(tmp_path), data_dir=tmp_path, **{**WHERE, **where})
+    msg = str(err.value)
+    for w in words:
+        assert w in msg, (w, msg)
+    assert str(tmp_path) in msg  # where it looked
+
+
+def test_present_keeps_the_asked_rows(tmp_path):
+    rows = analysis.present(_fixture_rows(tmp_path), data_dir=tmp_path, batch="single",
+                            require={"contexts": ("ctx", [4096, 32000])}, **WHERE)
+    assert sorted(set(rows["ctx"])) == [4096, 32000]
+    # Measured here (no source files): said so.
+    with pytest.raises(ValueError, match="the rows measured here"):
+        analysis.present(pd.read_csv(FIXTURE), data_dir=tmp_path, batch="single",
+                         require={"contexts": ("ctx", [5])}, **WHERE)
+
+
+def test_no_data_names_data_dir(tmp_path):
+    with pytest.raises(ValueError, match=r"^data_dir: expected a run's roofline\*\.csv under"):
+        analysis.present(analysis.load_measurements(tmp_path, ["roofline"]),
+                         data_dir=tmp_path, names=["roofline"], batch="single", **WHERE)
+    # The committed data, as the notebooks name it: from the repository root.
+    with pytest.raises(ValueError, match=r"in data/h200/2026-\S+ for shape='kimi-k3-tp8'"):
+        analysis.present(analysis.load_measurements(ROOT / "data" / "h200", ["roofline"]),
+                         data_dir=ROOT / "data" / "h200", batch="single",
+                         require={"contexts": ("ctx", [1024])}, **WHERE)
+
+
+def test_papermill_stops_on_a_context_the_data_lacks(tmp_path):
+    # The roofline run holds 4096, 32000, 65536 and 109440: 1024 was dropped silently.
+    with pytest.raises(pm.PapermillExecutionError,
+                       match=r"contexts: expected contexts present in data/h200/.* got 1024 "
+                             r"\(there: 4096, 32000, 65536, 109440\)"):
+        pm.execute_notebook(str(ROOT / "notebooks" / "03_roofline.ipynb"),
+                            str(tmp_path / "x.ipynb"), kernel_name="python3",
+                            parameters={"contexts": [1024, 4096], "out_dir": str(tmp_path)},
                             progress_bar=False)

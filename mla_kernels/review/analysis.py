@@ -430,3 +430,67 @@ def format_table(df: pd.DataFrame, *, ctx: int = 32000, value: str = "roof_fract
                 t.loc[wf, v] = val
         out[cache] = t
     return out
+
+
+# ------------------------------------------------------------------ what a figure needs
+def present(data: pd.DataFrame | None, *, data_dir: str | os.PathLike, names: Sequence[str] = (),
+            require: dict[str, tuple[str, Sequence]] | None = None, **where) -> pd.DataFrame:
+    """``select(data, **where)`` for a figure drawn from those rows, which must be there.
+
+    ``require`` maps a parameter to ``(column, values)``: every one of ``values`` must be in
+    ``column``, and the rows are kept to them (a notebook's ``contexts``). A ValueError
+    names what is missing and what the data has: ``data_dir`` if it holds no run of
+    ``names``; else the first of select's filters that leaves no row (the parameter, its
+    value, the values there); else the parameter whose asked values are absent.
+    """
+    from ..files import REPO_ROOT
+
+    root = Path(data_dir)
+    shown = root.relative_to(REPO_ROOT) if root.is_relative_to(REPO_ROOT) else root
+    if data is None or data.empty:
+        files = " or ".join(f"{n}*.csv" for n in names) or "measurement CSVs"
+        raise ValueError(f"data_dir: expected a run's {files} under {shown}, got none")
+    if "source" in data.columns:  # read from data_dir: the run's folder(s) within it
+        runs = sorted({str(Path(s).parent) for s in data["source"].astype(str)})
+        src = ", ".join(str(shown) if r == "." else str(shown / r) for r in runs)
+    else:
+        src = "the rows measured here"
+    # select's filters, in the order a missing configuration is diagnosed, and their columns.
+    order = (("shape", "model"), ("cache_dtype", "cache_dtype"),
+             ("weight_format", "weight_format"), ("block_size", "block_size"),
+             ("batch", "batch"), ("ragged_contexts", "contexts"), ("device", "device"),
+             ("timing", "timing"), ("variants", "variant"))
+    filters = [k for k, _ in order if where.get(k) is not None]
+
+    def described(keys) -> str:
+        said = [f"{k}={where[k]!r}" for k in keys
+                if k not in ("variants", "ragged_contexts") and where[k] != "auto"]
+        return f" for {', '.join(said)}" if said else ""
+
+    def listed(values) -> str:
+        return ", ".join(str(v) for v in sorted(set(values), key=lambda v: (str(type(v)), v)))
+
+    rows = select(data, **where)
+    if rows.empty:
+        unset = dict.fromkeys(filters)
+        before = select(data, **{**where, **unset})
+        for i, key in enumerate(filters):
+            step = select(data, **{**where, **unset, **{k: where[k] for k in filters[:i + 1]}})
+            if step.empty:
+                column = dict(order)[key]
+                there = before[column].astype(str) if column in before.columns else []
+                got = (contexts_str(where[key]) if key == "ragged_contexts" else where[key])
+                raise ValueError(f"{key}: expected a value with rows in {src}"
+                                 f"{described(filters[:i])}, got {got!r} (there: "
+                                 f"{listed(there) or 'no rows'})")
+            before = step
+        raise ValueError(f"data_dir: expected rows of the shipped designs in {src}, got none")
+    for key, (column, values) in (require or {}).items():
+        have = set(rows[column])
+        missing = [v for v in values if v not in have]
+        if missing:
+            raise ValueError(f"{key}: expected {key} present in {src}{described(filters)}, "
+                             f"got {', '.join(str(v) for v in missing)} "
+                             f"(there: {listed(have)})")
+        rows = rows[rows[column].isin(list(values))]
+    return rows

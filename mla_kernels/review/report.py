@@ -7,6 +7,13 @@
 ``reports/<NAME>/``: executed notebooks, HTML exports, figures (PNG and SVG) and CSVs. A
 notebook that fails does not stop the others; the run ends with a summary and exits
 non-zero, naming the failed notebook and the cell that raised.
+
+Everything the run is given is checked before it creates or writes anything: the
+configuration file, its sections and keys, the notebooks selected, every parameter name
+(declared by the notebooks, checked by ``mla_kernels.review.params``) and value, every
+``-p``, the ``--out`` folder (one it can create and write) and ``--archive``'s, and a GPU
+where a notebook is to measure. A bad one is a ValueError naming the argument or parameter,
+what it expects and what it got: one line on stderr, exit status 2.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from ..files import REPO_ROOT, atomic_path, write_text_atomic
+from ..rules import int_in, optional
 
 CONFIG_DIR = REPO_ROOT / "configs"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -60,35 +68,54 @@ def default_config() -> str:
 CONFIG_KEYS = {"execution_timeout", "parameters", "notebooks"}
 
 
+def _shown(path: Path) -> str:
+    """A path as messages name it: from the repository root when it lies under it."""
+    path = Path(path).absolute()
+    return str(path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path)
+
+
 def load_config(name: str, config_dir: Path = CONFIG_DIR) -> dict:
     """The configuration ``name`` (a file in configs/ without .yaml, or a path). Its name is
-    its file's stem; a key it does not know is an error, named, as is YAML that is not a
-    mapping of the known sections."""
+    its file's stem, ``file`` the file as messages name it (the path as given, or
+    configs/<name>.yaml); a key it does not know is an error, named, as is YAML that is not
+    a mapping of the known sections or an ``execution_timeout`` that is not seconds."""
     path = Path(name)
     if path.suffix not in (".yaml", ".yml"):
         path = config_dir / f"{name}.yaml"
+        shown = _shown(path)
+    else:
+        shown = str(name)
     if not path.is_file():
         known = sorted(p.stem for p in config_dir.glob("*.yaml"))
-        raise ValueError(f"--config: expected one of {known} or a .yaml path, got {name!r}")
+        raise ValueError(f"--config: expected one of {known} or a .yaml file, got {name!r}")
     try:
         with open(path) as f:
             cfg = yaml.safe_load(f)
     except yaml.YAMLError as e:
-        raise ValueError(f"{path}: expected YAML, got a syntax error: "
+        raise ValueError(f"{shown}: expected YAML, got a syntax error: "
                          f"{str(e).splitlines()[0]}") from None
     cfg = {} if cfg is None else cfg
     if not isinstance(cfg, dict):
-        raise ValueError(f"{path}: expected a mapping of {sorted(CONFIG_KEYS)}, "
+        raise ValueError(f"{shown}: expected a mapping of {sorted(CONFIG_KEYS)}, "
                          f"got a {type(cfg).__name__}")
     unknown = sorted(set(cfg) - CONFIG_KEYS)
     if unknown:
-        raise ValueError(f"{path}: expected only the keys {sorted(CONFIG_KEYS)}, got {unknown} "
+        raise ValueError(f"{shown}: expected only the keys {sorted(CONFIG_KEYS)}, got {unknown} "
                          "(a configuration is named by its file)")
     for key in ("parameters", "notebooks"):
         cfg[key] = cfg.get(key) or {}
         if not isinstance(cfg[key], dict):
-            raise ValueError(f"{path}: {key}: expected a mapping, got {cfg[key]!r}")
-    cfg["name"] = path.stem
+            raise ValueError(f"{shown}: {key}: expected a mapping, got {cfg[key]!r}")
+    for nb, own in cfg["notebooks"].items():
+        if own is not None and not isinstance(own, dict):
+            raise ValueError(f"{shown}: notebooks: {nb}: expected a mapping of its parameters, "
+                             f"got {own!r}")
+    try:
+        cfg["execution_timeout"] = optional(int_in(1))("execution_timeout",
+                                                       cfg.get("execution_timeout"))
+    except ValueError as e:
+        raise ValueError(f"{shown}: {e} (seconds per cell)") from None
+    cfg["name"], cfg["file"] = path.stem, shown
     return cfg
 
 
@@ -106,7 +133,7 @@ def notebook_parameters(cfg: dict, notebook: Path, out_dir: Path,
     own = (cfg.get("notebooks") or {}).get(notebook.name) or {}
     unknown = sorted(set(own) - declared)
     if unknown:
-        raise ValueError(f"configs/{cfg['name']}.yaml: {notebook.name} has no parameters "
+        raise ValueError(f"{_config_file(cfg)}: {notebook.name} has no parameters "
                          f"{unknown}; its parameters cell declares {sorted(declared)}")
     params = {k: v for k, v in cfg["parameters"].items() if k in declared}
     params.update(own)
@@ -224,6 +251,10 @@ def archive(folder: Path, path: Path) -> Path:
     return path
 
 
+def _config_file(cfg: dict) -> str:
+    return cfg.get("file") or f"configs/{cfg['name']}.yaml"
+
+
 def check_shared_parameters(cfg: dict, paths: list[Path]) -> None:
     """A shared parameter no notebook declares is a typo: an error, named."""
     import papermill as pm
@@ -233,8 +264,162 @@ def check_shared_parameters(cfg: dict, paths: list[Path]) -> None:
         declared |= set(pm.inspect_notebook(str(nb)))
     unknown = sorted(set(cfg["parameters"]) - declared)
     if unknown:
-        raise ValueError(f"configs/{cfg['name']}.yaml: parameters {unknown} are declared by no "
+        raise ValueError(f"{_config_file(cfg)}: parameters {unknown} are declared by no "
                          f"notebook; the notebooks declare {sorted(declared)}")
+
+
+def select_notebooks(notebook_dir: Path, notebooks: list[str] | None) -> list[Path]:
+    """The notebooks of ``notebook_dir`` a run executes: all, or those named (a stem or its
+    number prefix, with or without .ipynb: "03_roofline", "03", "3"); a name matching none is
+    an error, named."""
+    paths = sorted(Path(notebook_dir).glob("[0-9]*.ipynb"))
+    if not notebooks:
+        return paths
+
+    def matches(p: Path, name: str) -> bool:
+        number = p.stem.split("_", 1)[0]
+        return name in (p.stem, number) or (name.isdigit() and number.isdigit()
+                                            and int(name) == int(number))
+
+    wanted = [n.removesuffix(".ipynb") for n in notebooks]
+    unmatched = [n for n in wanted if not any(matches(p, n) for p in paths)]
+    if unmatched:
+        raise ValueError(f"--notebooks: expected names from {[p.stem for p in paths]} (a stem "
+                         f"or its number), got {unmatched}")
+    return [p for p in paths if any(matches(p, n) for n in wanted)]
+
+
+def _check_values(values: dict, where: str) -> None:
+    """Each name one of params.SPECS (the notebooks' vocabulary), each value one it takes;
+    ``out_dir`` is --out's."""
+    from . import params
+
+    for name, value in values.items():
+        if name == "out_dir":
+            raise ValueError(f"{where}out_dir: expected --out to name the report folder, got "
+                             f"{value!r} (the run sets out_dir itself)")
+        if name not in params.SPECS:
+            raise ValueError(f"{where}{name}: expected a parameter mla_kernels.review.params "
+                             f"checks, one of {sorted(params.SPECS)}, got {value!r}")
+        try:
+            params.SPECS[name](name, value)
+        except ValueError as e:
+            raise ValueError(f"{where}{e}") from None
+
+
+def check_out(out: Path) -> None:
+    """``--out`` must be a folder the run can create and write (its parent too: the earlier
+    files are set aside beside it): a ValueError naming it when it is a file, lies under
+    one, or where this user cannot write."""
+    out = Path(out).absolute()
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out: expected a folder, got {str(out)!r} (a file)")
+    top = out
+    while not top.exists():
+        top = top.parent
+    if not top.is_dir():
+        raise ValueError(f"--out: expected a folder it can create, got {str(out)!r} "
+                         f"({top} is a file)")
+    for folder in ([out, out.parent] if out.exists() else [top]):
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ValueError(f"--out: expected a folder this user can write, got "
+                             f"{str(out)!r} ({folder} is not writable)")
+
+
+def check_archive(path: Path) -> None:
+    """``--archive``'s folder must exist and be writable: found out before the run, not
+    after it."""
+    folder = Path(path).absolute().parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"--archive: expected a file in a writable folder, got {str(path)!r} "
+                         f"({folder} is {'not writable' if folder.is_dir() else 'no folder'})")
+
+
+def parse_overrides(texts: list[str]) -> dict:
+    """``-p KEY=VALUE`` arguments as {KEY: VALUE read as YAML}; a ValueError naming a
+    malformed one."""
+    out = {}
+    for text in texts:
+        key, sep, val = text.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ValueError(f"-p: expected KEY=VALUE, got {text!r}")
+        try:
+            out[key] = yaml.safe_load(val)
+        except yaml.YAMLError as e:
+            raise ValueError(f"-p {key}: expected a YAML value, got {val!r} "
+                             f"({str(e).splitlines()[0]})") from None
+    return out
+
+
+@dataclass
+class Plan:
+    """A checked run: its configuration, report folder and, per notebook, what papermill
+    injects."""
+
+    cfg: dict
+    out_dir: Path
+    jobs: list[tuple[Path, dict]]
+
+
+def plan_report(config: str | None = None, out: Path | None = None,
+                notebooks: list[str] | None = None, overrides: dict | None = None,
+                notebook_dir: Path = NOTEBOOK_DIR) -> Plan:
+    """Check everything a run is given, creating and writing nothing; a ValueError names the
+    first bad argument, section or parameter (see the module's docstring)."""
+    import papermill as pm
+
+    from . import params
+
+    cfg = load_config(config or default_config())
+    file = cfg["file"]
+    every = sorted(Path(notebook_dir).glob("[0-9]*.ipynb"))
+    paths = select_notebooks(notebook_dir, notebooks)
+    declared = {p.name: set(pm.inspect_notebook(str(p))) for p in every}
+    # The configuration against every notebook (it serves any selection); -p keys against
+    # the notebooks this run executes (anywhere else they would change nothing).
+    unknown = sorted(set(cfg["notebooks"]) - set(declared))
+    if unknown:
+        raise ValueError(f"{file}: notebooks: expected sections named after notebooks, one of "
+                         f"{sorted(declared)}, got {unknown}")
+    check_shared_parameters(cfg, every)
+    _check_values(cfg["parameters"], f"{file}: parameters: ")
+    for nb, own in cfg["notebooks"].items():
+        unknown = sorted(set(own or {}) - declared[nb])
+        if unknown:
+            raise ValueError(f"{file}: notebooks: {nb}: expected parameters its parameters "
+                             f"cell declares, {sorted(declared[nb])}, got {unknown}")
+        _check_values(own or {}, f"{file}: notebooks: {nb}: ")
+    overrides = dict(overrides or {})
+    run_declared = set().union(*(declared[p.name] for p in paths)) - {"out_dir"}
+    for key, value in overrides.items():
+        if key != "out_dir" and key not in run_declared:
+            raise ValueError(f"-p {key}: expected a parameter of the notebooks run, one of "
+                             f"{sorted(run_declared)}, got {value!r}")
+    _check_values(overrides, "-p ")
+    out_dir = (Path(out) if out else REPORT_DIR / cfg["name"]).resolve()
+    jobs = [(p, notebook_parameters(cfg, p, out_dir, overrides)) for p in paths]
+    measuring = [p.name for p, v in jobs if v.get("mode") == "measure"]
+    if measuring:
+        by = " with -p mode=measure" if overrides.get("mode") == "measure" else ""
+        params.check_measurable("measure", f" ({', '.join(measuring)} in {file}{by})")
+    check_out(out_dir)
+    return Plan(cfg, out_dir, jobs)
+
+
+def _create_out(out_dir: Path) -> Path:
+    """Create the report folder and the hidden one beside it that the earlier files go to;
+    the OS refusing (a read-only mount) is a ValueError naming --out, nothing left made."""
+    made = not out_dir.exists()
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.earlier.", dir=out_dir.parent))
+    except OSError as e:
+        if made and out_dir.is_dir():
+            with contextlib.suppress(OSError):
+                out_dir.rmdir()
+        raise ValueError(f"--out: expected a folder this run can create and write, got "
+                         f"{str(out_dir)!r} ({e.strerror or e})") from None
 
 
 def _files(folder: Path) -> list[str]:
@@ -259,40 +444,23 @@ def run_report(config: str | None = None, out: Path | None = None,
     and the run writes in place; at the end every earlier file the run did not write again
     (the outputs of a notebook that failed this time) is put back. ``summary.json`` lists
     what this run wrote and what was kept from earlier; an interrupted run leaves the
-    earlier files in the hidden folder, not lost.
+    earlier files in the hidden folder, not lost. Nothing is created before ``plan_report``
+    has checked what the run is given (its ValueError reaches the caller).
     """
     from tqdm import tqdm
 
-    name = config or default_config()
-    cfg = load_config(name)
-    out_dir = (Path(out) if out else REPORT_DIR / cfg["name"]).resolve()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = sorted(Path(notebook_dir).glob("[0-9]*.ipynb"))
-    if notebooks:
-        wanted = {n.removesuffix(".ipynb") for n in notebooks}
-        paths = [p for p in paths if p.stem in wanted or p.stem.split("_", 1)[0] in wanted]
-        if not paths:
-            raise ValueError(f"--notebooks: expected names from "
-                             f"{sorted(p.stem for p in Path(notebook_dir).glob('[0-9]*.ipynb'))}"
-                             f", got {sorted(wanted)}")
-    else:
-        check_shared_parameters(cfg, paths)
-    earlier = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.earlier.", dir=out_dir.parent))
+    plan = plan_report(config, out, notebooks, overrides, notebook_dir)
+    cfg, out_dir = plan.cfg, plan.out_dir
+    earlier = _create_out(out_dir)
     _move(out_dir, earlier, [f for f in _files(out_dir) if f != "summary.json"])
-    print(f"report: configuration {cfg['name']!r}, {len(paths)} notebooks -> {out_dir}",
+    print(f"report: configuration {cfg['name']!r}, {len(plan.jobs)} notebooks -> {out_dir}",
           flush=True)
     results = []
     try:
         with child_environment(commit) as env:
-            bar = tqdm(paths, desc="notebooks", unit="nb", position=0)
-            for nb in bar:
+            bar = tqdm(plan.jobs, desc="notebooks", unit="nb", position=0)
+            for nb, params in bar:
                 bar.set_postfix_str(nb.stem)
-                try:
-                    params = notebook_parameters(cfg, nb, out_dir, overrides)
-                except Exception as exc:
-                    results.append(NotebookResult(nb.name, False, 0.0, "", None,
-                                                  _error_summary(exc)))
-                    continue
                 results.append(run_notebook(nb, params, out_dir,
                                             timeout=cfg.get("execution_timeout"),
                                             cell_progress=cell_progress))
@@ -310,21 +478,15 @@ def run_report(config: str | None = None, out: Path | None = None,
     return out_dir, results
 
 
-def _parse_override(text: str) -> tuple[str, object]:
-    key, sep, val = text.partition("=")
-    if not sep:
-        raise argparse.ArgumentTypeError(f"-p: expected KEY=VALUE, got {text!r}")
-    return key.strip(), yaml.safe_load(val)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m mla_kernels.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", help="configs/<NAME>.yaml (default: h200 on an H200, else cpu)")
+    ap.add_argument("--config", help="NAME of configs/<NAME>.yaml, or a .yaml path (default: "
+                    "h200 on an H200, else cpu)")
     ap.add_argument("--out", type=Path, help="report folder (default: reports/<config>/)")
     ap.add_argument("--archive", type=Path, help="also write the report folder as a .tar.gz")
     ap.add_argument("--notebooks", nargs="+", help="run only these (stem or number prefix)")
-    ap.add_argument("-p", "--param", action="append", type=_parse_override, default=[],
+    ap.add_argument("-p", "--param", action="append", default=[],
                     metavar="KEY=VALUE", help="override a parameter (YAML value) everywhere "
                     "it is declared")
     ap.add_argument("--commit", help="commit to record as provenance ($MLA_COMMIT); the device "
@@ -334,7 +496,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--notebook-dir", type=Path, default=NOTEBOOK_DIR, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     try:
-        out_dir, results = run_report(args.config, args.out, args.notebooks, dict(args.param),
+        overrides = parse_overrides(args.param)
+        if args.archive:
+            check_archive(args.archive)
+        out_dir, results = run_report(args.config, args.out, args.notebooks, overrides,
                                       args.commit, cell_progress=not args.no_cell_progress,
                                       notebook_dir=args.notebook_dir)
     except ValueError as e:  # a bad configuration or argument: said in one line
