@@ -1,6 +1,6 @@
 """The batch run: execute every notebook with papermill for one configuration.
 
-    python -m mla_kernels.report [--config NAME] [--out DIR] [--archive PATH]
+    python -m mla_kernels.review.report [--config NAME] [--out DIR] [--archive PATH]
 
 ``configs/<NAME>.yaml`` holds the parameters (shared ones, then per notebook). Without
 ``--config`` the run picks ``h200`` on an H200 and ``cpu`` anywhere else. Everything lands in
@@ -209,7 +209,7 @@ def run_notebook(notebook: Path, params: dict, out_dir: Path, *, timeout: int | 
 
 
 @contextlib.contextmanager
-def child_environment(commit: str | None = None) -> Iterator[dict[str, str]]:
+def child_environment() -> Iterator[dict[str, str]]:
     """Environment the papermill kernels inherit, set before any of them starts (the
     interpreter switch is read once, when the kernel imports mla_kernels) and restored
     afterwards, so a caller's process is left as it was."""
@@ -222,13 +222,6 @@ def child_environment(commit: str | None = None) -> Iterator[dict[str, str]]:
     changes = {}
     if not has_gpu:
         changes["TRITON_INTERPRET"] = "1"
-    if commit:
-        changes["MLA_COMMIT"] = commit
-    elif "MLA_COMMIT" not in os.environ:
-        from ..lab.provenance import git_commit
-
-        # One commit for every notebook of the run, even if the tree moves meanwhile.
-        changes["MLA_COMMIT"] = git_commit()
     saved = {k: os.environ.get(k) for k in changes}
     os.environ.update(changes)
     try:
@@ -435,7 +428,7 @@ def _move(src_root: Path, dst_root: Path, rels: list[str]) -> None:
 
 def run_report(config: str | None = None, out: Path | None = None,
                notebooks: list[str] | None = None, overrides: dict | None = None,
-               commit: str | None = None, cell_progress: bool = True,
+               cell_progress: bool = True,
                notebook_dir: Path = NOTEBOOK_DIR) -> tuple[Path, list[NotebookResult]]:
     """Run the batch; returns the report folder and one result per notebook (the CLI
     turns them into a summary and an exit code).
@@ -457,7 +450,12 @@ def run_report(config: str | None = None, out: Path | None = None,
           flush=True)
     results = []
     try:
-        with child_environment(commit) as env:
+        from ..lab.provenance import git_commit
+
+        # Each notebook derives the commit of the tree it imports; the summary says the
+        # runner's (the same unless the tree changed during the run, which +dirty shows).
+        commit_used = git_commit()
+        with child_environment():
             bar = tqdm(plan.jobs, desc="notebooks", unit="nb", position=0)
             for nb, params in bar:
                 bar.set_postfix_str(nb.stem)
@@ -465,7 +463,6 @@ def run_report(config: str | None = None, out: Path | None = None,
                                             timeout=cfg.get("execution_timeout"),
                                             cell_progress=cell_progress))
             bar.close()
-            commit_used = env.get("MLA_COMMIT", os.environ.get("MLA_COMMIT"))
     finally:
         written = [f for f in _files(out_dir) if f != "summary.json"]
         kept = [f for f in _files(earlier) if f not in set(written)]
@@ -479,7 +476,7 @@ def run_report(config: str | None = None, out: Path | None = None,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mla_kernels.report", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m mla_kernels.review.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--config", help="NAME of configs/<NAME>.yaml, or a .yaml path (default: "
                     "h200 on an H200, else cpu)")
@@ -489,8 +486,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-p", "--param", action="append", default=[],
                     metavar="KEY=VALUE", help="override a parameter (YAML value) everywhere "
                     "it is declared")
-    ap.add_argument("--commit", help="commit to record as provenance ($MLA_COMMIT); the device "
-                    "copy of the tree has no .git")
     ap.add_argument("--no-cell-progress", action="store_true",
                     help="only the per-notebook progress bar")
     ap.add_argument("--notebook-dir", type=Path, default=NOTEBOOK_DIR, help=argparse.SUPPRESS)
@@ -500,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.archive:
             check_archive(args.archive)
         out_dir, results = run_report(args.config, args.out, args.notebooks, overrides,
-                                      args.commit, cell_progress=not args.no_cell_progress,
+                                      cell_progress=not args.no_cell_progress,
                                       notebook_dir=args.notebook_dir)
     except ValueError as e:  # a bad configuration or argument: said in one line
         print(f"error: {e}", file=sys.stderr)
