@@ -1,0 +1,396 @@
+"""The MMA and epilogue partition: every item's K loop by async wgmma, its scale, and its
+output staged in shared memory and stored by TMA."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .compat import partition_sync, tma_io
+from .config import BK, BM, BN, SCALE_BLOCK, SCALE_E8M0, SCALE_ROW
+from .conversions import _as_bf16, _as_words, _pow2
+from .schedule import _item_range, _item_weight_row, _tile_row0
+
+
+@gluon.jit
+def _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES: gl.constexpr):
+    """Wait until weight chunk ``c`` is in its ring slot (returned) and, for the first item of
+    a tile, until its latent K chunk ``kb`` has landed (cp.async wrote it through the generic
+    proxy; wgmma reads through the async one, hence the fence)."""
+    s = c % STAGES
+    mbarrier.wait(w_ready.index(s), (c // STAGES) & 1)
+    if h == 0:
+        if new_tile:
+            mbarrier.wait(lat_ready.index(kb), (tiles_seen - 1) & 1)
+            fence_async_shared()
+    return s
+
+
+@gluon.jit
+def _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, new_tile,
+                 last_of_tile, tiles_seen, NK: gl.constexpr, STEP: gl.constexpr,
+                 STAGES: gl.constexpr, a_layout: gl.constexpr, LAT16: gl.constexpr,
+                 WG: gl.constexpr = 0, NWG: gl.constexpr = 1, a_regs=0,
+                 LAT_REGS: gl.constexpr = False):
+    """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
+    slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
+    chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
+    MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
+    registers). With LAT_REGS (fp8, two groups) the group's rows of each latent chunk are
+    wgmma's A operand in registers (``a_regs``, one per chunk, loaded by a tile's first item,
+    which frees the chunk for the next tile at once). Returns with the last wgmma in flight
+    (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
+    WK: gl.constexpr = BK // STEP
+    for kb in gl.static_range(NK):
+        for h in gl.static_range(STEP):
+            s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
+            if LAT_REGS:
+                if new_tile:
+                    a_regs = _take_latent_chunk(lat, lat_empty, a_regs, kb, WG, NWG)
+                a = _words_as_fp8(a_regs[kb], a_layout)
+            elif STEP == 1 or LAT16:  # an fp8 chunk, or a bf16 tile's slice
+                a = lat.index(kb * STEP + h)
+                if NWG > 1:  # this group's rows of the tile
+                    a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
+            else:
+                # This K slice of the fp8 latent chunk, widened (exactly) in registers while
+                # the previous slice's wgmma runs.
+                a = lat.index(kb).slice(h * WK, WK, dim=1).load(a_layout)
+                a = a.to(gl.bfloat16)
+            acc = warpgroup_mma(a, w_ring.index(s).permute((1, 0)), acc,
+                                use_acc=kb * STEP + h > 0, is_async=True)
+            if kb * STEP + h > 0:
+                # The previous chunk's wgmma is done: its ring slot can be refilled.
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+                mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+                if h == 0 and not LAT_REGS:
+                    if last_of_tile:  # the tile's last reader of that chunk is done
+                        mbarrier.arrive(lat_empty.index(kb - 1), count=1)
+            c += 1
+    return acc, c, a_regs
+
+
+@gluon.constexpr_function
+def _word_layout(a_layout):
+    """The layout of an fp8 A operand's registers (a linear layout whose first two register
+    bases step K by 1 and 2: kWidth 4) as int32 words of four K values: the same threads
+    and registers, K / 4. Carried in words, the operand takes a register per four values
+    (carried as fp8 it takes one per value and spills)."""
+    assert a_layout.reg_bases[:2] == [[0, 1], [0, 2]], a_layout
+
+    def quarter(bases):
+        return [[r, k // 4] for r, k in bases]
+    return gl.DistributedLinearLayout(
+        reg_bases=quarter(a_layout.reg_bases[2:]), lane_bases=quarter(a_layout.lane_bases),
+        warp_bases=quarter(a_layout.warp_bases), block_bases=[],
+        shape=[a_layout.shape[0], a_layout.shape[1] // 4])
+
+
+@gluon.jit
+def _words_as_fp8(w, a_layout: gl.constexpr):
+    """int32 words (``_word_layout``) as the fp8 A operand they hold (four K values a word,
+    low byte first): the bytes joined back in place, which is register renaming."""
+    b0 = w.to(gl.int8)
+    b1 = (w >> 8).to(gl.int8)
+    b2 = (w >> 16).to(gl.int8)
+    b3 = (w >> 24).to(gl.int8)
+    # join(join(b0, b2), join(b1, b3))[r, w, j, i] = b[2 j + i]: K = 4 w + 2 j + i.
+    q = gl.join(gl.join(b0, b2), gl.join(b1, b3))
+    q = q.reshape([w.shape[0], 4 * w.shape[1]]).to(gl.float8e4nv, bitcast=True)
+    return gl.convert_layout(q, a_layout)
+
+
+@gluon.jit
+def _take_latent_chunk(lat, lat_empty, a_regs, kb: gl.constexpr, WG: gl.constexpr,
+                       NWG: gl.constexpr):
+    """This group's rows of latent chunk ``kb``, loaded into registers as int32 words in
+    the layout of entry kb of ``a_regs`` (``_word_layout``), in its place; the chunk is then
+    released to the gatherer: every warp of the group has read it (the partition's barrier)
+    before the one arrival."""
+    HM: gl.constexpr = BM // NWG
+    fresh = _as_words(lat.index(kb)).slice(WG * HM, HM, dim=0).load(a_regs[kb].type.layout)
+    partition_sync()
+    mbarrier.arrive(lat_empty.index(kb), count=1)
+    if kb == 0:
+        a_regs = (fresh, a_regs[1], a_regs[2], a_regs[3])
+    elif kb == 1:
+        a_regs = (a_regs[0], fresh, a_regs[2], a_regs[3])
+    elif kb == 2:
+        a_regs = (a_regs[0], a_regs[1], fresh, a_regs[3])
+    else:
+        a_regs = (a_regs[0], a_regs[1], a_regs[2], fresh)
+    return a_regs
+
+
+@gluon.jit
+def _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK: gl.constexpr,
+               STAGES: gl.constexpr, LAT_REGS: gl.constexpr = False):
+    """Retire an item's last wgmma and release its last weight chunk (and latent chunk,
+    unless it was released when it was loaded into registers)."""
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+    if last_of_tile and not LAT_REGS:
+        mbarrier.arrive(lat_empty.index(NK - 1), count=1)
+    return acc
+
+
+@gluon.jit
+def _block_scaled_item(lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
+                       ws_row, c, new_tile, last_of_tile, tiles_seen,
+                       KV_C: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr):
+    """One item's K loop with a per-128x128-block weight scale: its 128 weight rows are one
+    block row and each 128-wide latent chunk one block column, so chunk kb has one scalar
+    scale s[kb] (row ``ws_row`` of the scale). Returns the two halves of the product
+    normalised to the last chunk's scale (the caller multiplies by it and k_scale), that
+    scale, and the weight-chunk count.
+
+    A block-scaled GEMM promotes each K step's partial product into a second accumulator;
+    a second 128x128 fp32 accumulator does not fit beside the first, so the accumulator is
+    kept normalised to the current chunk's scale instead: before chunk kb > 0 it must be
+    complete and multiplied by s[kb-1] / s[kb]. Done on one accumulator, that would drain
+    the wgmma queue at each of the NK - 1 block boundaries (150-250 cycles of idle tensor
+    cores against 512 of fp8 wgmma a chunk). The item's 128 tokens are split into two
+    64-row halves, each its own m64 wgmma group and accumulator (64 registers each, as one
+    128-row accumulator): the top half is renormalised while the bottom half's previous
+    chunk still runs, and the other way round, so the queue never empties. What remains is
+    the FMULs (64 a thread per half and boundary) and the waits' issue slots, while the
+    tensor cores work: about the fp8_row path's time (bf16: about the unscaled bf16 path's).
+    """
+    NK: gl.constexpr = KV_C // BK
+    STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
+    HM: gl.constexpr = BM // 2
+    # The next chunk's scale is always in flight.
+    s_cur = gl.load(ws_row).to(gl.float32)
+    if NK > 1:
+        s_nxt = gl.load(ws_row + 1).to(gl.float32)
+    for kb in gl.static_range(NK):
+        for h in gl.static_range(STEP):
+            s = _wait_for_chunk(w_ready, lat_ready, c, kb, h, new_tile, tiles_seen, STAGES)
+            w = w_ring.index(s).permute((1, 0))
+            # Both operands from shared memory: an fp8 chunk, or a bf16 tile's slice.
+            sl = lat.index(kb * STEP + h)
+            a_t = sl.slice(0, HM, dim=0)
+            a_b = sl.slice(HM, HM, dim=0)
+            if kb > 0:
+                if h == 0:
+                    # A block boundary. In flight: the previous chunk's top, then bottom.
+                    ratio = s_cur / s_nxt
+                    acc_t = warpgroup_mma_wait(num_outstanding=1, deps=(acc_t,))
+                    acc_t = acc_t * ratio
+                    acc_t = warpgroup_mma(a_t, w, acc_t, is_async=True)
+                    acc_b = warpgroup_mma_wait(num_outstanding=1, deps=(acc_b,))
+                    # Both halves of the previous chunk are done.
+                    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+                    if last_of_tile:  # the tile's last reader of that latent chunk is done
+                        mbarrier.arrive(lat_empty.index(kb - 1), count=1)
+                    acc_b = acc_b * ratio
+                    acc_b = warpgroup_mma(a_b, w, acc_b, is_async=True)
+                    s_cur = s_nxt
+                    if kb + 1 < NK:
+                        s_nxt = gl.load(ws_row + kb + 1).to(gl.float32)
+            if kb == 0 or h > 0:
+                acc_t = warpgroup_mma(a_t, w, acc_t, use_acc=kb * STEP + h > 0, is_async=True)
+                acc_b = warpgroup_mma(a_b, w, acc_b, use_acc=kb * STEP + h > 0, is_async=True)
+                if kb * STEP + h > 0:
+                    # Both halves of the previous chunk are done: its ring slot is free.
+                    acc_t, acc_b = warpgroup_mma_wait(num_outstanding=2, deps=(acc_t, acc_b))
+                    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+            c += 1
+    acc_t, acc_b = warpgroup_mma_wait(num_outstanding=0, deps=(acc_t, acc_b))
+    mbarrier.arrive(w_empty.index((c - 1) % STAGES), count=1)
+    if last_of_tile:
+        mbarrier.arrive(lat_empty.index(NK - 1), count=1)
+    return acc_t, acc_b, s_cur, c
+
+
+@gluon.jit
+def _mma_epilogue(k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
+                  k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf, pe_out,
+                  w_ready, w_empty, lat_ready, lat_empty,
+                  NOPE: gl.constexpr, V: gl.constexpr, PE: gl.constexpr, KV_C: gl.constexpr,
+                  ITEMS_PER_TILE: gl.constexpr, STAGES: gl.constexpr, WK: gl.constexpr,
+                  SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
+                  CACHE_FP8: gl.constexpr, WG: gl.constexpr, NWG: gl.constexpr,
+                  LAT_REGS: gl.constexpr, num_warps: gl.constexpr):
+    """The MMA and epilogue warps: every item of the run, on rows [R0, R0 + HM) of each
+    token tile. With two groups (``mma_groups=2``) each takes half of every tile's rows, both
+    read each weight chunk and latent chunk (freed when both have) and each stages and stores
+    its half; with LAT_REGS each holds its rows of the tile's latent in registers."""
+    NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
+    HM: gl.constexpr = BM // NWG  # this group's rows of a tile
+    R0: gl.constexpr = WG * HM
+    STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
+    # K of one wgmma instruction: 32 fp8 values, 16 bf16 ones.
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
+    # The A operand of a bf16 wgmma held in registers: two consecutive K values a register.
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    # MXFP4's bf16 route (the ring holds e4m3 chunks, STEP = 1, and bf16 ones by item).
+    acc16_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 16])
+    a16_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc16_layout,
+                                                   k_width=2)
+    if LAT_REGS:
+        # The A operand of an fp8 wgmma held in registers: four consecutive K values a
+        # register; a group's 64 rows of the tile's four latent chunks, 64 registers.
+        a8_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout,
+                                                      k_width=4)
+        a0 = gl.zeros((HM, BK // 4), gl.int32,
+                      _word_layout(gl.to_linear_layout(a8_layout, [HM, BK])))
+        a_regs = (a0, a0, a0, a0)
+    else:
+        a8_layout: gl.constexpr = a_layout
+        a_regs = 0  # a stand-in (triton 3.6 returns no None from a jit function)
+    one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (PE // 8), PE // 8],
+                                               [num_warps, 1], [1, 0])
+    out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
+    KROW: gl.constexpr = NOPE + PE  # one head's columns in k_out
+    HEADS: gl.constexpr = ITEMS_PER_TILE // 2
+    total, start, end = _item_range(cs_ptr, batch, ITEMS_PER_TILE)
+    if CACHE_FP8:
+        k_scale = gl.load(k_scale_ptr)
+    else:  # a bf16 cache has nothing to dequantise
+        k_scale = 1.0
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
+    pe_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, pe_layout))
+    st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
+    st_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
+    st_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, st_layout))
+    if SCALE == SCALE_BLOCK:  # two 64-row halves (_block_scaled_item)
+        half_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
+        acc_t = gl.zeros((BM // 2, BN), gl.float32, half_layout)
+        acc_b = gl.zeros((BM // 2, BN), gl.float32, half_layout)
+    else:
+        acc = gl.zeros((HM, BN), gl.float32, acc_layout)
+    pe_src = pe_raw
+    pe_dst = pe_out
+    if NWG > 1:
+        pe_src = pe_raw.slice(R0, HM, dim=0)
+        pe_dst = pe_out.slice(R0, HM, dim=0)
+    c = 0  # weight chunks consumed
+    n_tma = 0  # items staged: picks the staging buffer
+    tiles_seen = 0
+    for it in range(start, end):
+        tile = it // ITEMS_PER_TILE
+        hp = it % ITEMS_PER_TILE
+        head = hp // 2
+        half = hp % 2
+        row0 = _tile_row0(tile, total)
+        full = row0 + BM <= total
+        last_of_tile = (hp == ITEMS_PER_TILE - 1) | (it == end - 1)
+        new_tile = (it == start) | (hp == 0)
+        if new_tile:
+            tiles_seen += 1
+        if new_tile and not LAT16:  # a bf16 tile's rope is the gather warps' (_store_rope)
+            mbarrier.wait(lat_ready.index(NK), (tiles_seen - 1) & 1)
+            # cp.async wrote through the generic proxy; wgmma and TMA read through the async one.
+            fence_async_shared()
+            if full:
+                pe = pe_src.load(pe_layout).to(gl.float32) * k_scale
+                tma.store_wait(0)  # the previous tile's rope stores have left pe_out
+                pe_dst.store(pe.to(out_ty))
+                fence_async_shared()
+                mbarrier.arrive(lat_empty.index(NK), count=1)  # the next tile's rope may land
+        w_row = _item_weight_row(it, NOPE, V, ITEMS_PER_TILE)
+        if SCALE == SCALE_BLOCK:
+            acc_t, acc_b, s_last, c = _block_scaled_item(
+                lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc_t, acc_b,
+                ws_ptr + (w_row // BN) * WS_LD, c, new_tile, last_of_tile, tiles_seen,
+                KV_C, STAGES, WK)
+            f = s_last * k_scale
+            out_t = (acc_t * f).to(out_ty)
+            out_b = (acc_b * f).to(out_ty)
+        elif SCALE == SCALE_E8M0:
+            # The item's first chunk is published with its info entry (_mx_widener).
+            mbarrier.wait(w_ready.index(c % STAGES), (c // STAGES) & 1)
+            entry = info.index((it - start) % (STAGES + 1))
+            if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
+                # e4m3 chunks: fp8 x fp8, as fp8_row
+                acc, c, _ = _item_k_loop(lat, w_ring, w_ready, w_empty, lat_ready,
+                                         lat_empty, acc, c, new_tile, last_of_tile,
+                                         tiles_seen, NK, 1, STAGES, a_layout, LAT16)
+            else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
+                acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
+                acc16, c, _ = _item_k_loop(lat, _as_bf16(w_ring), w_ready, w_empty,
+                                           lat_ready, lat_empty, acc16, c, new_tile,
+                                           last_of_tile, tiles_seen, NK, 2, STAGES,
+                                           a16_layout, LAT16)
+                acc = gl.convert_layout(acc16, acc_layout)
+            # Each column's 2^F x k_scale, read behind the last wgmma.
+            scale = _pow2(entry.load(gl.SliceLayout(0, acc_layout)) >> 1) * k_scale
+            acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES)
+            out = (acc * scale[None, :]).to(out_ty)
+        else:
+            if SCALE == SCALE_ROW:
+                # Fetched now, so their latency hides behind the wgmma.
+                scale = gl.load(ws_ptr + w_row + cols).to(gl.float32) * k_scale
+            acc, c, a_next = _item_k_loop(
+                lat, w_ring, w_ready, w_empty, lat_ready, lat_empty, acc, c, new_tile,
+                last_of_tile, tiles_seen, NK, STEP, STAGES, a8_layout, LAT16, WG, NWG,
+                a_regs, LAT_REGS)
+            if LAT_REGS:  # (a loop-carried value only then)
+                a_regs = a_next
+            acc = _item_done(w_empty, lat_empty, acc, c, last_of_tile, NK, STAGES, LAT_REGS)
+            if SCALE == SCALE_ROW:
+                out = (acc * scale[None, :]).to(out_ty)
+            else:
+                out = (acc * k_scale).to(out_ty)
+        buf = out_buf.index(n_tma % out_buf.shape[0])
+        if NWG > 1:
+            buf = buf.slice(R0, HM, dim=0)
+        # Before reusing a staging buffer, the stores of the item that last used it (two
+        # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
+        # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
+        # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
+        # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done.
+        if not full or out_buf.shape[0] == 1:
+            tma.store_wait(0)
+        elif half == 0:
+            tma.store_wait(1)
+        else:
+            tma.store_wait(2)
+        if SCALE == SCALE_BLOCK:
+            buf.slice(0, BM // 2, dim=0).store(out_t)
+            buf.slice(BM // 2, BM // 2, dim=0).store(out_b)
+        else:
+            buf.store(out)
+        n_tma += 1
+        if full:
+            fence_async_shared()
+            if half == 0:
+                if not LAT16:
+                    tma_io.store(pe_desc, [row0 + R0, head * KROW + NOPE], pe_dst)
+                tma_io.store(k_desc, [row0 + R0, head * KROW], buf)
+            else:
+                tma_io.store(v_desc, [row0 + R0, head * V], buf)
+        else:
+            # TMA would write the spare rows past the last token too: the partial tile is
+            # read back from the staging buffer and stored row-masked, 16 bytes a thread.
+            val = buf.load(st_layout)
+            r = (row0 + R0 + st_rows).to(gl.int64)[:, None]
+            rmask = (row0 + R0 + st_rows < total)[:, None]
+            if half == 0:
+                gl.store(k_out_ptr + r * (KROW * HEADS) + head * KROW + st_cols[None, :], val,
+                         mask=rmask)
+                if not LAT16:
+                    pr = row0 + R0 + pe_rows
+                    pe = (pe_src.load(pe_layout).to(gl.float32) * k_scale).to(out_ty)
+                    gl.store(k_out_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
+                             + head * KROW + NOPE + pe_cols[None, :], pe,
+                             mask=(pr < total)[:, None])
+            else:
+                gl.store(v_out_ptr + r * (V * HEADS) + head * V + st_cols[None, :], val,
+                         mask=rmask)
+            if last_of_tile and not LAT16:  # its rope was read from pe_raw until now
+                mbarrier.arrive(lat_empty.index(NK), count=1)
+    tma.store_wait(0)
