@@ -16,10 +16,10 @@ from ...problem import GatherArgs, Problem
 from ..host import no_launch
 from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher
-from ..weight_widening import WidenedWeight, widened_problem, widened_shapes
 from .config import MX_SPAN, TILE, WIDEN_MIN_STAGES, HopperWSConfig
 from .kernel import hopper_ws_kernel
 from .schedule import lockstep_granule
+from .widening import WidenedWeight, widened_problem, widened_shapes
 
 
 def hopper_ws_grid(prob: Problem, max_context_len: int | None, config: HopperWSConfig,
