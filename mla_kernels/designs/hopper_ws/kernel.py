@@ -8,8 +8,10 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .config import BK, BM, BN, GATHER_WARPS, SCALE_E8M0, WIDEN_WARPS
 from .gather import _latent_gatherer
+from .handles import Handles, LatentTile, Outputs, WeightRing
 from .loaders import _mx_widener, _weight_loader
 from .mma import _mma_epilogue
+from .schedule import Cache, Items
 
 
 @gluon.jit
@@ -85,53 +87,32 @@ def hopper_ws_kernel(
     for kb in gl.static_range(NK + 1):
         mbarrier.init(lat_empty.index(kb), count=MMA_GROUPS)
 
+    p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE),
+                Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
+                      stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, CACHE_FP8),
+                w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
+                WeightRing(w_ring, w_ready, w_empty, info, STAGES),
+                LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16),
+                Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out))
     # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two
-    # MMA groups, a second MMA partition. Gluon takes each partition's arguments written in
-    # place (triton 3.6 and 3.9 refuse them held in a variable), hence one call each.
+    # MMA groups, a second MMA partition. The partitions and their warps differ, so each
+    # set is its own call: a list of partitions cannot be held in a variable.
     if MMA_GROUPS == 2:
         gl.warp_specialize([
-            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
-                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
-                             KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 2, LAT_REGS, num_warps)),
-            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
-                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
-                             KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 1, 2, LAT_REGS, num_warps)),
-            (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
-                                cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
-                                num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
-                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
-            (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
-                              NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
+            (_mma_epilogue, (p, 0, 2, LAT_REGS, num_warps)),
+            (_mma_epilogue, (p, 1, 2, LAT_REGS, num_warps)),
+            (_latent_gatherer, (p,)),
+            (_weight_loader, (p,)),
         ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])
     elif SCALE == SCALE_E8M0:
         gl.warp_specialize([
-            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
-                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
-                             KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 1, False, num_warps)),
-            (_mx_widener, (w_ptr, ws_ptr, w_ring, info, w_ready, w_empty, cs_ptr, batch,
-                           NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WS_LD)),
-            (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
-                                cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
-                                num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
-                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
+            (_mma_epilogue, (p, 0, 1, False, num_warps)),
+            (_mx_widener, (p,)),
+            (_latent_gatherer, (p,)),
         ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
-            (_mma_epilogue, (k_scale_ptr, ws_ptr, cs_ptr, batch, k_out_ptr, v_out_ptr,
-                             k_desc, pe_desc, v_desc, lat, pe_raw, w_ring, info, out_buf,
-                             pe_out, w_ready, w_empty, lat_ready, lat_empty, NOPE, V, PE,
-                             KV_C, ITEMS_PER_TILE, STAGES, WK, SCALE, WS_LD, LAT16,
-                             CACHE_FP8, 0, 1, False, num_warps)),
-            (_weight_loader, (w_desc, w_ring, w_ready, w_empty, cs_ptr, batch,
-                              NOPE, V, KV_C, ITEMS_PER_TILE, STAGES, WK)),
-            (_latent_gatherer, (k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr,
-                                cs_ptr, batch, k_out_ptr, stride_block, stride_slot,
-                                num_blocks, lat, pe_raw, lat_ready, lat_empty, KV_C, PE, NOPE,
-                                BLOCK_SIZE, ITEMS_PER_TILE, SEARCH_STEPS, LAT16, CACHE_FP8)),
+            (_mma_epilogue, (p, 0, 1, False, num_warps)),
+            (_weight_loader, (p,)),
+            (_latent_gatherer, (p,)),
         ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
