@@ -25,9 +25,9 @@ SCALE_E8M0 = gl.constexpr(SCALE_CODES["e8m0"])
 # starts at its own head, so together they keep the whole weight in use, and a weight of
 # many heads (DeepSeek-V3 TP1: 16.8 MB of fp8) falls out of L2 between two programs' reads
 # of a row. Runs of whole granules (a tile, or 1/2 ... 1/8 of one) start every program at
-# one of a few heads, so programs read each weight chunk at about the same time: 0.81 ->
-# 0.90 of the floor at 32000 tokens (docs/perf-notes.md). For Kimi-K3 TP8's 1.5 MB it
-# bought nothing and the imbalance cost 6%, so only weights of 64 heads or more.
+# one of a few heads, so programs read each weight chunk at about the same time. A small
+# weight stays in L2 anyway and would pay only the granules' imbalance, so only weights of
+# 64 heads or more (README.md: what it bought).
 LOCKSTEP_ITEMS = gl.constexpr(128)  # items a tile (2 x heads) from which runs go in lockstep
 LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of one
 
@@ -46,13 +46,12 @@ MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest
 @dataclass(frozen=True)
 class HopperWSConfig(DesignConfig):
     """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
-    one, where 5 and 6 take the room of the second output staging buffer (4 was fastest on
-    the H200 with one MMA group; docs/perf-notes.md); ``programs``: persistent programs
-    launched, None for one per SM; ``mma_groups``: MMA and epilogue warpgroups, 1, or 2 for
-    an fp8 per-row weight over an fp8 cache (each takes 64 of a tile's 128 rows; with
-    ``ring_depth=6``, 2-4% faster than the default from 32000 tokens and 2% slower at 4096,
-    docs/perf-notes.md); ``latent_in_registers``: with two groups, each holds its rows of a
-    tile's latent as wgmma's A operand in registers (0-2% more)."""
+    one, where 5 and 6 take the room of the second output staging buffer; ``programs``:
+    persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
+    warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache (each takes 64 of a
+    tile's 128 rows); ``latent_in_registers``: with two groups, each holds its rows of a
+    tile's latent as wgmma's A operand in registers. What each option bought, and where
+    ``auto`` sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None

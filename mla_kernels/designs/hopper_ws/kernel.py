@@ -30,7 +30,7 @@ def hopper_ws_kernel(
     NK: gl.constexpr = KV_C // BK
     # Output staging buffers of an fp8 tile: two (an item's stores may still read one while
     # the next item stages), or one, whose 32 KB hold the fifth and sixth weight slots (each
-    # item then waits for the last item's stores, long done: docs/perf-notes.md).
+    # item then waits for the last item's stores, which a deeper ring leaves long done).
     NBUF: gl.constexpr = 2 if STAGES <= 4 else 1
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)

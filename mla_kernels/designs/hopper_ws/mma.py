@@ -295,7 +295,7 @@ def _stage_rope(lat, out, grp, item, NK: gl.constexpr):
     fence_async_shared()
     if item.full:
         pe = grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.k_scale
-        tma.store_wait(0)  # the previous tile's rope stores have left pe_out
+        tma.store_wait(0)  # the previous tile's rope stores have left its buffer
         grp.pe_dst.store(pe.to(out_ty))
         fence_async_shared()
         mbarrier.arrive(lat.empty.index(NK), count=1)  # the next tile's rope may land
@@ -364,7 +364,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.const
         else:
             gl.store(out.v_ptr + r * (V * HEADS) + head * V + grp.st_cols[None, :], val,
                      mask=rmask)
-        if item.last and not LAT16:  # its rope was read from pe_raw until now
+        if item.last and not LAT16:  # the tile's rope buffer was read until now
             mbarrier.arrive(lat.empty.index(NK), count=1)
     return n_tma
 

@@ -64,7 +64,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                       config: HopperWSConfig, device: DeviceSpec):
     if not prob.cache_is_fp8 and prob.weight_dtype != torch.bfloat16:
         # An fp8 or MXFP4 weight over a bf16 cache: widened to a bf16 copy ahead of the
-        # kernel (weight_widening), which then runs the bf16 weight's path. Only shapes,
+        # kernel (widening.py), which then runs the bf16 weight's path. Only shapes,
         # strides and dtypes of the copy are read here: meta tensors stand in.
         shape, factor_shape = widened_shapes(prob, t.kv_proj_weight.shape[0])
         meta = t._replace(
@@ -163,9 +163,9 @@ def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
     """Which 128-row blocks (work items) of an MXFP4 weight the kernel widens to e4m3 (True)
     rather than bf16, from its e8m0 scale [N, K/32]: over an fp8 cache those whose rows'
     codes all span at most MX_SPAN binades, over a bf16 cache none (the weight is widened to
-    a bf16 copy ahead of the kernel: weight_widening). The kernel
-    decides the same on the device, per item; this host-side copy of the rule is for
-    reporting (the matrix's ``fp8_route_share``) and tests."""
+    a bf16 copy ahead of the kernel: ``widening``). The kernel decides the same on the
+    device, per item; this host-side copy of the rule is for reporting (the matrix's
+    ``fp8_route_share``) and tests."""
     codes = as_uint8(scale).to(torch.int32)
     span = codes.amax(dim=1) - codes.amin(dim=1)
     return (span <= MX_SPAN.value).view(-1, TILE).all(dim=1) & cache_is_fp8
@@ -174,11 +174,10 @@ def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
 def supports(prob: Problem) -> bool:
     """The shapes and formats the kernel was written for: an fp8 e4m3fn or a bf16 cache;
     an fp8 e4m3fn weight with a per-row or per-128x128-block scale, a bf16 weight with
-    none, a per-row or a per-block scale (scales float32 or bf16), or MXFP4; nope = v = 128, pe = 64, kv_c a
-    multiple of 128 up to 512, bf16 or fp16 outputs, and a 16-byte aligned weight and
-    outputs (TMA's rule). The whole latent tile lives in shared memory: at kv_c = 640 it
-    takes 238,760 bytes with a 4-deep ring (over the 227 KiB an SM gives) and the MMA warps
-    spill."""
+    none, a per-row or a per-block scale (scales float32 or bf16), or MXFP4; nope = v = 128,
+    pe = 64, kv_c a multiple of 128 up to 512 (the whole latent tile lives in shared memory:
+    README.md), bf16 or fp16 outputs, and a 16-byte aligned weight and outputs (TMA's
+    rule)."""
     weight_ok = ((prob.weight_dtype == torch.float8_e4m3fn
                   and (prob.weight_format, prob.scale) in (("fp8_row", "row"),
                                                            ("fp8_block", "block")))

@@ -118,10 +118,10 @@ class Cache:
     def batch_index(self, items, layout: gl.constexpr):
         """cs[i] and kv_indptr[i] for i in [0, BM) (the last entry repeated past the batch),
         loaded at a gather partition's start as vectors of ``layout``'s rows. A batch of at
-        most BM sequences is then searched in registers (``tile_rows``): a tile's row
-        offsets then wait on two dependent round trips to memory (these loads, then the
-        block ids) instead of one a search step, then cs[b] and kv_indptr[b], then the
-        block ids."""
+        most BM sequences is then searched in registers (``tile_rows``): its first tile's
+        row offsets wait on two dependent round trips to memory (these loads, then the
+        block ids) instead of one a search step, one for cs[b] and kv_indptr[b] and one for
+        the block ids."""
         i = gl.minimum(gl.arange(0, BM, layout=gl.SliceLayout(1, layout)), items.batch)
         return gl.load(items.cs_ptr + i), gl.load(self.kv_indptr_ptr + i)
 

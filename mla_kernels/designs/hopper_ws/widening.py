@@ -2,13 +2,12 @@
 
 Over a bf16 cache every dot runs bf16 x bf16, so an fp8 or MXFP4 weight has to be widened.
 Widening it inside the matrix kernel, item by item, costs every program the same work again
-for each token tile it visits (24 items a tile at Kimi-K3 TP8), and on ``hopper_ws`` that
-widening set the pace: 0.56-0.69 of the bf16 floor against 0.85-0.93 for a bf16 weight
-loaded by TMA (docs/perf-notes.md). Widened once per call instead, by a small kernel that
-reads the weight once (1.5 MB of fp8 for Kimi-K3 TP8, 16.8 MB for DeepSeek-V3 TP1) and
-writes a bf16 copy the matrix kernel then loads by TMA, the widening costs a few
-microseconds per call. The copy lives for the call only (a buffer of the caching allocator,
-stream-ordered), so nothing of the weight outlives it in another format.
+for each token tile it visits (2 x heads items a tile), and on ``hopper_ws`` that widening
+set the pace (README.md). Widened once per call instead, by a small kernel that reads the
+weight once (1.5 MB of fp8 for Kimi-K3 TP8, 16.8 MB for DeepSeek-V3 TP1) and writes a bf16
+copy the matrix kernel then loads by TMA, the widening is a small fixed cost per call. The
+copy lives for the call only (a buffer of the caching allocator, stream-ordered), so
+nothing of the weight outlives it in another format.
 
 Exactness (docs/contract.md: mixed dtypes are lossless):
 
