@@ -426,7 +426,7 @@ def test_widened_weights_run_the_bf16_weight_s_kernel():
     # kernel, which is then the bf16 weight's (its TMA ring takes two slots too); with an
     # fp8 weight the scale is its own, with MXFP4 a float32 row scale.
     from mla_kernels.designs.hopper_ws import HOPPER_WS
-    from mla_kernels.designs.weight_widening import WidenedWeight
+    from mla_kernels.designs.hopper_ws.widening import WidenedWeight
 
     for fmt in ("fp8_row", "fp8_block", "mxfp4"):
         inp = mk.build_inputs(KIMI, [10], cache_dtype="bf16", weight_format=fmt)

@@ -1,11 +1,11 @@
 """The bf16 copy of an fp8 or MXFP4 weight that hopper_ws multiplies over a bf16 cache
-(mla_kernels/designs/weight_widening.py), bit for bit. A portable Triton kernel: it runs
+(mla_kernels/designs/hopper_ws/widening.py), bit for bit. A portable Triton kernel: it runs
 under the interpreter here and on the GPU in the GPU job."""
 
 import pytest
 import torch
 
-from mla_kernels.designs.weight_widening import widen_weight
+from mla_kernels.designs.hopper_ws.widening import widen_weight
 from mla_kernels.formats import e2m1_to_float, unpack_e2m1
 
 
@@ -74,3 +74,13 @@ def test_mxfp4_weight_as_torch_fp4_and_e8m0_dtypes(device, seed):
     want, want_factor = _mx_reference(packed, codes)
     assert torch.equal(out.cpu().view(torch.int16), want.view(torch.int16))
     assert torch.equal(factor.cpu(), want_factor)
+
+
+def test_the_old_module_path_warns_and_is_the_same_code():
+    import importlib
+    import sys
+
+    sys.modules.pop("mla_kernels.designs.weight_widening", None)
+    with pytest.warns(DeprecationWarning, match="hopper_ws.widening"):
+        old = importlib.import_module("mla_kernels.designs.weight_widening")
+    assert old.widen_weight is widen_weight

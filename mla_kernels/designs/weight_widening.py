@@ -1,160 +1,26 @@
-"""A weight widened to bf16 ahead of a kernel that multiplies in bf16.
+"""Deprecated: the path of ``designs.weight_widening`` in 0.2.0, re-exported for one release.
 
-Over a bf16 cache every dot runs bf16 x bf16, so an fp8 or MXFP4 weight has to be widened.
-Widening it inside the matrix kernel, item by item, costs every program the same work again
-for each token tile it visits (24 items a tile at Kimi-K3 TP8), and on ``hopper_ws`` that
-widening set the pace: 0.56-0.69 of the bf16 floor against 0.85-0.93 for a bf16 weight
-loaded by TMA (docs/perf-notes.md). Widened once per call instead, by a small kernel that
-reads the weight once (1.5 MB of fp8 for Kimi-K3 TP8, 16.8 MB for DeepSeek-V3 TP1) and
-writes a bf16 copy the matrix kernel then loads by TMA, the widening costs a few
-microseconds per call. The copy lives for the call only (a buffer of the caching allocator,
-stream-ordered), so nothing of the weight outlives it in another format.
-
-Exactness (docs/contract.md: mixed dtypes are lossless):
-
-- fp8 e4m3fn: every value is a bf16 value; the scale (per row or per block) stays as it is
-  and the matrix kernel applies it as for a scaled bf16 weight.
-- MXFP4: each row r gets one power-of-two factor 2^F[r], F = max(the row's largest e8m0
-  code - 133, -126), and the copy holds value / 2^F (magnitudes up to 384), exactly for
-  every value of at least 2^-126 x 2^F; smaller ones (only in a row whose codes span more
-  than about 125 binades) become zeros of their sign. The factors go to a float32 [N] row
-  scale (2^-126 to 2^121, exact powers of two) that the matrix kernel applies as a row
-  scale.
+The bf16 widening of a weight ahead of ``hopper_ws`` (the only design that uses it) lives in
+its family now: ``designs.hopper_ws.widening``.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import warnings
 
-import torch
-import triton
-import triton.language as tl
+from .hopper_ws.widening import (
+    BK,
+    MX_BIAS,
+    ROWS,
+    WidenedWeight,
+    widen_weight,
+    widen_weight_kernel,
+    widened_problem,
+    widened_shapes,
+)
 
-from ..formats import as_uint8
-from ..problem import Problem
-from .launch import JitLauncher
+warnings.warn("mla_kernels.designs.weight_widening moved to mla_kernels.designs.hopper_ws.widening "
+              "in 0.3.0; the old path goes in 0.4.0", DeprecationWarning, stacklevel=2)
 
-ROWS = 16  # weight rows a program widens
-BK = 128  # K per step (kv_c is a multiple of 128 where this is used)
-# F = the row's largest e8m0 code - MX_BIAS: widened magnitudes <= 6 x 2^6 = 384.
-MX_BIAS = tl.constexpr(127 + 6)
-
-
-@triton.jit
-def widen_weight_kernel(w_ptr, ws_ptr, out_ptr, factor_ptr, n_rows, ws_ld,
-                        K: tl.constexpr, MX: tl.constexpr, ROWS: tl.constexpr,
-                        BK: tl.constexpr):
-    """Rows [pid * ROWS, +ROWS) of the weight [n_rows, K] widened into ``out`` (bf16): fp8
-    values as they are; MXFP4 (packed [n_rows, K / 2], codes [n_rows, ws_ld]) as value / 2^F
-    per row, with 2^F stored to ``factor`` (float32 [n_rows]). MXFP4 is widened in integer
-    arithmetic, bf16 bits from the nibble and the exponent, so no float rounding or
-    flushing mode (the interpreter's or a GPU's) can change a bit."""
-    r = tl.program_id(0) * ROWS + tl.arange(0, ROWS)
-    rmask = (r < n_rows)[:, None]
-    r64 = r.to(tl.int64)[:, None]
-    if MX:
-        NG: tl.constexpr = K // 32
-        g = tl.arange(0, triton.next_power_of_2(NG))
-        codes = tl.load(ws_ptr + r64 * ws_ld + g[None, :], mask=rmask & (g < NG)[None, :],
-                        other=0).to(tl.int32)
-        # F kept in float32's normal range: a row whose codes are all below 7 gets F = -126.
-        f = tl.maximum(tl.max(codes, axis=1) - MX_BIAS, -126)
-        tl.store(factor_ptr + r, ((f + 127) << 23).to(tl.float32, bitcast=True), mask=r < n_rows)
-    for k0 in tl.static_range(0, K, BK):
-        k = k0 + tl.arange(0, BK)
-        if MX:
-            byte = tl.load(w_ptr + r64 * (K // 2) + (k // 2)[None, :], mask=rmask,
-                           other=0).to(tl.int32)
-            nib = (byte >> ((k % 2) * 4)[None, :]) & 15
-            code = tl.load(ws_ptr + r64 * ws_ld + (k // 32)[None, :], mask=rmask,
-                           other=0).to(tl.int32)
-            # e2m1 magnitude m (0, 0.5, 1, 1.5, 2, 3, 4, 6) = (1 + (m & 1) / 2) x 2^e, e =
-            # (m >> 1) - 1 for m >= 2 (0.5: e = -1, mantissa 0), times 2^(code - 127 - F).
-            m = nib & 7
-            e = tl.where(m >= 2, (m >> 1) - 1, -1) + code - 127 - f[:, None]
-            # Below bf16's normal range (2^-126): signed zero. e <= 8 (at most 384).
-            mag = tl.where((m > 0) & (e >= -126),
-                           ((e + 127) << 7) | (tl.where(m >= 2, m & 1, 0) << 6), 0)
-            v = (mag | ((nib & 8) << 12)).to(tl.int16).to(tl.bfloat16, bitcast=True)
-        else:
-            v = tl.load(w_ptr + r64 * K + k[None, :], mask=rmask).to(tl.bfloat16)
-        tl.store(out_ptr + r64 * K + k[None, :], v, mask=rmask)
-
-
-def widened_problem(prob: Problem) -> Problem:
-    """The problem the matrix kernel runs once the weight is widened: a bf16 weight with the
-    fp8 weight's own scale, or MXFP4's row factors as a float32 row scale."""
-    if prob.weight_format == "mxfp4":
-        return dataclasses.replace(prob, weight_format="bf16", weight_dtype=torch.bfloat16,
-                                   weight_scale="row", scale_dtype=None)
-    return dataclasses.replace(prob, weight_format="bf16", weight_dtype=torch.bfloat16,
-                               weight_scale=prob.scale)
-
-
-def widened_shapes(prob: Problem, n_rows: int) -> tuple[tuple[int, int], tuple[int] | None]:
-    """Shapes of the bf16 copy and of the row factors (None: the weight keeps its scale)."""
-    return (n_rows, prob.kv_c_dim), ((n_rows,) if prob.weight_format == "mxfp4" else None)
-
-
-def _widen_launch(mx: bool, weight: torch.Tensor, scale: torch.Tensor | None, kv_c: int
-                  ) -> JitLauncher:
-    """The launch of ``widen_weight_kernel`` over a weight of this shape and format, called
-    with (weight, its scale, the copy, the factors) as tensors or addresses."""
-    n_rows = weight.shape[0]
-    # A float4 / e8m0 dtype is read as uint8 (Triton 3.6 takes neither).
-    views = mx and (as_uint8(weight) is not weight or as_uint8(scale) is not scale)
-    ws_ld = scale.stride(0) if mx else 0
-
-    def make(x) -> list:
-        w, ws, out, factor = x
-        if views and type(w) is not int:
-            w, ws = as_uint8(w), as_uint8(ws)
-        # Without MXFP4 the scale and factors are never read: stand-in pointers.
-        return [w, ws if mx else w, out, factor if mx else out, n_rows, ws_ld]
-
-    return JitLauncher(widen_weight_kernel, (triton.cdiv(n_rows, ROWS),), 6,
-                       dict(K=kv_c, MX=mx, ROWS=ROWS, BK=BK, num_warps=4), make)
-
-
-class WidenedWeight:
-    """A plan's launch for an fp8 or MXFP4 weight run by a bf16 kernel: per call, allocate
-    the bf16 copy (and MXFP4's row factors) on the call's stream, widen into it, then launch
-    ``main`` (the bf16 weight's launch, from ``widened_problem``) with the copy in the
-    weight's place. The same call protocol as a JitLauncher."""
-
-    def __init__(self, prob: Problem, weight: torch.Tensor, scale: torch.Tensor | None, main):
-        self.mx = prob.weight_format == "mxfp4"
-        self.shape, self.factor_shape = widened_shapes(prob, weight.shape[0])
-        self.main = main
-        self.widen = _widen_launch(self.mx, weight, scale, prob.kv_c_dim)
-
-    def __call__(self, c, aligned: bool | None = None, device: int | None = None,
-                 addresses=None):
-        dev = c.kv_proj_weight.device
-        out = torch.empty(self.shape, dtype=torch.bfloat16, device=dev)
-        factor = (torch.empty(self.factor_shape, dtype=torch.float32, device=dev)
-                  if self.mx else None)
-        widened = c._replace(kv_proj_weight=out,
-                             kv_proj_scale=factor if self.mx else c.kv_proj_scale)
-        if addresses is None:
-            self.widen((c.kv_proj_weight, c.kv_proj_scale, out, factor), aligned, device)
-            return self.main(widened, aligned, device)
-        out_p = out.data_ptr()
-        factor_p = factor.data_ptr() if self.mx else addresses.kv_proj_scale
-        self.widen((c.kv_proj_weight, c.kv_proj_scale, out, factor), aligned, device,
-                   (addresses.kv_proj_weight, addresses.kv_proj_scale, out_p, factor_p))
-        return self.main(widened, aligned, device,
-                         addresses._replace(kv_proj_weight=out_p, kv_proj_scale=factor_p))
-
-
-def widen_weight(weight: torch.Tensor, scale: torch.Tensor | None, weight_format: str
-                 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The bf16 copy of an fp8 (``fp8_row``, ``fp8_block``) or MXFP4 weight and, for MXFP4,
-    its float32 row factors (copy x factor[:, None] is the weight): what ``WidenedWeight``
-    launches, on the weight's device (the Triton interpreter on a CPU)."""
-    mx = weight_format == "mxfp4"
-    n_rows, k = weight.shape[0], weight.shape[1] * (2 if mx else 1)
-    out = torch.empty((n_rows, k), dtype=torch.bfloat16, device=weight.device)
-    factor = torch.empty(n_rows, dtype=torch.float32, device=weight.device) if mx else None
-    _widen_launch(mx, weight, scale, k)((weight, scale, out, factor))
-    return out, factor
+__all__ = ["BK", "MX_BIAS", "ROWS", "WidenedWeight", "widen_weight", "widen_weight_kernel",
+           "widened_problem", "widened_shapes"]

@@ -1,0 +1,63 @@
+"""hopper_ws's launch config and the constants its kernel and host plan share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from triton.experimental.gluon import language as gl
+
+from ...rules import flag, int_in, one_of, optional
+from ..jit import SCALE_CODES
+from ..record import DesignConfig
+
+TILE = 128  # tokens per tile, output columns per item (one head-half), K per weight chunk
+BM = gl.constexpr(TILE)  # tokens per tile
+BN = gl.constexpr(TILE)  # output columns per item: one head-half
+BK = gl.constexpr(TILE)  # K per weight chunk (128 fp8 bytes: one 128-byte swizzle row)
+GATHER_WARPS = gl.constexpr(4)
+# How the weight's scale applies (the SCALE constant; jit.SCALE_CODES' numbering).
+SCALE_NONE = gl.constexpr(SCALE_CODES["none"])
+SCALE_ROW = gl.constexpr(SCALE_CODES["row"])
+SCALE_BLOCK = gl.constexpr(SCALE_CODES["block"])
+SCALE_E8M0 = gl.constexpr(SCALE_CODES["e8m0"])
+
+# Lockstep runs. Every program sweeps its tiles' items head by head; with equal runs each
+# starts at its own head, so together they keep the whole weight in use, and a weight of
+# many heads (DeepSeek-V3 TP1: 16.8 MB of fp8) falls out of L2 between two programs' reads
+# of a row. Runs of whole granules (a tile, or 1/2 ... 1/8 of one) start every program at
+# one of a few heads, so programs read each weight chunk at about the same time. A small
+# weight stays in L2 anyway and would pay only the granules' imbalance, so only weights of
+# 64 heads or more (README.md: what it bought).
+LOCKSTEP_ITEMS = gl.constexpr(128)  # items a tile (2 x heads) from which runs go in lockstep
+LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of one
+
+# ------------------------------------------------------------- MXFP4 widening
+WIDEN_WARPS = gl.constexpr(4)
+# The e4m3 route holds a weight row whose e8m0 exponents span at most MX_SPAN binades: with
+# the row's factor 2^F, F = (largest exponent) - 6, each 32-value group is scaled by 2^d,
+# d in [-5, 6], and every e2m1 value (0.5 to 6) times 2^d is a normal e4m3 value
+# (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
+# runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
+MX_SPAN = gl.constexpr(11)
+WIDEN_MIN_STAGES = 3  # ring slots MXFP4's widener needs (it hands chunks over in pairs)
+MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
+
+
+@dataclass(frozen=True)
+class HopperWSConfig(DesignConfig):
+    """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
+    one, where 5 and 6 take the room of the second output staging buffer; ``programs``:
+    persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
+    warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache (each takes 64 of a
+    tile's 128 rows); ``latent_in_registers``: with two groups, each holds its rows of a
+    tile's latent as wgmma's A operand in registers. What each option bought, and where
+    ``auto`` sets them: README.md."""
+
+    ring_depth: int = 4
+    programs: int | None = None
+    mma_groups: int = 1
+    latent_in_registers: bool = False
+
+    _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
+              "mma_groups": one_of(1, 2), "latent_in_registers": flag()}
+    _legacy = {"stages": "ring_depth", "programs": "programs"}

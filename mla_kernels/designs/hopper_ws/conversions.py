@@ -1,0 +1,174 @@
+"""The conversion tables and widening helpers: e4m3 -> bf16 for a bf16 weight's latent tile,
+and MXFP4 (packed e2m1, e8m0 codes) -> e4m3 or bf16 for MXFP4's widener partition."""
+
+from __future__ import annotations
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from .compat import smem
+from .config import BK, BN, MX_SPAN, WIDEN_WARPS
+
+# e4m3 -> bf16 for a bf16 weight's latent (_latent_widener), a word of 4 values into two of 2: each
+# byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 (its value 2^-120 times the
+# e4m3 value, subnormals included), then multiplied by 2^120 (exact). Integer and bf16x2
+# arithmetic, 3.5 instructions a value, instead of the conversion units' two conversions
+# a value (e4m3x2 -> f16x2 -> bf16), which set the gather warps' pace. e4m3fn's NaN code
+# comes out as 480: a NaN in a cache row a token reads is outside the contract.
+# One output word: input bytes picked by a prmt selector into the low bytes of two halves.
+_E4M3_PAIR = """prmt.b32 t, $2, z, {sel};
+shl.b32 a, t, 4;
+shl.b32 b, t, 8;
+and.b32 a, a, 0x07F007F0;
+and.b32 b, b, 0x80008000;
+or.b32 a, a, b;
+mul.rn.bf16x2 ${out}, a, k;
+"""
+_E4M3_TO_BF16 = gl.constexpr(
+    "{\n.reg .b32 z, k, t, a, b;\nmov.b32 z, 0;\nmov.b32 k, 0x7B807B80;\n"
+    + _E4M3_PAIR.format(sel="0x4140", out=0)  # values 0 and 1 of the word
+    + _E4M3_PAIR.format(sel="0x4342", out=1)  # values 2 and 3
+    + "}")
+
+# prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
+# 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
+# sign is the nibble's top bit, moved to the byte's top bit by prmt's sign-replicate mode
+# over bytes of 0x80 (0x80 -> bit 0 clear, 0xFF -> set) and a shift.
+_E2M1_TO_E4M3 = gl.constexpr("""{
+.reg .b32 l0, l1, t, m, s, k;
+mad.lo.s32 l0, $3, 0x08080800, 0x3C383000;
+mad.lo.s32 l1, $3, 0x08080808, 0x4C484440;
+mov.b32 k, 0x80808080;
+and.b32 t, $2, 0x7777;
+prmt.b32 m, l0, l1, t;
+prmt.b32 s, k, k, $2;
+shl.b32 s, s, 7;
+and.b32 s, s, 0x80808080;
+or.b32 $0, m, s;
+shr.u32 t, $2, 16;
+prmt.b32 s, k, k, t;
+and.b32 t, t, 0x7777;
+prmt.b32 m, l0, l1, t;
+shl.b32 s, s, 7;
+and.b32 s, s, 0x80808080;
+or.b32 $1, m, s;
+}""")
+
+
+@gluon.jit
+def _as_words(slot):
+    """A slot of 128 rows of 128 bytes ([128 x 128] e4m3: a ring slot or a latent chunk;
+    [128 x 64] bf16: a slice of a bf16 latent tile) as [128 x 32] int32 words (the 128-byte swizzle places
+    the same bytes either way)."""
+    return smem.reinterpret(slot, gl.int32, [BN, BK // 4], gl.NVMMASharedLayout(
+        swizzle_byte_width=128, element_bitwidth=32, rank=2))
+
+
+@gluon.jit
+def _widen_words(w):
+    """[rows x n] int32 words of 4 e4m3 values as [rows x 2n] words of 2 bf16 values, in
+    order, exactly (_E4M3_TO_BF16)."""
+    lo, hi = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [w],
+                                       dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+    return gl.join(lo, hi).reshape([w.shape[0], 2 * w.shape[1]])
+
+
+@gluon.jit
+def _as_bf16(ring):
+    """The e4m3 ring as [STAGES, 128, 64] bf16 chunks (the same 16 KB a slot)."""
+    return smem.reinterpret(ring, gl.bfloat16, [ring.shape[0], BN, BK // 2],
+                            gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                 rank=2))
+
+
+@gluon.jit
+def _mx_item(w32_ptr, ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
+    """An item's 128 weight rows, packed, a row a thread, in one round of loads: the words
+    [128, NK, 16] (int32, 8 e2m1 values each, low nibble first, NK = K chunks rounded up to
+    a power of two), the codes [128, NK] (int32, a K chunk's four e8m0 codes, one a byte),
+    each row's largest code, and whether the item takes the e4m3 route (no row's codes span
+    more than MX_SPAN)."""
+    NK: gl.constexpr = KV_C // BK
+    NKP: gl.constexpr = triton.next_power_of_2(NK)
+    l3: gl.constexpr = gl.BlockedLayout([1, NKP, BK // 8], [32, 1, 1], [WIDEN_WARPS, 1, 1],
+                                        [2, 1, 0])
+    c3: gl.constexpr = gl.BlockedLayout([1, NKP, BK // 32], [32, 1, 1], [WIDEN_WARPS, 1, 1],
+                                        [2, 1, 0])
+    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, l3)))
+    k = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
+    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
+    words = gl.load(w32_ptr + r[:, None, None] * (KV_C // 8) + k[None, :, None] * (BK // 8)
+                    + w[None, None, :], mask=(k < NK)[None, :, None], other=0)
+    rc = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, c3)))
+    kc = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, c3)))
+    g = gl.arange(0, BK // 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, c3)))
+    kmask = (kc < NK)[None, :, None]
+    code = gl.load(ws_ptr + rc[:, None, None] * WS_LD + kc[None, :, None] * (BK // 32)
+                   + g[None, None, :], mask=kmask, other=0).to(gl.int32)
+    top = gl.max(gl.max(code, axis=2), axis=1)
+    low = gl.min(gl.min(gl.where(kmask, code, 255), axis=2), axis=1)
+    fits = gl.max(top - low, axis=0) <= MX_SPAN
+    packed = gl.sum(code << (8 * g)[None, None, :], axis=2)
+    return (words, gl.convert_layout(packed, gl.SliceLayout(2, l3)),
+            gl.convert_layout(top, gl.SliceLayout(1, gl.SliceLayout(2, l3))), fits)
+
+
+@gluon.jit
+def _mx_chunk(words, packed, top, kb: gl.constexpr):
+    """K chunk ``kb`` of an item (``_mx_item``): its [128 x 16] words and each word's
+    exponent offset d = code - top + 6 (picked out of registers: kb is a constant)."""
+    l3: gl.constexpr = words.type.layout
+    k = gl.arange(0, words.shape[1], layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
+    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
+    chunk = gl.sum(gl.where((k == kb)[None, :, None], words, 0), axis=1)
+    codes = gl.sum(gl.where((k == kb)[None, :], packed, 0), axis=1)
+    codes = gl.convert_layout(codes, gl.SliceLayout(1, chunk.type.layout))
+    top = gl.convert_layout(top, gl.SliceLayout(1, chunk.type.layout))
+    d = ((codes[:, None] >> (8 * (w // 4))[None, :]) & 0xFF) - top[:, None] + 6
+    return chunk, d
+
+
+@gluon.jit
+def _widen_e4m3(words, d):
+    """A chunk's words (``_mx_chunk``) as e4m3, each value its e2m1 value times 2^d (exact on
+    the e4m3 route): [128 x 32] int32 words of 4 values in K order, a row a thread; two
+    words out of each packed one (_E2M1_TO_E4M3)."""
+    lo, hi = gl.inline_asm_elementwise(_E2M1_TO_E4M3, "=r,=r,r,r", [words, d],
+                                       dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+    return gl.join(lo, hi).reshape([BN, BK // 4])
+
+
+@gluon.jit
+def _halves(words, d):
+    """A chunk (``_mx_chunk``) as its two 64-value halves: ([128 x 8] words, [128 x 8]
+    exponent offsets) each (register renaming only)."""
+    w0, w1 = gl.split(words.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
+    d0, d1 = gl.split(d.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
+    return w0, d0, w1, d1
+
+
+@gluon.jit
+def _widen_bf16(words, d):
+    """A half-chunk (``_halves``) as bf16, each value its e2m1 value times 2^d: [128 x 64],
+    a row a thread. Exact, but for values below float32's normal range, which are flushed
+    to zero."""
+    lay: gl.constexpr = gl.BlockedLayout([1, 8, 8], [32, 1, 1], [WIDEN_WARPS, 1, 1], [2, 1, 0])
+    wl: gl.constexpr = gl.SliceLayout(2, lay)
+    j = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, lay)))
+    p = (gl.maximum(gl.convert_layout(d, wl) + 127 + 14, 0) << 23).to(gl.float32, bitcast=True)
+    n = (gl.convert_layout(words, wl)[:, :, None] >> (4 * j)[None, None, :]) & 15
+    # The nibble's sign, exponent and mantissa bits placed in a float16's sign, low exponent
+    # and top mantissa bits: its value is the e2m1 value x 2^-14 (0.5 a subnormal); times
+    # 2^(14 + d).
+    bits = ((n & 8) << 12) | ((n & 7) << 9)
+    v = bits.to(gl.int16).to(gl.float16, bitcast=True).to(gl.float32) * p[:, :, None]
+    return v.to(gl.bfloat16).reshape([BN, BK // 2])
+
+
+@gluon.jit
+def _pow2(f):
+    """2^f as float32 for integer f in [-252, 254] (two normal factors, an exact product)."""
+    a = f >> 1
+    return (((a + 127) << 23).to(gl.float32, bitcast=True)
+            * (((f - a) + 127) << 23).to(gl.float32, bitcast=True))

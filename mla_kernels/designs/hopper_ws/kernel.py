@@ -1,0 +1,118 @@
+"""hopper_ws's kernel: shared memory and barriers, then the partitions side by side."""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+from .config import BK, BM, BN, GATHER_WARPS, SCALE_E8M0, WIDEN_WARPS
+from .gather import _latent_gatherer
+from .handles import Handles, LatentTile, Outputs, WeightRing
+from .loaders import _mx_widener, _weight_loader
+from .mma import _mma_epilogue
+from .schedule import Cache, Items
+
+
+@gluon.jit
+def hopper_ws_kernel(
+    k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
+    k_out_ptr, v_out_ptr, w_desc, k_desc, pe_desc, v_desc,
+    stride_block, stride_slot, num_blocks, batch,
+    KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
+    HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
+    STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
+    WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
+    CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
+    LAT_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
+    NK: gl.constexpr = KV_C // BK
+    # Output staging buffers of an fp8 tile: two (an item's stores may still read one while
+    # the next item stages), or one, whose 32 KB hold the fifth and sixth weight slots (each
+    # item then waits for the last item's stores, which a deeper ring leaves long done).
+    NBUF: gl.constexpr = 2 if STAGES <= 4 else 1
+    lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
+                                                  rank=2)
+    bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
+                                                   element_bitwidth=16, rank=2)
+    if LAT16:
+        # A bf16 weight: the tile's latent as 2 NK bf16 K slices of [128 x 64] (128 KB at
+        # kv_c = 512), wgmma's A operand as they are (over an fp8 cache widened on their way
+        # in: _latent_widener); with a 4-deep ring and one output staging buffer 224 KB, so
+        # the rope skips shared memory (_store_rope). The rope buffers below are stand-ins,
+        # never read.
+        lat = gl.allocate_shared_memory(gl.bfloat16, [2 * NK, BM, BK // 2], bf16_smem)
+        pe_raw = lat
+    else:
+        lat = gl.allocate_shared_memory(gl.float8e4nv, [NK, BM, BK], lat_smem)
+        pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
+                                           gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    if SCALE == SCALE_E8M0:
+        # MXFP4: no TMA, the widener writes [128 x 128] e4m3 (or [128 x 64] bf16) chunks,
+        # each item's factors and route in its info entry. w_desc is None.
+        w_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, BK], lat_smem)
+        info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],  # rank-1 entries
+                                         gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    else:
+        w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
+    lat_ready = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
+    lat_empty = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
+    if SCALE != SCALE_E8M0:
+        if LAT16:
+            info = lat_ready  # a stand-in, never read (a partition's argument cannot be None)
+        else:
+            # Unused (512 bytes): a partition's argument cannot be None in newer Gluon.
+            info = gl.allocate_shared_memory(gl.int32, [1, BN],
+                                             gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    if LAT16:
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [1, BM, BN], k_desc.layout)
+        pe_out = out_buf
+    else:
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [NBUF, BM, BN], k_desc.layout)
+        pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
+
+    w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    w_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    # One barrier per K chunk of the latent tile and a last one for its rope part, both ways:
+    # a chunk is refilled as soon as the tile's last item has multiplied it.
+    for s in gl.static_range(STAGES):
+        mbarrier.init(w_ready.index(s), count=1)
+        mbarrier.init(w_empty.index(s), count=MMA_GROUPS)  # freed by each MMA group
+    for kb in gl.static_range(NK + 1):
+        if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (_publish)
+            mbarrier.init(lat_ready.index(kb), count=1)
+        else:  # each gather thread's arrival, when its own cp.async copies have landed
+            mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)
+    for kb in gl.static_range(NK + 1):
+        mbarrier.init(lat_empty.index(kb), count=MMA_GROUPS)
+
+    p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE),
+                Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
+                      stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, CACHE_FP8),
+                w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
+                WeightRing(w_ring, w_ready, w_empty, info, STAGES),
+                LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16),
+                Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out))
+    # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two
+    # MMA groups, a second MMA partition. The partitions and their warps differ, so each
+    # set is its own call: a list of partitions cannot be held in a variable.
+    if MMA_GROUPS == 2:
+        gl.warp_specialize([
+            (_mma_epilogue, (p, 0, 2, LAT_REGS, num_warps)),
+            (_mma_epilogue, (p, 1, 2, LAT_REGS, num_warps)),
+            (_latent_gatherer, (p,)),
+            (_weight_loader, (p,)),
+        ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])
+    elif SCALE == SCALE_E8M0:
+        gl.warp_specialize([
+            (_mma_epilogue, (p, 0, 1, False, num_warps)),
+            (_mx_widener, (p,)),
+            (_latent_gatherer, (p,)),
+        ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
+    else:
+        gl.warp_specialize([
+            (_mma_epilogue, (p, 0, 1, False, num_warps)),
+            (_weight_loader, (p,)),
+            (_latent_gatherer, (p,)),
+        ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])

@@ -1,0 +1,475 @@
+"""The MMA and epilogue partition: every item's K loop by async wgmma, its scale, and its
+output staged in shared memory and stored by TMA.
+
+This module keeps its annotations evaluated (it defines bundles: ``compat.bundle``).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from .compat import Buffer, bundle, partition_sync, tma_io
+from .config import BK, BM, BN, SCALE_BLOCK, SCALE_E8M0, SCALE_ROW
+from .conversions import _as_words, _pow2
+from .schedule import tile_row0
+
+
+@bundle
+class Item:
+    """Where work item ``it`` of the run lies: its head and half (0: K-nope, 1: V), its
+    tile's first token row, whether the tile is full, whether the item is its tile's first
+    or last in the run, and how many tiles the run has begun, this one's included."""
+
+    it: gl.tensor
+    head: gl.tensor
+    half: gl.tensor
+    row0: gl.tensor
+    full: gl.tensor
+    first: gl.tensor
+    last: gl.tensor
+    tiles_seen: gl.tensor
+
+
+@bundle
+class Group:
+    """One MMA group's part of every item: rows [R0, R0 + HM) of each tile, and what its
+    epilogue reuses item after item (the token count, k_scale, column and row offsets in
+    the layouts it stores from, its rows of the rope buffers)."""
+
+    total: gl.tensor
+    k_scale: gl.tensor
+    cols: gl.tensor
+    pe_cols: gl.tensor
+    pe_rows: gl.tensor
+    st_cols: gl.tensor
+    st_rows: gl.tensor
+    pe_src: Buffer
+    pe_dst: Buffer
+    R0: gl.constexpr
+    HM: gl.constexpr
+    NWG: gl.constexpr
+    acc_layout: gl.constexpr
+    pe_layout: gl.constexpr
+    st_layout: gl.constexpr
+
+
+@gluon.jit
+def _item_at(items, it, start, end, total, tiles_seen):
+    """Item ``it`` of the run [start, end) (``Item``), and the tiles begun with it."""
+    ITEMS_PER_TILE: gl.constexpr = items.PER_TILE
+    tile = it // ITEMS_PER_TILE
+    hp = it % ITEMS_PER_TILE
+    head = hp // 2
+    half = hp % 2
+    row0 = tile_row0(tile, total)
+    full = row0 + BM <= total
+    last_of_tile = (hp == ITEMS_PER_TILE - 1) | (it == end - 1)
+    new_tile = (it == start) | (hp == 0)
+    if new_tile:
+        tiles_seen += 1
+    return Item(it, head, half, row0, full, new_tile, last_of_tile, tiles_seen), tiles_seen
+
+
+@gluon.jit
+def _wait_for_chunk(ring, lat, item, c, kb, h):
+    """Wait until weight chunk ``c`` is in its ring slot (returned) and, for the first item of
+    a tile, until its latent K chunk ``kb`` has landed (cp.async wrote it through the generic
+    proxy; wgmma reads through the async one, hence the fence)."""
+    s = ring.wait_full(c)
+    if h == 0:
+        if item.first:
+            mbarrier.wait(lat.ready.index(kb), (item.tiles_seen - 1) & 1)
+            fence_async_shared()
+    return s
+
+
+@gluon.jit
+def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
+                 a_layout: gl.constexpr, WG: gl.constexpr = 0, NWG: gl.constexpr = 1,
+                 a_regs=0, LAT_REGS: gl.constexpr = False):
+    """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
+    slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
+    chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
+    MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
+    registers). With LAT_REGS (fp8, two groups) the group's rows of each latent chunk are
+    wgmma's A operand in registers (``a_regs``, one per chunk, loaded by a tile's first item,
+    which frees the chunk for the next tile at once). Returns with the last wgmma in flight
+    (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
+    WK: gl.constexpr = BK // STEP
+    for kb in gl.static_range(NK):
+        for h in gl.static_range(STEP):
+            s = _wait_for_chunk(ring, lat, item, c, kb, h)
+            if LAT_REGS:
+                if item.first:
+                    a_regs = _take_latent_chunk(lat, a_regs, kb, WG, NWG)
+                a = _words_as_fp8(a_regs[kb], a_layout)
+            elif STEP == 1 or lat.LAT16:  # an fp8 chunk, or a bf16 tile's slice
+                a = lat.bufs.index(kb * STEP + h)
+                if NWG > 1:  # this group's rows of the tile
+                    a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
+            else:
+                # This K slice of the fp8 latent chunk, widened (exactly) in registers while
+                # the previous slice's wgmma runs.
+                a = lat.bufs.index(kb).slice(h * WK, WK, dim=1).load(a_layout)
+                a = a.to(gl.bfloat16)
+            acc = warpgroup_mma(a, ring.slots.index(s).permute((1, 0)), acc,
+                                use_acc=kb * STEP + h > 0, is_async=True)
+            if kb * STEP + h > 0:
+                # The previous chunk's wgmma is done: its ring slot can be refilled.
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
+                ring.release(c - 1)
+                if h == 0 and not LAT_REGS:
+                    if item.last:  # the tile's last reader of that chunk is done
+                        mbarrier.arrive(lat.empty.index(kb - 1), count=1)
+            c += 1
+    return acc, c, a_regs
+
+
+@gluon.constexpr_function
+def _word_layout(a_layout):
+    """The layout of an fp8 A operand's registers (a linear layout whose first two register
+    bases step K by 1 and 2: kWidth 4) as int32 words of four K values: the same threads
+    and registers, K / 4. Carried in words, the operand takes a register per four values
+    (carried as fp8 it takes one per value and spills)."""
+    assert a_layout.reg_bases[:2] == [[0, 1], [0, 2]], a_layout
+
+    def quarter(bases):
+        return [[r, k // 4] for r, k in bases]
+    return gl.DistributedLinearLayout(
+        reg_bases=quarter(a_layout.reg_bases[2:]), lane_bases=quarter(a_layout.lane_bases),
+        warp_bases=quarter(a_layout.warp_bases), block_bases=[],
+        shape=[a_layout.shape[0], a_layout.shape[1] // 4])
+
+
+@gluon.jit
+def _words_as_fp8(w, a_layout: gl.constexpr):
+    """int32 words (``_word_layout``) as the fp8 A operand they hold (four K values a word,
+    low byte first): the bytes joined back in place, which is register renaming."""
+    b0 = w.to(gl.int8)
+    b1 = (w >> 8).to(gl.int8)
+    b2 = (w >> 16).to(gl.int8)
+    b3 = (w >> 24).to(gl.int8)
+    # join(join(b0, b2), join(b1, b3))[r, w, j, i] = b[2 j + i]: K = 4 w + 2 j + i.
+    q = gl.join(gl.join(b0, b2), gl.join(b1, b3))
+    q = q.reshape([w.shape[0], 4 * w.shape[1]]).to(gl.float8e4nv, bitcast=True)
+    return gl.convert_layout(q, a_layout)
+
+
+@gluon.jit
+def _take_latent_chunk(lat, a_regs, kb: gl.constexpr, WG: gl.constexpr, NWG: gl.constexpr):
+    """This group's rows of latent chunk ``kb``, loaded into registers as int32 words in
+    the layout of entry kb of ``a_regs`` (``_word_layout``), in its place; the chunk is then
+    released to the gatherer: every warp of the group has read it (the partition's barrier)
+    before the one arrival."""
+    HM: gl.constexpr = BM // NWG
+    fresh = _as_words(lat.bufs.index(kb)).slice(WG * HM, HM, dim=0).load(a_regs[kb].type.layout)
+    partition_sync()
+    mbarrier.arrive(lat.empty.index(kb), count=1)
+    if kb == 0:
+        a_regs = (fresh, a_regs[1], a_regs[2], a_regs[3])
+    elif kb == 1:
+        a_regs = (a_regs[0], fresh, a_regs[2], a_regs[3])
+    elif kb == 2:
+        a_regs = (a_regs[0], a_regs[1], fresh, a_regs[3])
+    else:
+        a_regs = (a_regs[0], a_regs[1], a_regs[2], fresh)
+    return a_regs
+
+
+@gluon.jit
+def _item_done(ring, lat, acc, c, last_of_tile, NK: gl.constexpr,
+               LAT_REGS: gl.constexpr = False):
+    """Retire an item's last wgmma and release its last weight chunk (and latent chunk,
+    unless it was released when it was loaded into registers)."""
+    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+    ring.release(c - 1)
+    if last_of_tile and not LAT_REGS:
+        mbarrier.arrive(lat.empty.index(NK - 1), count=1)
+    return acc
+
+
+@gluon.jit
+def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.constexpr,
+                       WK: gl.constexpr):
+    """One item's K loop with a per-128x128-block weight scale: its 128 weight rows are one
+    block row and each 128-wide latent chunk one block column, so chunk kb has one scalar
+    scale s[kb] (row ``ws_row`` of the scale). Returns the two halves of the product
+    normalised to the last chunk's scale (the caller multiplies by it and k_scale), that
+    scale, and the weight-chunk count.
+
+    A block-scaled GEMM promotes each K step's partial product into a second accumulator;
+    a second 128x128 fp32 accumulator does not fit beside the first, so the accumulator is
+    kept normalised to the current chunk's scale instead: before chunk kb > 0 it must be
+    complete and multiplied by s[kb-1] / s[kb]. Done on one accumulator, that would drain
+    the wgmma queue at each of the NK - 1 block boundaries and idle the tensor cores there.
+    The item's 128 tokens are split into two 64-row halves, each its own m64 wgmma group and
+    accumulator (64 registers each, as one 128-row accumulator): the top half is
+    renormalised while the bottom half's previous chunk still runs, and the other way
+    round, so the queue never empties. What remains is the multiplies and the waits' issue
+    slots, while the tensor cores work.
+    """
+    NK: gl.constexpr = KV_C // BK
+    STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
+    HM: gl.constexpr = BM // 2
+    # The next chunk's scale is always in flight.
+    s_cur = gl.load(ws_row).to(gl.float32)
+    if NK > 1:
+        s_nxt = gl.load(ws_row + 1).to(gl.float32)
+    for kb in gl.static_range(NK):
+        for h in gl.static_range(STEP):
+            s = _wait_for_chunk(ring, lat, item, c, kb, h)
+            w = ring.slots.index(s).permute((1, 0))
+            # Both operands from shared memory: an fp8 chunk, or a bf16 tile's slice.
+            sl = lat.bufs.index(kb * STEP + h)
+            a_t = sl.slice(0, HM, dim=0)
+            a_b = sl.slice(HM, HM, dim=0)
+            if kb > 0:
+                if h == 0:
+                    # A block boundary. In flight: the previous chunk's top, then bottom.
+                    ratio = s_cur / s_nxt
+                    acc_t = warpgroup_mma_wait(num_outstanding=1, deps=(acc_t,))
+                    acc_t = acc_t * ratio
+                    acc_t = warpgroup_mma(a_t, w, acc_t, is_async=True)
+                    acc_b = warpgroup_mma_wait(num_outstanding=1, deps=(acc_b,))
+                    # Both halves of the previous chunk are done.
+                    ring.release(c - 1)
+                    if item.last:  # the tile's last reader of that latent chunk is done
+                        mbarrier.arrive(lat.empty.index(kb - 1), count=1)
+                    acc_b = acc_b * ratio
+                    acc_b = warpgroup_mma(a_b, w, acc_b, is_async=True)
+                    s_cur = s_nxt
+                    if kb + 1 < NK:
+                        s_nxt = gl.load(ws_row + kb + 1).to(gl.float32)
+            if kb == 0 or h > 0:
+                acc_t = warpgroup_mma(a_t, w, acc_t, use_acc=kb * STEP + h > 0, is_async=True)
+                acc_b = warpgroup_mma(a_b, w, acc_b, use_acc=kb * STEP + h > 0, is_async=True)
+                if kb * STEP + h > 0:
+                    # Both halves of the previous chunk are done: its ring slot is free.
+                    acc_t, acc_b = warpgroup_mma_wait(num_outstanding=2, deps=(acc_t, acc_b))
+                    ring.release(c - 1)
+            c += 1
+    acc_t, acc_b = warpgroup_mma_wait(num_outstanding=0, deps=(acc_t, acc_b))
+    ring.release(c - 1)
+    if item.last:
+        mbarrier.arrive(lat.empty.index(NK - 1), count=1)
+    return acc_t, acc_b, s_cur, c
+
+
+@gluon.jit
+def _mx_item_product(ring, lat, item, grp, acc, c, start, NK: gl.constexpr,
+                     a_layout: gl.constexpr, acc16_layout: gl.constexpr,
+                     a16_layout: gl.constexpr, one_layout: gl.constexpr, out_ty: gl.constexpr):
+    """An MXFP4 item of the run from ``start``: its route read from its ``info`` entry, its
+    K loop as fp8 x fp8 (e4m3 chunks) or bf16 x bf16 (bf16 chunks, the latent widened in
+    registers), and its output x each column's 2^F x k_scale. Returns (acc, out, c)."""
+    # The item's first chunk is published with its info entry (_mx_widener).
+    ring.wait_full(c)
+    entry = ring.info.index((item.it - start) % (ring.STAGES + 1))
+    if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
+        # e4m3 chunks: fp8 x fp8, as fp8_row
+        acc, c, _ = _item_k_loop(ring, lat, item, acc, c, NK, 1, a_layout)
+    else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
+        acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
+        acc16, c, _ = _item_k_loop(ring.as_bf16(), lat, item, acc16, c, NK, 2, a16_layout)
+        acc = gl.convert_layout(acc16, grp.acc_layout)
+    # Each column's 2^F x k_scale, read behind the last wgmma.
+    scale = _pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 1) * grp.k_scale
+    acc = _item_done(ring, lat, acc, c, item.last, NK)
+    return acc, (acc * scale[None, :]).to(out_ty), c
+
+
+@gluon.jit
+def _stage_rope(lat, out, grp, item, NK: gl.constexpr):
+    """At a tile's first item: wait for its rope (cp.async, generic proxy; fenced for the
+    async proxy's wgmma and TMA), and for a full tile stage it x k_scale in the output's rope
+    buffer, freeing the rope's slot for the next tile. A partial tile's rope is stored from
+    ``pe`` with its K-nope items (``_store_item``)."""
+    out_ty: gl.constexpr = out.k_ptr.dtype.element_ty
+    mbarrier.wait(lat.ready.index(NK), (item.tiles_seen - 1) & 1)
+    fence_async_shared()
+    if item.full:
+        pe = grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.k_scale
+        tma.store_wait(0)  # the previous tile's rope stores have left its buffer
+        grp.pe_dst.store(pe.to(out_ty))
+        fence_async_shared()
+        mbarrier.arrive(lat.empty.index(NK), count=1)  # the next tile's rope may land
+
+
+@gluon.jit
+def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.constexpr):
+    """Stage an item's output (``out_t``; with a block scale its top half, ``out_b`` the
+    bottom) in a staging buffer and store it: by TMA for a full tile (a K item with its
+    tile's rope), else row-masked from the buffer. Returns the count of items staged."""
+    NOPE: gl.constexpr = items.NOPE
+    V: gl.constexpr = items.V
+    NK: gl.constexpr = items.KV_C // BK
+    KROW: gl.constexpr = NOPE + items.PE  # one head's columns in k_out
+    HEADS: gl.constexpr = items.PER_TILE // 2
+    R0: gl.constexpr = grp.R0
+    HM: gl.constexpr = grp.HM
+    LAT16: gl.constexpr = lat.LAT16
+    row0 = item.row0
+    head = item.head
+    buf = out.bufs.index(n_tma % out.bufs.shape[0])
+    if grp.NWG > 1:
+        buf = buf.slice(R0, HM, dim=0)
+    # Before reusing a staging buffer, the stores of the item that last used it (two
+    # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
+    # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
+    # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
+    # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done.
+    if not item.full or out.bufs.shape[0] == 1:
+        tma.store_wait(0)
+    elif item.half == 0:
+        tma.store_wait(1)
+    else:
+        tma.store_wait(2)
+    if SCALE == SCALE_BLOCK:
+        buf.slice(0, BM // 2, dim=0).store(out_t)
+        buf.slice(BM // 2, BM // 2, dim=0).store(out_b)
+    else:
+        buf.store(out_t)
+    n_tma += 1
+    if item.full:
+        fence_async_shared()
+        if item.half == 0:
+            if not LAT16:
+                tma_io.store(out.pe_desc, [row0 + R0, head * KROW + NOPE], grp.pe_dst)
+            tma_io.store(out.k_desc, [row0 + R0, head * KROW], buf)
+        else:
+            tma_io.store(out.v_desc, [row0 + R0, head * V], buf)
+    else:
+        # TMA would write the spare rows past the last token too: the partial tile is
+        # read back from the staging buffer and stored row-masked, 16 bytes a thread.
+        total = grp.total
+        val = buf.load(grp.st_layout)
+        r = (row0 + R0 + grp.st_rows).to(gl.int64)[:, None]
+        rmask = (row0 + R0 + grp.st_rows < total)[:, None]
+        if item.half == 0:
+            gl.store(out.k_ptr + r * (KROW * HEADS) + head * KROW + grp.st_cols[None, :], val,
+                     mask=rmask)
+            if not LAT16:
+                pr = row0 + R0 + grp.pe_rows
+                pe = (grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.k_scale
+                      ).to(out.k_ptr.dtype.element_ty)
+                gl.store(out.k_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
+                         + head * KROW + NOPE + grp.pe_cols[None, :], pe,
+                         mask=(pr < total)[:, None])
+        else:
+            gl.store(out.v_ptr + r * (V * HEADS) + head * V + grp.st_cols[None, :], val,
+                     mask=rmask)
+        if item.last and not LAT16:  # the tile's rope buffer was read until now
+            mbarrier.arrive(lat.empty.index(NK), count=1)
+    return n_tma
+
+
+@gluon.jit
+def _mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
+                  num_warps: gl.constexpr):
+    """The MMA and epilogue warps: every item of the run, on rows [R0, R0 + HM) of each
+    token tile. With two groups (``mma_groups=2``) each takes half of every tile's rows, both
+    read each weight chunk and latent chunk (freed when both have) and each stages and stores
+    its half; with LAT_REGS each holds its rows of the tile's latent in registers."""
+    items = p.items
+    ring = p.ring
+    lat = p.tile
+    out = p.out
+    SCALE: gl.constexpr = p.SCALE
+    WK: gl.constexpr = p.WK
+    KV_C: gl.constexpr = items.KV_C
+    PE: gl.constexpr = items.PE
+    LAT16: gl.constexpr = lat.LAT16
+    NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
+    HM: gl.constexpr = BM // NWG  # this group's rows of a tile
+    R0: gl.constexpr = WG * HM
+    STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
+    # K of one wgmma instruction: 32 fp8 values, 16 bf16 ones.
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
+    # The A operand of a bf16 wgmma held in registers: two consecutive K values a register.
+    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2)
+    # MXFP4's bf16 route (the ring holds e4m3 chunks, STEP = 1, and bf16 ones by item).
+    acc16_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 16])
+    a16_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc16_layout,
+                                                   k_width=2)
+    if LAT_REGS:
+        # The A operand of an fp8 wgmma held in registers: four consecutive K values a
+        # register; a group's 64 rows of the tile's four latent chunks, 64 registers.
+        a8_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout,
+                                                      k_width=4)
+        a0 = gl.zeros((HM, BK // 4), gl.int32,
+                      _word_layout(gl.to_linear_layout(a8_layout, [HM, BK])))
+        a_regs = (a0, a0, a0, a0)
+    else:
+        a8_layout: gl.constexpr = a_layout
+        a_regs = 0  # a stand-in (triton 3.6 returns no None from a jit function)
+    one_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    pe_layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // (PE // 8), PE // 8],
+                                               [num_warps, 1], [1, 0])
+    out_ty: gl.constexpr = out.k_ptr.dtype.element_ty
+    total, start, end = items.run()
+    if p.cache.FP8:
+        k_scale = gl.load(p.cache.k_scale_ptr)
+    else:  # a bf16 cache has nothing to dequantise
+        k_scale = 1.0
+    cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
+    pe_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, pe_layout))
+    st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
+    st_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
+    st_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, st_layout))
+    if SCALE == SCALE_BLOCK:  # two 64-row halves (_block_scaled_item)
+        half_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
+        acc_t = gl.zeros((BM // 2, BN), gl.float32, half_layout)
+        acc_b = gl.zeros((BM // 2, BN), gl.float32, half_layout)
+    else:
+        acc = gl.zeros((HM, BN), gl.float32, acc_layout)
+    pe_src = lat.pe
+    pe_dst = out.pe
+    if NWG > 1:
+        pe_src = lat.pe.slice(R0, HM, dim=0)
+        pe_dst = out.pe.slice(R0, HM, dim=0)
+    grp = Group(total, k_scale, cols, pe_cols, pe_rows, st_cols, st_rows, pe_src, pe_dst, R0, HM,
+                NWG, acc_layout, pe_layout, st_layout)
+    c = 0  # weight chunks consumed
+    n_tma = 0  # items staged: picks the staging buffer
+    tiles_seen = 0
+    for it in range(start, end):
+        item, tiles_seen = _item_at(items, it, start, end, total, tiles_seen)
+        if item.first and not LAT16:  # a bf16 tile's rope is the gather warps' (_store_rope)
+            _stage_rope(lat, out, grp, item, NK)
+        w_row = items.weight_row(it)
+        if SCALE == SCALE_BLOCK:
+            acc_t, acc_b, s_last, c = _block_scaled_item(
+                ring, lat, item, acc_t, acc_b, p.ws_ptr + (w_row // BN) * p.WS_LD, c, KV_C, WK)
+            f = s_last * k_scale
+            out_t = (acc_t * f).to(out_ty)
+            out_b = (acc_b * f).to(out_ty)
+        elif SCALE == SCALE_E8M0:
+            acc, out_t, c = _mx_item_product(ring, lat, item, grp, acc, c, start, NK, a_layout,
+                                             acc16_layout, a16_layout, one_layout, out_ty)
+            out_b = out_t
+        else:
+            if SCALE == SCALE_ROW:
+                # Fetched now, so their latency hides behind the wgmma.
+                scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * k_scale
+            acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout, WG, NWG,
+                                          a_regs, LAT_REGS)
+            if LAT_REGS:  # (a loop-carried value only then)
+                a_regs = a_next
+            acc = _item_done(ring, lat, acc, c, item.last, NK, LAT_REGS)
+            if SCALE == SCALE_ROW:
+                out_t = (acc * scale[None, :]).to(out_ty)
+            else:
+                out_t = (acc * k_scale).to(out_ty)
+            out_b = out_t
+        n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE)
+    tma.store_wait(0)

@@ -1,0 +1,206 @@
+"""hopper_ws's host plan: the grid, the work model, the TMA descriptors and the launch, and
+the predicates of what it serves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from functools import lru_cache
+
+import torch
+import triton
+from triton.experimental.gluon import language as gl
+
+from ...devices import DeviceSpec
+from ...formats import as_uint8
+from ...problem import GatherArgs, Problem
+from ..host import no_launch
+from ..jit import SCALE_CODES, search_steps
+from ..launch import DescriptorCache, JitLauncher
+from .config import MX_SPAN, TILE, WIDEN_MIN_STAGES, HopperWSConfig
+from .kernel import hopper_ws_kernel
+from .schedule import lockstep_granule
+from .widening import WidenedWeight, widened_problem, widened_shapes
+
+
+def hopper_ws_grid(prob: Problem, max_context_len: int | None, config: HopperWSConfig,
+                   device: DeviceSpec) -> tuple[int, ...]:
+    items = triton.cdiv(prob.out_rows, TILE) * 2 * prob.num_heads
+    return (min(items, config.programs or device.compute_units),)
+
+
+def hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int | None,
+                   config: HopperWSConfig, device: DeviceSpec) -> int:
+    # As the kernel splits its items: at least two programs a token tile give each tile
+    # min(parts, items a tile) non-empty shares; otherwise contiguous runs of items (of
+    # whole granules in lockstep, where fewer granules than programs leave some idle).
+    launched = hopper_ws_grid(prob, max_context_len, config, device)[0]
+    tiles = -(-sum(contexts) // TILE)
+    per_tile = 2 * prob.num_heads
+    if tiles == 0:
+        return 0
+    if 2 * tiles <= launched:
+        return tiles * min(launched // tiles, per_tile)
+    g = lockstep_granule(per_tile, tiles, launched)
+    return min(launched, tiles * per_tile // (g or 1))
+
+
+@lru_cache(maxsize=16)
+def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
+    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16,
+                torch.float8_e4m3fn: gl.float8e4nv}[dtype]
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
+
+
+def _descriptors(shape, strides, dtype: torch.dtype, rows: int, cols: int) -> DescriptorCache:
+    """TMA descriptors of [rows, cols] blocks, cached per address (base.DescriptorCache)."""
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    layout = _smem_layout(rows, cols, dtype)
+    return DescriptorCache(lambda base, shape, strides: TensorDescriptor(
+        base, shape, strides, [rows, cols], layout), shape, strides, dtype)
+
+
+def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
+                      config: HopperWSConfig, device: DeviceSpec):
+    if not prob.cache_is_fp8 and prob.weight_dtype != torch.bfloat16:
+        # An fp8 or MXFP4 weight over a bf16 cache: widened to a bf16 copy ahead of the
+        # kernel (widening.py), which then runs the bf16 weight's path. Only shapes,
+        # strides and dtypes of the copy are read here: meta tensors stand in.
+        shape, factor_shape = widened_shapes(prob, t.kv_proj_weight.shape[0])
+        meta = t._replace(
+            kv_proj_weight=torch.empty(shape, dtype=torch.bfloat16, device="meta"),
+            kv_proj_scale=(t.kv_proj_scale if factor_shape is None else
+                           torch.empty(factor_shape, dtype=torch.float32, device="meta")))
+        main = prepare_hopper_ws(widened_problem(prob), meta, max_context_len, config, device)
+        if main is no_launch:
+            return no_launch
+        return WidenedWeight(prob, t.kv_proj_weight, t.kv_proj_scale, main)
+    mx = prob.scale == "e8m0"
+    # A bf16 weight multiplies a bf16 latent tile (over an fp8 cache widened at the gather).
+    lat16 = prob.weight_dtype == torch.bfloat16
+    if mx and config.ring_depth < WIDEN_MIN_STAGES:
+        # The widener holds one slot while it waits for the next: with two, the MMA warps
+        # would wait for the held one.
+        raise ValueError(f"config.ring_depth: expected {WIDEN_MIN_STAGES} or more for an MXFP4 "
+                         f"weight over an fp8 cache (its chunks are handed over in pairs), got "
+                         f"{config.ring_depth}")
+    grid = hopper_ws_grid(prob, max_context_len, config, device)
+    if 0 in grid or prob.batch == 0:
+        return no_launch
+    rows = t.k_prefix.shape[0]
+    k_cols, v_cols = prob.num_heads * (prob.nope_dim + prob.pe_dim), prob.num_heads * prob.v_dim
+    w, ws = t.kv_proj_weight, t.kv_proj_scale
+    if mx:  # MXFP4: read by pointer (as uint8: Triton 3.6 takes no float4 or e8m0 dtype)
+        w_view = as_uint8 if w.dtype != torch.uint8 or ws.dtype != torch.uint8 else None
+        ws = as_uint8(ws)
+
+        def w_desc(_):
+            return None
+        wk = TILE  # e4m3 chunks in the ring
+    else:
+        w_view = None
+        # Weight chunks of 128-byte rows: [128 x 128] fp8 or [128 x 64] bf16, 16 KB either way.
+        wk = TILE // w.element_size()
+        w_desc = _descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
+    groups = config.mma_groups
+    if groups == 2 and not (prob.scale == "row" and prob.cache_is_fp8 and not lat16):
+        raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
+                         f"per-row weight over an fp8 cache), got 2 (weight format "
+                         f"{prob.weight_format}, cache {prob.cache_dtype})")
+    if config.latent_in_registers and groups != 2:
+        raise ValueError("config.latent_in_registers: expected False with one MMA group (the "
+                         "latent rows take the registers of two groups' halves; set "
+                         "mma_groups=2), got True")
+    if config.ring_depth > 4 and lat16:
+        # A bf16 latent tile (128 KB) leaves room for four weight slots.
+        raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
+                         f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
+    srows = TILE // groups  # rows of one TMA store: a group's share of a tile
+    k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, TILE)
+    pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, prob.pe_dim)
+    v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, srows, TILE)
+    ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
+    cache_fp8 = prob.cache_is_fp8
+    consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
+                  HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
+                  SEARCH_STEPS=search_steps(prob.batch),
+                  STAGES=config.ring_depth,
+                  # The widener holds its row of an item (64 packed words) and a widened
+                  # chunk; the gatherer fits in 88 (no spills, compile-checked), 96 with the
+                  # rope in registers, 200 widening the latent (a whole tile of words in
+                  # registers; the MMA warps keep 256: 4 x 32 x (256 + 200 + 24) <= 64K).
+                  LOADER_REGS=160 if mx else 24,
+                  GATHER_REGS=88 if mx or groups == 2 else 200 if lat16 and cache_fp8 else 96,
+                  num_warps=4, WK=wk, LAT16=lat16, CACHE_FP8=cache_fp8,
+                  # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
+                  SCALE=SCALE_CODES[prob.scale],
+                  WS_LD=ws.stride(0) if prob.scale in ("block", "e8m0") else 0,
+                  # 4 + 1 (MXFP4: 4) + 4 warps launch as three warpgroups: 12 x 32 x 168 <=
+                  # 64K registers; the partitions' register counts then move the rest to the
+                  # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
+                  MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
+                  maxnreg=168 if groups == 1 else 128)
+    has_ws = ws is not None
+
+    def make(c: GatherArgs) -> list:
+        w, ws = c.kv_proj_weight, c.kv_proj_scale
+        if w_view is not None and type(w) is not int:  # addresses (ints) need no view
+            w, ws = w_view(w), w_view(ws)
+        # A bf16 cache's k_scale (it may be None) is never read: a stand-in pointer.
+        ks = c.k_scale if cache_fp8 else c.k_buffer
+        return [c.k_buffer, ks, c.kv_indptr, c.kv_indices, c.kv_prefix_sum_context_lens,
+                # Read by pointer by MXFP4's widener only (TMA otherwise).
+                w if mx else ks,
+                # A weight with no scale (bf16): a pointer the kernel never reads.
+                ws if has_ws else ks,
+                c.k_prefix, c.v_prefix,
+                w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
+                v_desc(c.v_prefix), *ints]
+    return JitLauncher(hopper_ws_kernel, grid, 17, consts, make)
+
+
+def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
+    """Which 128-row blocks (work items) of an MXFP4 weight the kernel widens to e4m3 (True)
+    rather than bf16, from its e8m0 scale [N, K/32]: over an fp8 cache those whose rows'
+    codes all span at most MX_SPAN binades, over a bf16 cache none (the weight is widened to
+    a bf16 copy ahead of the kernel: ``widening``). The kernel decides the same on the
+    device, per item; this host-side copy of the rule is for reporting (the matrix's
+    ``fp8_route_share``) and tests."""
+    codes = as_uint8(scale).to(torch.int32)
+    span = codes.amax(dim=1) - codes.amin(dim=1)
+    return (span <= MX_SPAN.value).view(-1, TILE).all(dim=1) & cache_is_fp8
+
+
+def supports(prob: Problem) -> bool:
+    """The shapes and formats the kernel was written for: an fp8 e4m3fn or a bf16 cache;
+    an fp8 e4m3fn weight with a per-row or per-128x128-block scale, a bf16 weight with
+    none, a per-row or a per-block scale (scales float32 or bf16), or MXFP4; nope = v = 128,
+    pe = 64, kv_c a multiple of 128 up to 512 (the whole latent tile lives in shared memory:
+    README.md), bf16 or fp16 outputs, and a 16-byte aligned weight and outputs (TMA's
+    rule)."""
+    weight_ok = ((prob.weight_dtype == torch.float8_e4m3fn
+                  and (prob.weight_format, prob.scale) in (("fp8_row", "row"),
+                                                           ("fp8_block", "block")))
+                 or (prob.weight_dtype == torch.bfloat16 and prob.weight_format == "bf16"
+                     and prob.scale in ("none", "row", "block"))
+                 or (prob.weight_format == "mxfp4" and prob.scale == "e8m0"))
+    return (weight_ok and prob.nope_dim == prob.v_dim == TILE and prob.pe_dim == 64
+            and prob.kv_c_dim % TILE == 0 and prob.kv_c_dim <= 4 * TILE
+            and prob.cache_dtype in (torch.float8_e4m3fn, torch.bfloat16)
+            and prob.scale_dtype in (None, torch.bfloat16)
+            and prob.out_dtype in (torch.bfloat16, torch.float16)
+            and prob.aligned16)
+
+
+def serves(prob: Problem, device: DeviceSpec) -> bool:
+    """Supported problems on an sm_90 GPU (Gluon kernels are compiled, never interpreted)."""
+    return device.sm == 90 and supports(prob)
+
+
+def row_extras(prob: Problem, args: GatherArgs) -> dict[str, float]:
+    """The measurement column this design reports of its own: an MXFP4 weight's share of
+    work items on the e4m3 route."""
+    if prob.weight_format != "mxfp4":
+        return {}
+    return {"fp8_route_share": float(fp8_route(args.kv_proj_scale, prob.cache_is_fp8)
+                                     .float().mean())}

@@ -1,0 +1,168 @@
+"""The schedule of work items: which items a program runs (lockstep granules included), the
+first token row of a tile, an item's weight rows, and where a tile's latent rows are in the
+paged cache (searched in registers for a small batch).
+
+A work item is BM tokens x one head-half (K-nope or V, BN = 128 columns). Items are
+numbered tile-major, so consecutive items of a program share one gathered latent tile.
+This module keeps its annotations evaluated (it defines bundles: ``compat.bundle``).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from ..jit import find_sequence
+from .compat import Scalar, bundle
+from .config import BM, LOCKSTEP_ITEMS, LOCKSTEP_SPLITS
+
+
+@gluon.jit
+def tile_row0(tile, total):
+    """First token row of a tile. The last tile is shifted back to end at the last token, so
+    it is full too and leaves by TMA like the others: its first rows, also the previous
+    tile's last, are computed twice and written twice with the same bits. Only a batch of
+    fewer than BM tokens has a partial tile."""
+    return gl.minimum(tile * BM, gl.maximum(total - BM, 0))
+
+
+@bundle
+class Items:
+    """The batch's work items: ``cs`` (the prefix sums of the batch's context lengths, its
+    last entry the token count), the heads' shape (PER_TILE = 2 x heads items a tile) and
+    the latent's width (KV_C, then PE rope columns)."""
+
+    cs_ptr: gl.tensor
+    batch: Scalar
+    NOPE: gl.constexpr
+    V: gl.constexpr
+    PE: gl.constexpr
+    KV_C: gl.constexpr
+    PER_TILE: gl.constexpr
+
+    @gluon.jit
+    def run(self):
+        """(tokens, first item, end item) of this program.
+
+        With at least two programs per token tile, each program takes an equal share of one
+        tile's items, so none gathers two tiles in a row (short contexts); otherwise the
+        items of all tiles are split into contiguous runs, which touch as few tiles as
+        possible: equal runs, or, for a weight of LOCKSTEP_ITEMS items a tile or more, runs
+        of whole granules (``lockstep_granule``), so that programs start at one of a few
+        heads and read each weight chunk at about the same time, while it is in L2.
+        """
+        ITEMS_PER_TILE: gl.constexpr = self.PER_TILE
+        total = gl.load(self.cs_ptr + self.batch)
+        n_tiles = gl.cdiv(total, BM)
+        pid = gl.program_id(0)
+        nprog = gl.num_programs(0)
+        if n_tiles * 2 <= nprog:
+            parts = nprog // n_tiles
+            tile = pid // parts
+            part = pid % parts
+            start = tile * ITEMS_PER_TILE + (part * ITEMS_PER_TILE) // parts
+            end = tile * ITEMS_PER_TILE + ((part + 1) * ITEMS_PER_TILE) // parts
+            if tile >= n_tiles:
+                end = start
+        else:
+            n_items = n_tiles * ITEMS_PER_TILE
+            start = (pid * n_items) // nprog
+            end = ((pid + 1) * n_items) // nprog
+            if ITEMS_PER_TILE >= LOCKSTEP_ITEMS:
+                # The largest granule (a tile, a half, ... an eighth) whose whole-granule
+                # runs cost at most 1/16 in balance; none: the equal runs above.
+                g = 0
+                for k in gl.static_range(LOCKSTEP_SPLITS - 1, -1, -1):
+                    n_g = n_items // (ITEMS_PER_TILE >> k)
+                    if gl.cdiv(n_g, nprog) * nprog * 16 <= n_g * 17:
+                        g = ITEMS_PER_TILE >> k
+                if g > 0:
+                    n_g = n_items // g
+                    start = (pid * n_g) // nprog * g
+                    end = ((pid + 1) * n_g) // nprog * g
+        return total, start, end
+
+    @gluon.jit
+    def span(self):
+        """(tokens, the run's items [start, end), its token tiles [first, last))."""
+        ITEMS_PER_TILE: gl.constexpr = self.PER_TILE
+        total, start, end = self.run()
+        first_tile = start // ITEMS_PER_TILE
+        last_tile = (end + ITEMS_PER_TILE - 1) // ITEMS_PER_TILE
+        if end == start:
+            last_tile = first_tile  # no items: gather nothing
+        return total, start, end, first_tile, last_tile
+
+    @gluon.jit
+    def weight_row(self, it):
+        """First weight row of item ``it``: its head's K-nope rows, or its V rows."""
+        hp = it % self.PER_TILE
+        return (hp // 2) * (self.NOPE + self.V) + (hp % 2) * self.NOPE
+
+
+@bundle
+class Cache:
+    """The paged latent cache (``k_ptr``: [blocks, BLOCK_SIZE, KV_C + PE], fp8 with
+    ``k_scale`` or bf16) and its page table (kv_indptr, kv_indices)."""
+
+    k_ptr: gl.tensor
+    k_scale_ptr: gl.tensor
+    kv_indptr_ptr: gl.tensor
+    kv_indices_ptr: gl.tensor
+    stride_block: Scalar
+    stride_slot: Scalar
+    num_blocks: Scalar
+    BLOCK_SIZE: gl.constexpr
+    SEARCH_STEPS: gl.constexpr  # binary-search steps over the batch's cs
+    FP8: gl.constexpr
+
+    @gluon.jit
+    def batch_index(self, items, layout: gl.constexpr):
+        """cs[i] and kv_indptr[i] for i in [0, BM) (the last entry repeated past the batch),
+        loaded at a gather partition's start as vectors of ``layout``'s rows. A batch of at
+        most BM sequences is then searched in registers (``tile_rows``): its first tile's
+        row offsets wait on two dependent round trips to memory (these loads, then the
+        block ids) instead of one a search step, one for cs[b] and kv_indptr[b] and one for
+        the block ids."""
+        i = gl.minimum(gl.arange(0, BM, layout=gl.SliceLayout(1, layout)), items.batch)
+        return gl.load(items.cs_ptr + i), gl.load(self.kv_indptr_ptr + i)
+
+    @gluon.jit
+    def tile_rows(self, items, total, tile, layout: gl.constexpr, index):
+        """Element offsets of the latent rows of token tile ``tile`` (64-bit: block id x
+        stride overflows 32 bits on large caches), and which rows hold a token; ``index``:
+        the batch's cs and kv_indptr in registers (``batch_index``), used for a batch of at
+        most BM sequences (SEARCH_STEPS <= log2(BM)). Compiled with debug=True, a block id
+        outside [0, num_blocks) stops the kernel."""
+        SEARCH_STEPS: gl.constexpr = self.SEARCH_STEPS
+        BLOCK_SIZE: gl.constexpr = self.BLOCK_SIZE
+        cs_ptr = items.cs_ptr
+        r = tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+        tmask = r < total
+        if (1 << SEARCH_STEPS) <= BM:
+            cs_v, ip_v = index
+            lo = find_sequence(cs_ptr, r, items.batch, SEARCH_STEPS, cs_v)
+            t = r - gl.gather(cs_v, lo, 0)
+            first_block = gl.gather(ip_v, lo, 0)
+        else:
+            lo = find_sequence(cs_ptr, r, items.batch, SEARCH_STEPS)
+            t = r - gl.load(cs_ptr + lo)
+            first_block = gl.load(self.kv_indptr_ptr + lo)
+        blk = gl.load(self.kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask, other=0)
+        gl.device_assert((blk >= 0) & (blk < self.num_blocks), "kv_indices: block id out of range")
+        rows = (blk.to(gl.int64) * self.stride_block
+                + (t % BLOCK_SIZE).to(gl.int64) * self.stride_slot)
+        return rows, tmask
+
+
+def lockstep_granule(items_per_tile: int, n_tiles: int, programs: int) -> int:
+    """The kernel's choice (``Items.run``) of a run granule in items, 0 for equal runs:
+    for LOCKSTEP_ITEMS items a tile or more, the largest of a tile, 1/2 ... 1/8 of one whose
+    whole-granule runs cost at most 1/16 in balance."""
+    if items_per_tile < LOCKSTEP_ITEMS.value or n_tiles * 2 <= programs:
+        return 0
+    n_items = n_tiles * items_per_tile
+    for k in range(LOCKSTEP_SPLITS.value):
+        g = items_per_tile >> k
+        n_g = n_items // g
+        if -(-n_g // programs) * programs * 16 <= n_g * 17:
+            return g
+    return 0
