@@ -4,7 +4,7 @@ point's rows are appended to ROWS.csv as soon as they are measured (atomically).
 
 Usage: python scripts/perf_matrix.py ROWS.csv [--points GLOB ...] [--list]
 
-For rounds of kernel work between committed runs (docs/perf-notes.md quotes their console
+For rounds of kernel work between committed runs (the entries of docs/log/ quote their console
 output; their rows stay out of data/h200/), ``--variants`` times only the named designs (no
 torch paths) and ``--rows`` prints every row; ``--config DESIGN=REPR`` launches a design with
 another config than the default (its repr, as the CSVs' ``config`` column holds it, e.g.

@@ -59,7 +59,7 @@ def _bench(fn: Callable[[], object]) -> float:
 # ------------------------------------------------------------------ ceilings
 def _copy_and_fill_us(nbytes: int) -> tuple[float, float]:
     # float32 elements: torch's fill_ of a uint8 or bf16 buffer writes about 25% slower on
-    # the H200 (3.19 against 4.29 TB/s at 246 MB, docs/perf-notes.md), which made the
+    # the H200 (docs/log/2026-12-01-gather-write-bound.md), which made the
     # write ceiling, and write_floor_us, the rate of that fill rather than of the device.
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
     dst = torch.empty_like(src)
