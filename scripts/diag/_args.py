@@ -25,3 +25,15 @@ def write_rows(df, out: Path, name: str) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     df.to_csv(out / name, index=False)
     return out / name
+
+
+def check_or_measure(doc: str, rows: str, check, measure, check_help: str, add=None) -> None:
+    """The command line of a diagnostic with a CPU ``--check`` beside its measurement:
+    ``check()`` with ``--check``, else ``measure(args)``; ``add(parser)`` adds its own
+    arguments."""
+    ap = parser(doc, rows)
+    if add is not None:
+        add(ap)
+    ap.add_argument("--check", action="store_true", help=check_help)
+    a = ap.parse_args()
+    check() if a.check else measure(a)

@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-from _args import parser, write_rows
+from _args import check_or_measure, write_rows
 
 from mla_kernels.designs.jit import (
     cast_out,
@@ -237,13 +237,8 @@ def measure(out: Path, tokens: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    ap = parser(__doc__, "gather_write_bound.csv")
-    ap.add_argument("tokens", nargs="*", type=int, default=[4096, 32000],
-                    help="tokens of one sequence (default 4096 32000)")
-    ap.add_argument("--check", action="store_true",
-                    help="check every config shape on small problems under the interpreter")
-    a = ap.parse_args()
-    if a.check:
-        check_on_cpu()
-    else:
-        measure(a.out, a.tokens)
+    check_or_measure(
+        __doc__, "gather_write_bound.csv", check_on_cpu, lambda a: measure(a.out, a.tokens),
+        "check every config shape on small problems under the interpreter",
+        add=lambda ap: ap.add_argument("tokens", nargs="*", type=int, default=[4096, 32000],
+                                       help="tokens of one sequence (default 4096 32000)"))

@@ -25,7 +25,7 @@ sm_90 and prints its shared memory and warps; nothing is timed or written)
 from pathlib import Path
 
 import torch
-from _args import parser, write_rows
+from _args import check_or_measure, write_rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -125,11 +125,5 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    ap = parser(__doc__, "launch_shape.csv")
-    ap.add_argument("--check", action="store_true",
-                    help="compile each kernel for sm_90 on the CPU and print its resources")
-    a = ap.parse_args()
-    if a.check:
-        check()
-    else:
-        main(a.out)
+    check_or_measure(__doc__, "launch_shape.csv", check, lambda a: main(a.out),
+                     "compile each kernel for sm_90 on the CPU and print its resources")

@@ -6,18 +6,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .axes import (
-    _fig_legend,
-    _new_figure,
-    _plain_log_y,
-    _ref_device,
-    _suptitle,
-    _timings_text,
-    column_values,
-    describe,
-    footer,
-    set_ctx_axis,
-)
+from . import axes
 from .series import _reference_list, _rows_of, choose_series, device_timing, tidy
 from .style import CEILING_COLOR, DEFAULT_LIMIT, _ref_style, series_label, set_style, variant_style
 
@@ -40,7 +29,7 @@ def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "seria
     refs = _reference_list(reference)
     chosen = choose_series(d, series, before=before, limit=limit, reserved=2 * len(refs),
                            keep=(after,) if after else ())
-    fig, body = _new_figure((22, 8))
+    fig, body = axes._new_figure((22, 8))
     ax_t, ax_s, ax_f = body.subplots(1, 3)
     contexts: set[int] = set()
     for v, t in chosen:
@@ -58,7 +47,7 @@ def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "seria
             if not sp.empty:
                 ax_s.plot(sp.index, sp.values, **kw)
     for i, (name, ref, raw) in enumerate(refs):
-        dev = _ref_device(raw, reference_device)
+        dev = axes._ref_device(raw, reference_device)
         contexts |= set(ref["ctx"].astype(int))
         for which in ("before", "after"):
             ax_t.plot(ref["ctx"], ref[f"{which}_us"], **_ref_style(i, which),
@@ -66,10 +55,10 @@ def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "seria
         ax_s.plot(ref["ctx"], ref["speedup"], **{**_ref_style(i, "after"), "marker": "h"},
                   label=f"{name} on {dev}: after vs before", gid=f"reference/{name}/speedup")
 
-    _plain_log_y(ax_t)
+    axes._plain_log_y(ax_t)
     ax_t.set_ylabel("time per call (µs, median, log scale)")
     ax_t.set_title("Time per call", loc="left")
-    _plain_log_y(ax_s)
+    axes._plain_log_y(ax_s)
     ax_s.axhline(1.0, color="0.45", lw=1.2, label=f"{before} (speedup 1)", zorder=1)
     ax_s.set_ylabel(f"speedup over {before} (x, log scale)")
     ax_s.set_title(f"Speedup over {before}", loc="left")
@@ -81,11 +70,11 @@ def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "seria
     ax_f.set_ylabel("fraction of the floor (floor time / time)")
     ax_f.set_title("Fraction of the floor", loc="left")
     for ax in (ax_t, ax_s, ax_f):
-        set_ctx_axis(ax, contexts)
-    _fig_legend(body, (ax_t, ax_s, ax_f), ncol=4)
-    dev = column_values(d, "device")
-    _suptitle(fig, f"gather_kv_b_proj on {dev}: time, speedup and fraction of the floor against "
-                   f"context\n{describe(d)}; {_timings_text(chosen)}")
-    footer(fig, d, "; ".join(f"{_ref_device(raw, reference_device)}: the {name}'s published "
+        axes.set_ctx_axis(ax, contexts)
+    axes._fig_legend(body, (ax_t, ax_s, ax_f), ncol=4)
+    dev = axes.column_values(d, "device")
+    axes._suptitle(fig, f"gather_kv_b_proj on {dev}: time, speedup and fraction of the floor against "
+                   f"context\n{axes.describe(d)}; {axes._timings_text(chosen)}")
+    axes.footer(fig, d, "; ".join(f"{axes._ref_device(raw, reference_device)}: the {name}'s published "
                              "table" for name, _, raw in refs) or None)
     return fig
