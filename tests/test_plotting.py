@@ -533,10 +533,10 @@ def test_format_table_holds_each_variants_value_per_format_and_cache():
     df = pd.concat([synthetic(("chunked", "torch_bf16", "torch_fp8"), contexts=(32000, 65536),
                               weight_format=wf, cache_dtype=cache)
                     for wf in ("bf16", "mxfp4") for cache in ("fp8", "bf16")])
-    tables = analysis.format_table(df, ctx=32000)
+    tables = plotting.format_table(df, ctx=32000)
     assert list(tables) == ["bf16", "fp8"]  # the bf16 cache first
     for cache, t in tables.items():
-        assert list(t.index) == list(analysis.FORMAT_ORDER)
+        assert list(t.index) == list(plotting.FORMAT_ORDER)
         assert list(t.columns) == ["chunked", "torch_bf16", "torch_fp8"]  # every torch path
         for wf in ("bf16", "mxfp4"):
             r = df[(df.cache_dtype == cache) & (df.weight_format == wf) & (df.ctx == 32000)
@@ -544,11 +544,10 @@ def test_format_table_holds_each_variants_value_per_format_and_cache():
             np.testing.assert_allclose(t.loc[wf].to_numpy(dtype=float),
                                        r.roof_fraction[t.columns].to_numpy())
         assert t.loc[["fp8_row", "fp8_block"]].isna().all().all()
-    us = analysis.format_table(df, ctx=65536, value="median_us", series=["chunked/flushed"])
+    us = plotting.format_table(df, ctx=65536, value="median_us", series=["chunked/flushed"])
     r = df[(df.variant == "chunked") & (df.timing == "flushed") & (df.ctx == 65536)
            & (df.cache_dtype == "fp8") & (df.weight_format == "mxfp4")]
     assert us["fp8"].loc["mxfp4", "chunked"] == r.median_us.iloc[0]
-    assert plotting.format_table is analysis.format_table  # the notebooks' name
 
 
 def test_peak_fractions_against_each_set_of_roofs():

@@ -12,7 +12,8 @@ The modules, by what they hold: ``style`` (colours, markers, line styles, ``set_
 legends, saving) and the figures: ``sweep`` (``plot_context_sweep``), ``roofs``
 (``plot_roofline``, ``plot_bandwidth``), ``peaks`` (``plot_peaks``), ``formats``
 (``plot_formats``), ``occupancy`` (``plot_occupancy``). The tables the figures draw
-(``format_table``, the peak fractions) are computed in ``mla_kernels.review.analysis``.
+(the peak fractions, the reference table) are computed in ``mla_kernels.review.analysis``;
+``tables`` holds the weight-format tables.
 Every public name is importable from here.
 
 Conventions shared by every figure
@@ -39,7 +40,7 @@ are read as ``<variant>`` timed ``graph``.
 """
 
 # Tables, computed in analysis; importable from here too, as before the split.
-from ..analysis import FORMAT_ORDER, attainable_tbps, format_table, reference_table
+from ..analysis import attainable_tbps, reference_table
 from .axes import column_values, ctx_label, describe, footer, run_label, save_figure, set_ctx_axis
 from .formats import plot_formats
 from .occupancy import plot_occupancy
@@ -73,6 +74,7 @@ from .style import (
     variant_style,
 )
 from .sweep import plot_context_sweep
+from .tables import FORMAT_ORDER, format_table
 
 __all__ = [
     "ATTAINABLE_COLOR", "CEILING_COLOR", "DEFAULT_LIMIT", "DESIGN_COLORS", "DESIGN_MARKERS",

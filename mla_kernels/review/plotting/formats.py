@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ..analysis import format_rows, format_table
 from .axes import _new_figure, _plain_log_y, _suptitle, _timings_text, column_values, describe, footer
 from .series import _rows_of, choose_series
 from .style import DEFAULT_LIMIT, design_color, series_label, set_style
+from .tables import format_rows, format_table
 
 
 def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
