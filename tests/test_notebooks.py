@@ -350,6 +350,8 @@ def test_html_is_self_contained(cpu_report):
         assert not re.findall(r'(?:src|href)="https?://', text), html.name
         assert not re.findall(r"from\s+['\"]https?://", text), html.name
         assert '<img src="data:image/png;base64,' in text or "data:image/png" in text
+        # Titled by notebook and run, not nbconvert's "Notebook".
+        assert f"<title>{html.stem}: configuration cpu, commit " in text, html.name
 
 
 # ------------------------------------------------------------------ papermill from anywhere
@@ -667,3 +669,30 @@ def test_papermill_stops_on_a_context_the_data_lacks(tmp_path):
                             str(tmp_path / "x.ipynb"), kernel_name="python3",
                             parameters={"contexts": [1024, 4096], "out_dir": str(tmp_path)},
                             progress_bar=False)
+
+
+# ------------------------------------------------------------------ run over run
+def test_run_over_run_sets_each_point_beside_the_previous_committed_run():
+    data = analysis.load_measurements(ROOT / "data" / "h200", ["formats", "perf_matrix"])
+    prev = analysis.previous_run(data, ROOT / "data" / "h200")
+    assert prev is not None and set(prev["commit"]) != set(data["commit"])
+    assert str(prev["date"].max()) < str(data["date"].min())
+    ror = analysis.run_over_run(data, prev)
+    assert not ror.empty and ror.attrs["previous"] == str(prev["commit"].iloc[0])
+    assert (ror["new_over_previous"] > 0).all()
+    assert ror["new_over_previous"].is_monotonic_decreasing  # regressions first
+    one = ror.iloc[0]
+    pick = data[(data["timing"] == "graph") & (data["variant"] == one["variant"])
+                & (data["weight_format"] == one["weight_format"])
+                & (data["cache_dtype"] == one["cache_dtype"])]
+    assert any(abs(pick["median_us"] - one["new_us"]) < 1e-6)
+    assert "64x4096" in set(ror["contexts"])  # batches as the matrix names them
+
+
+def test_run_over_run_without_an_earlier_run_is_empty(tmp_path):
+    data = analysis.load_measurements(ROOT / "data" / "h200", ["formats", "perf_matrix"])
+    assert analysis.previous_run(data, tmp_path) is None
+    assert analysis.run_over_run(data, None).empty
+    fake = data.assign(median_us=data["median_us"] * 2)
+    ror = analysis.run_over_run(fake, data)
+    assert ror["new_over_previous"].round(9).eq(2.0).all()

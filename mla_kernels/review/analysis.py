@@ -445,3 +445,59 @@ def present(data: pd.DataFrame | None, *, data_dir: str | os.PathLike, names: Se
                              f"(there: {listed(have)})")
         rows = rows[rows[column].isin(list(values))]
     return rows
+
+
+# ------------------------------------------------------------------ run over run
+POINT_KEY = ("model", "weight_format", "cache_dtype", "block_size", "contexts", "variant",
+             "config")
+
+
+def previous_run(rows: pd.DataFrame, committed_dir: str | os.PathLike,
+                 names: Sequence[str] = ("perf_matrix",)) -> pd.DataFrame | None:
+    """The rows of the committed run measured last before ``rows`` (by date) under
+    ``committed_dir``, from the files named ``names``; None when there is none."""
+    root = Path(committed_dir)
+    frames = []
+    for p in sorted(root.rglob("*.csv")) if root.is_dir() else []:
+        if p.name.startswith(tuple(names)):
+            df = pd.read_csv(p)
+            if all(c in df.columns for c in MEASUREMENT_COLUMNS):
+                frames.append(df.assign(source=str(p.relative_to(root))))
+    if not frames:
+        return None
+    df = pd.concat(frames, ignore_index=True)
+    new_commits, start = set(rows["commit"].astype(str)), str(rows["date"].min())
+    ends = df.groupby("commit")["date"].max().astype(str)
+    earlier = ends[(ends < start) & ~ends.index.astype(str).isin(new_commits)]
+    return None if earlier.empty else df[df["commit"] == earlier.idxmax()]
+
+
+def _batch_label(contexts: str) -> str:
+    """A batch's contexts as the matrix names them: ``64x4096`` for 64 sequences of 4096."""
+    parts = contexts.split()
+    return f"{len(parts)}x{parts[0]}" if len(parts) > 1 and len(set(parts)) == 1 else contexts
+
+
+def run_over_run(rows: pd.DataFrame, previous: pd.DataFrame | None,
+                 timing: str = "graph") -> pd.DataFrame:
+    """Per matrix point and design, the median time in ``rows`` over ``previous``'s, in
+    ``timing`` (a ratio above 1: slower than the previous run). Points only one run has are
+    left out; the frame's ``attrs`` name both commits."""
+    cols = [*POINT_KEY, "new_us", "previous_us", "new_over_previous"]
+    if previous is None or rows is None or rows.empty:
+        return pd.DataFrame(columns=cols)
+
+    def medians(d: pd.DataFrame) -> pd.Series:
+        d = d[(d["timing"] == timing) & d["median_us"].notna()].copy()
+        d["config"] = d["config"].fillna("").astype(str) if "config" in d else ""
+        return d.groupby(list(POINT_KEY))["median_us"].median()
+
+    both = pd.concat({"new_us": medians(rows), "previous_us": medians(previous)},
+                     axis=1).dropna()
+    both["new_over_previous"] = both["new_us"] / both["previous_us"]
+    out = both.reset_index()[cols].sort_values("new_over_previous", ascending=False,
+                                               ignore_index=True)
+    out["contexts"] = [_batch_label(c) for c in out["contexts"].astype(str)]
+    out.attrs = {"new": ", ".join(sorted(set(rows["commit"].astype(str)))),
+                 "previous": str(previous["commit"].iloc[0])}
+    return out

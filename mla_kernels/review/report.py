@@ -152,13 +152,16 @@ def _error_summary(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {str(exc).strip()[:300]}"
 
 
-def export_html(executed: Path, html_path: Path) -> Path:
+def export_html(executed: Path, html_path: Path, title: str | None = None) -> Path:
     """The executed notebook as one self-contained HTML file, for reviewers without Jupyter:
-    images embedded, no script or style loaded from a CDN (no MathJax, no require.js)."""
+    images embedded, no script or style loaded from a CDN (no MathJax, no require.js);
+    titled ``title`` (a browser tab of several reports says which notebook and run)."""
     import nbformat
     from nbconvert import HTMLExporter
 
     nb = nbformat.read(str(executed), as_version=4)
+    if title:
+        nb.metadata["title"] = title
     exporter = HTMLExporter(template_name="classic", embed_images=True)
     exporter.mathjax_url = ""
     exporter.require_js_url = ""
@@ -181,8 +184,9 @@ def _strip_remote(html: str) -> str:
 
 
 def run_notebook(notebook: Path, params: dict, out_dir: Path, *, timeout: int | None = None,
-                 cell_progress: bool = True) -> NotebookResult:
-    """Execute one notebook with papermill, write its executed copy and HTML export."""
+                 cell_progress: bool = True, run: str | None = None) -> NotebookResult:
+    """Execute one notebook with papermill, write its executed copy and HTML export (titled
+    by the notebook and ``run``, e.g. "configuration cpu, commit 0123abcd4567")."""
     import papermill as pm
 
     executed = out_dir / "notebooks" / notebook.name
@@ -202,7 +206,8 @@ def run_notebook(notebook: Path, params: dict, out_dir: Path, *, timeout: int | 
     html_out = None
     if executed.is_file():
         try:
-            html_out = str(export_html(executed, html))
+            title = f"{notebook.stem}: {run}" if run else notebook.stem
+            html_out = str(export_html(executed, html, title))
         except Exception as exc:  # an export failure must not hide the run's result
             error = error or f"HTML export: {_error_summary(exc)}"
     return NotebookResult(notebook.name, error is None, seconds, str(executed), html_out, error)
@@ -461,7 +466,9 @@ def run_report(config: str | None = None, out: Path | None = None,
                 bar.set_postfix_str(nb.stem)
                 results.append(run_notebook(nb, params, out_dir,
                                             timeout=cfg.get("execution_timeout"),
-                                            cell_progress=cell_progress))
+                                            cell_progress=cell_progress,
+                                            run=f"configuration {cfg['name']}, commit "
+                                                f"{commit_used}"))
             bar.close()
     finally:
         written = [f for f in _files(out_dir) if f != "summary.json"]
