@@ -63,6 +63,19 @@ def batches_for(batch: str, contexts: Sequence[int], ragged_contexts: Sequence[i
 
 
 # ------------------------------------------------------------------ reading measurements
+def _measurement_rows(root: Path, names: Sequence[str] | None) -> pd.DataFrame | None:
+    """Every measurement CSV under ``root`` (recursively; only files named ``names``, when
+    given) as one frame with each row's ``source`` file; None when there are none."""
+    frames = []
+    for p in sorted(root.rglob("*.csv")) if root.is_dir() else []:
+        if names is not None and not p.name.startswith(tuple(names)):
+            continue
+        df = pd.read_csv(p)
+        if all(c in df.columns for c in MEASUREMENT_COLUMNS):
+            frames.append(df.assign(source=str(p.relative_to(root))))
+    return pd.concat(frames, ignore_index=True) if frames else None
+
+
 def load_measurements(data_dir: str | os.PathLike, names: Sequence[str] | None = None
                       ) -> pd.DataFrame | None:
     """The measurement CSVs under ``data_dir`` (recursively) of its latest run, as one frame;
@@ -75,18 +88,9 @@ def load_measurements(data_dir: str | os.PathLike, names: Sequence[str] | None =
     in the run (by the sweep and the matrix) shows its later measurement.
     """
     root = Path(data_dir)
-    if not root.is_dir():
+    df = _measurement_rows(root, names)
+    if df is None:
         return None
-    frames = []
-    for p in sorted(root.rglob("*.csv")):
-        if names is not None and not p.name.startswith(tuple(names)):
-            continue
-        df = pd.read_csv(p)
-        if all(c in df.columns for c in MEASUREMENT_COLUMNS):
-            frames.append(df.assign(source=str(p.relative_to(root))))
-    if not frames:
-        return None
-    df = pd.concat(frames, ignore_index=True)
     df = df.drop_duplicates(subset=[c for c in df.columns if c != "source"])
     latest = df.groupby("commit")["date"].max().idxmax()
     df = df[df["commit"] == latest]
@@ -456,16 +460,9 @@ def previous_run(rows: pd.DataFrame, committed_dir: str | os.PathLike,
                  names: Sequence[str] = ("perf_matrix",)) -> pd.DataFrame | None:
     """The rows of the committed run measured last before ``rows`` (by date) under
     ``committed_dir``, from the files named ``names``; None when there is none."""
-    root = Path(committed_dir)
-    frames = []
-    for p in sorted(root.rglob("*.csv")) if root.is_dir() else []:
-        if p.name.startswith(tuple(names)):
-            df = pd.read_csv(p)
-            if all(c in df.columns for c in MEASUREMENT_COLUMNS):
-                frames.append(df.assign(source=str(p.relative_to(root))))
-    if not frames:
+    df = _measurement_rows(Path(committed_dir), names)
+    if df is None:
         return None
-    df = pd.concat(frames, ignore_index=True)
     new_commits, start = set(rows["commit"].astype(str)), str(rows["date"].min())
     ends = df.groupby("commit")["date"].max().astype(str)
     earlier = ends[(ends < start) & ~ends.index.astype(str).isin(new_commits)]
