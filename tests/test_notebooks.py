@@ -696,3 +696,21 @@ def test_run_over_run_without_an_earlier_run_is_empty(tmp_path):
     fake = data.assign(median_us=data["median_us"] * 2)
     ror = analysis.run_over_run(fake, data)
     assert ror["new_over_previous"].round(9).eq(2.0).all()
+
+
+@pytest.mark.parametrize("deaths", [1, 2])
+def test_a_kernel_that_dies_before_answering_is_started_once_more(deaths, tmp_path, monkeypatch):
+    calls = []
+
+    def execute(src, dst, **kw):
+        calls.append(dst)
+        if len(calls) <= deaths:
+            raise RuntimeError("Kernel died before replying to kernel_info")
+        shutil.copy(src, dst)
+
+    monkeypatch.setattr(pm, "execute_notebook", execute)
+    result = report.run_notebook(NOTEBOOKS[0], {}, tmp_path, cell_progress=False)
+    assert len(calls) == 2  # never a third start
+    assert result.ok == (deaths == 1)
+    if deaths == 2:
+        assert "Kernel died" in result.error

@@ -194,14 +194,22 @@ def run_notebook(notebook: Path, params: dict, out_dir: Path, *, timeout: int | 
     html = out_dir / "html" / f"{notebook.stem}.html"
     t0 = time.monotonic()
     error = None
-    try:
-        pm.execute_notebook(
-            str(notebook), str(executed), parameters=params, cwd=str(notebook.parent),
-            kernel_name="python3", execution_timeout=timeout, request_save_on_cell_execute=True,
-            progress_bar={"desc": f"  {notebook.stem}", "position": 1, "leave": False}
-            if cell_progress else False)
-    except Exception as exc:  # report it, then run the next notebook
-        error = _error_summary(exc)
+    # A kernel that dies before it answers ran no cell (jupyter_client picks its ports
+    # before binding them, so another process can take one meanwhile): started once more.
+    for attempt in range(2):
+        try:
+            pm.execute_notebook(
+                str(notebook), str(executed), parameters=params, cwd=str(notebook.parent),
+                kernel_name="python3", execution_timeout=timeout,
+                request_save_on_cell_execute=True,
+                progress_bar={"desc": f"  {notebook.stem}", "position": 1, "leave": False}
+                if cell_progress else False)
+        except Exception as exc:  # report it, then run the next notebook
+            error = _error_summary(exc)
+            if attempt == 0 and "Kernel died before replying to kernel_info" in str(exc):
+                error = None
+                continue
+        break
     seconds = time.monotonic() - t0
     html_out = None
     if executed.is_file():
