@@ -71,6 +71,20 @@ def test_a_copy_without_history_stamps_its_manifest_s_commit_only_when_it_matche
     assert prov.commit_stamp(copy) == "unknown"
 
 
+@needs_git
+def test_a_copy_with_an_older_git_stamps_the_manifest_it_matches(checkout):
+    # A copy of a later tree over an earlier .git: git alone would say "<old>+dirty".
+    old = _git(checkout, "rev-parse", "--short=12", "HEAD")
+    (checkout / "mla_kernels" / "lab" / "bench.py").write_text("y = 3\n")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+    new = _git(checkout, "rev-parse", "HEAD")
+    prov.write_manifest(checkout / prov.MANIFEST.name, root=checkout)
+    _git(checkout, "reset", "-q", "--soft", old)  # the files stay those of `new`
+    assert prov.commit_stamp(checkout) == new[:12]
+    (checkout / "mla_kernels" / "lab" / "bench.py").write_text("y = 4\n")  # neither
+    assert prov.commit_stamp(checkout) == f"{old}+dirty"
+
+
 def test_a_label_is_appended_not_substituted(monkeypatch):
     monkeypatch.setenv("MLA_RUN_LABEL", "trace")
     monkeypatch.setenv("MLA_COMMIT", "0123456789ab")  # no longer read: commits are derived

@@ -2,10 +2,11 @@
 
 The commit is derived, never typed. In a git checkout it is ``HEAD``, with ``+dirty`` when
 the package's files differ from it. A machine without the history (a copy of the tree on
-the GPU machine) reads the manifest written beside the package in the checkout it was
-copied from (``python -m mla_kernels.lab.provenance --manifest``): the commit and the git
-blob hash of every tracked package file. The run stamps that commit only when the package
-files it imports hash to the manifest's; otherwise ``+unmatched``. ``MLA_RUN_LABEL`` adds a
+the GPU machine, or one whose ``.git`` is older than its files) reads the manifest written
+beside the package in the checkout it was copied from (``python -m mla_kernels.lab.provenance
+--manifest``): the commit and the git blob hash of every tracked package file. The run stamps
+that commit only when the package files it imports hash to the manifest's; otherwise
+``+unmatched`` (or ``+dirty`` against the ``.git`` it has). ``MLA_RUN_LABEL`` adds a
 label to the stamp (``<commit>+<label>``) for runs of a patched tree.
 """
 
@@ -79,24 +80,35 @@ def write_manifest(path: Path = MANIFEST, root: Path = REPO_ROOT) -> dict:
     return manifest
 
 
-def commit_stamp(root: Path = REPO_ROOT, manifest_path: Path | None = None) -> str:
-    """``<commit>`` when the package files are those of a known commit; ``<commit>+dirty``
-    (a checkout with changes) or ``<commit>+unmatched`` (a copy whose files differ from its
-    manifest); ``unknown`` with neither git nor a manifest."""
-    files = tracked_package_files(root)
-    if files is not None:
-        head = (_git("rev-parse", f"--short={SHORT}", "HEAD", root=root) or "").strip()
-        clean = (_working_hashes(files, root) == files
-                 and not _untracked_modules(files, root))
-        return head if clean else f"{head}+dirty"
-    manifest_path = root / MANIFEST.name if manifest_path is None else manifest_path
+def _manifest_stamp(root: Path, manifest_path: Path) -> str | None:
+    """The manifest's commit when the package files match it, ``<commit>+unmatched`` when
+    they do not, None without a readable manifest."""
     try:
         manifest = json.loads(manifest_path.read_text())
         commit, listed = manifest["commit"][:SHORT], manifest["files"]
     except (OSError, ValueError, KeyError, TypeError):
-        return "unknown"
+        return None
     matched = (_working_hashes(listed, root) == listed and not _untracked_modules(listed, root))
     return commit if matched else f"{commit}+unmatched"
+
+
+def commit_stamp(root: Path = REPO_ROOT, manifest_path: Path | None = None) -> str:
+    """``<commit>`` when the package files are those of a known commit: a checkout's clean
+    ``HEAD``, else the manifest's commit when they match it (a copy whose ``.git``, if any,
+    is not the one its files came from); otherwise ``<commit>+dirty`` (a checkout with
+    changes), ``<commit>+unmatched`` (a copy whose files differ from its manifest), or
+    ``unknown`` with neither git nor a manifest."""
+    manifest_path = root / MANIFEST.name if manifest_path is None else manifest_path
+    files = tracked_package_files(root)
+    head = None
+    if files is not None:
+        head = (_git("rev-parse", f"--short={SHORT}", "HEAD", root=root) or "").strip()
+        if _working_hashes(files, root) == files and not _untracked_modules(files, root):
+            return head
+    from_manifest = _manifest_stamp(root, manifest_path)
+    if from_manifest is not None and (head is None or "+" not in from_manifest):
+        return from_manifest
+    return f"{head}+dirty" if head is not None else "unknown"
 
 
 def git_commit() -> str:
