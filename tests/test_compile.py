@@ -224,3 +224,21 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
             # of the partition's scalars (44 bytes), some beside the last chunk's wgmma (SASS).
             allowed = 8 if TRITON_VERSION < (3, 7) else 64
         assert r["spill_bytes"] <= allowed, r
+
+
+def test_the_mma_rate_kernel_compiles_to_its_wgmma_chains_for_sm90():
+    # The kernel the tensor-core floor is measured with: every case compiles for sm_90 with
+    # no GPU, fits an SM's shared memory, and issues wgmma (K = 512 in m64 steps per group).
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json
+        from mla_kernels.lab import mma_rate
+        print(json.dumps(mma_rate.check()))
+        """)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {(r["dot_dtype"], r["num_warps"]): r for r in json.loads(out.stdout.splitlines()[-1])}
+    assert set(rows) == {("fp8", 4), ("fp8", 8), ("bf16", 4), ("bf16", 8)}
+    for (dot, warps), r in rows.items():
+        assert 0 < r["shared_bytes"] <= HOPPER_SMEM
+        k_steps = 512 // (32 if dot == "fp8" else 16)  # one wgmma takes 32 fp8 / 16 bf16 K
+        assert r["wgmma"] == k_steps * (2 if warps == 4 else 1)  # 128 rows: 2 m64 a group
