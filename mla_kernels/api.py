@@ -17,7 +17,7 @@ import torch
 
 from .designs import DesignConfig, resolve
 from .designs.launch import DEBUG
-from .devices import INTERPRETER, device_spec
+from .devices import INTERPRETER, DeviceSpec, device_spec
 from .problem import (
     GatherArgs,
     Problem,
@@ -38,6 +38,12 @@ _PLAN_LIMIT = 512  # signatures kept; past it the cache starts afresh
 _LOCK = threading.Lock()
 
 
+def target_device(device: torch.device) -> DeviceSpec:
+    """The registry device a call on tensors of ``device`` runs for: the interpreter's under
+    TRITON_INTERPRET=1, else that GPU's."""
+    return INTERPRETER if interpreting() else device_spec(device)
+
+
 def _addresses(ptrs: tuple) -> GatherArgs:
     return tuple.__new__(GatherArgs, ptrs)  # the named tuple without its Python-level __new__
 
@@ -55,7 +61,7 @@ class _Plan:
         _FLAG("debug", debug)
         check_hint(max_context_len)
         prob = check_arguments(*args)
-        device = INTERPRETER if interpreting() else device_spec(args.k_buffer.device)
+        device = target_device(args.k_buffer.device)
         self.design, self.config = resolve(variant, prob, device, config)
         self.prob: Problem = prob
         self.hint = max_context_len

@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 
 from .api import gather_kv_b_proj as _gather
+from .api import target_device
 from .designs import resolve
-from .devices import INTERPRETER, device_spec
-from .problem import GatherArgs, check_aliasing_traced, check_arguments, check_hint, interpreting
+from .problem import GatherArgs, check_aliasing_traced, check_arguments, check_hint
 
 
 @torch.library.custom_op("mla_kernels::gather_kv_b_proj", mutates_args=("k_prefix", "v_prefix"))
@@ -42,5 +42,5 @@ def _fake(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens, 
     check_hint(max_context_len)
     prob = check_arguments(*args)
     check_aliasing_traced(args)
-    resolve(variant, prob, INTERPRETER if interpreting() else device_spec(k_buffer.device), config)
+    resolve(variant, prob, target_device(k_buffer.device), config)
     return None

@@ -329,14 +329,15 @@ def validate_inputs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
     prob = check_arguments(*args)
     check_aliasing(args)
     check_hint(max_context_len)
-    used = check_indices(args, prob, max_context_len)
-    _check_values(args, prob, used)
+    used, cs = check_indices(args, prob, max_context_len)
+    _check_values(args, prob, used, cs)
 
 
-def check_indices(args: GatherArgs, prob: Problem, max_context_len: int | None = None) -> int:
+def check_indices(args: GatherArgs, prob: Problem, max_context_len: int | None = None
+                  ) -> tuple[int, torch.Tensor]:
     """validate_inputs' checks of the index tensors (it synchronises): the sequences' block
     counts, every block id in range, the hint, a row for every token. Returns the blocks
-    used (kv_indptr[-1])."""
+    used (kv_indptr[-1]) and the prefix sums, read to the host (int64)."""
     k_buffer, kv_indptr, kv_indices = args.k_buffer, args.kv_indptr, args.kv_indices
     kv_prefix_sum_context_lens = args.kv_prefix_sum_context_lens
     indptr = kv_indptr.cpu().long()
@@ -373,14 +374,15 @@ def check_indices(args: GatherArgs, prob: Problem, max_context_len: int | None =
                     f"{int(ctx[b])})", max_context_len)
     _require(int(cs[-1]) <= prob.out_rows, "k_prefix",
              f"at least {int(cs[-1])} rows (kv_prefix_sum_context_lens[-1])", prob.out_rows)
-    return used
+    return used, cs
 
 
-def _check_values(args: GatherArgs, prob: Problem, used: int) -> None:
-    """validate_inputs' checks of values: scales, the weight, every cache row a token reads."""
+def _check_values(args: GatherArgs, prob: Problem, used: int, cs: torch.Tensor) -> None:
+    """validate_inputs' checks of values: scales, the weight, every cache row a token reads
+    (``cs``: the prefix sums on the host, as check_indices read them)."""
     (k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens, kv_proj_weight,
      kv_proj_scale) = args[:7]
-    bs, cs = prob.block_size, kv_prefix_sum_context_lens.cpu().long()
+    bs = prob.block_size
     if prob.cache_is_fp8:
         ks = float(k_scale.float().cpu()[0])
         _require(ks == ks and 0 < ks < float("inf"), "k_scale", "a finite value > 0", ks)

@@ -68,8 +68,12 @@ def mma_only_kernel(a_ptr, b_ptr, out_ptr, items, BM: gl.constexpr, BN: gl.const
              acc)
 
 
+def _block_k(dot: str) -> int:
+    return 128 if dot == "fp8" else 64  # 128 bytes of K a row: one swizzle row
+
+
 def _operands(dot: str, device) -> tuple[torch.Tensor, torch.Tensor, int]:
-    bk = 128 if dot == "fp8" else 64  # 128 bytes of K a row: one swizzle row
+    bk = _block_k(dot)
     nk = KV_C // bk
     g = torch.Generator(device="cpu").manual_seed(0)
     a = torch.randn(nk * BM * bk, generator=g) * 0.5
@@ -78,11 +82,20 @@ def _operands(dot: str, device) -> tuple[torch.Tensor, torch.Tensor, int]:
     return a.to(dt).to(device), b.to(dt).to(device), bk
 
 
-def launch(dot: str, warps: int, items: int, programs: int, device="cuda"):
+def prepared(dot: str, warps: int, items: int, programs: int, device="cuda"):
+    """The launch of one case, its operands and output allocated once: a call launches and
+    returns the output (one tile a program)."""
     a, b, bk = _operands(dot, device)
     out = torch.empty(programs * BM * BN, dtype=torch.float32, device=device)
-    mma_only_kernel[(programs,)](a, b, out, items, BM, BN, bk, KV_C // bk, num_warps=warps)
-    return out
+
+    def run() -> torch.Tensor:
+        mma_only_kernel[(programs,)](a, b, out, items, BM, BN, bk, KV_C // bk, num_warps=warps)
+        return out
+    return run
+
+
+def launch(dot: str, warps: int, items: int, programs: int, device="cuda") -> torch.Tensor:
+    return prepared(dot, warps, items, programs, device)()
 
 
 def flops(items: int, programs: int) -> int:
@@ -128,13 +141,7 @@ def measure(items: int = 2000) -> list[dict]:
     programs = torch.cuda.get_device_properties(0).multi_processor_count
     prov, rows = provenance(), []
     for dot, warps in CASES:
-        a, b, bk = _operands(dot, "cuda")
-        out = torch.empty(programs * BM * BN, dtype=torch.float32, device="cuda")
-
-        def run(a=a, b=b, out=out, bk=bk, warps=warps):
-            mma_only_kernel[(programs,)](a, b, out, items, BM, BN, bk, KV_C // bk,
-                                         num_warps=warps)
-
+        run = prepared(dot, warps, items, programs)
         run()
         torch.cuda.synchronize()
         with _Clock() as clock:
@@ -155,7 +162,7 @@ def check() -> list[dict]:
 
     out = []
     for dot, warps in CASES:
-        bk = 128 if dot == "fp8" else 64
+        bk = _block_k(dot)
         ptr = "*fp8e4nv" if dot == "fp8" else "*bf16"
         src = gluon._runtime.GluonASTSource(
             mma_only_kernel, {"a_ptr": ptr, "b_ptr": ptr, "out_ptr": "*fp32", "items": "i32",

@@ -58,15 +58,14 @@ def tracked_package_files(root: Path = REPO_ROOT) -> dict[str, str] | None:
     return files
 
 
-def _working_hashes(paths, root: Path) -> dict[str, str | None]:
-    return {p: blob_hash((root / p).read_bytes()) if (root / p).is_file() else None
-            for p in paths}
-
-
-def _untracked_modules(known, root: Path) -> list[str]:
-    """Python files of the package that the manifest or HEAD does not list (they run too)."""
-    return sorted(str(p.relative_to(root)) for p in (root / PACKAGE).rglob("*.py")
-                  if str(p.relative_to(root)) not in known)
+def _files_match(listed: dict[str, str], root: Path) -> bool:
+    """Whether the package's files under ``root`` are exactly ``listed`` ({path: blob hash}):
+    each with that content, and no Python file beside them (an unlisted module runs too)."""
+    for path, blob in listed.items():
+        p = root / path
+        if not p.is_file() or blob_hash(p.read_bytes()) != blob:
+            return False
+    return all(str(p.relative_to(root)) in listed for p in (root / PACKAGE).rglob("*.py"))
 
 
 def write_manifest(path: Path = MANIFEST, root: Path = REPO_ROOT) -> dict:
@@ -88,8 +87,7 @@ def _manifest_stamp(root: Path, manifest_path: Path) -> str | None:
         commit, listed = manifest["commit"][:SHORT], manifest["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    matched = (_working_hashes(listed, root) == listed and not _untracked_modules(listed, root))
-    return commit if matched else f"{commit}+unmatched"
+    return commit if _files_match(listed, root) else f"{commit}+unmatched"
 
 
 def commit_stamp(root: Path = REPO_ROOT, manifest_path: Path | None = None) -> str:
@@ -103,7 +101,7 @@ def commit_stamp(root: Path = REPO_ROOT, manifest_path: Path | None = None) -> s
     head = None
     if files is not None:
         head = (_git("rev-parse", f"--short={SHORT}", "HEAD", root=root) or "").strip()
-        if _working_hashes(files, root) == files and not _untracked_modules(files, root):
+        if _files_match(files, root):
             return head
     from_manifest = _manifest_stamp(root, manifest_path)
     if from_manifest is not None and (head is None or "+" not in from_manifest):

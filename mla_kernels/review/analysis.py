@@ -228,8 +228,8 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     Designs this machine cannot run (a GPU-family design off its GPU) are left out.
     """
     from .. import build_inputs, gather_kv_b_proj
+    from ..api import target_device
     from ..designs import DESIGNS
-    from ..devices import INTERPRETER, device_spec
     from ..lab.checks import check_outputs, expected
     from ..problem import check_arguments, interpreting
 
@@ -240,7 +240,7 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     ref = expected(inp)
     t = inp.total_tokens
     prob = check_arguments(*inp.args())
-    dev = INTERPRETER if interpreting() else device_spec(torch.device(device))
+    dev = target_device(torch.device(device))
     rows, first = [], None
     for v in variants:
         if v in DESIGNS and not DESIGNS[v].runs(prob, dev):
