@@ -15,7 +15,7 @@ import pandas as pd
 
 import mla_kernels
 from mla_kernels.designs import DESIGNS
-from mla_kernels.lab import bench
+from mla_kernels.lab import host_cost
 from mla_kernels.lab.measurements import write_csv_atomic
 from mla_kernels.lab.provenance import provenance
 
@@ -41,7 +41,7 @@ if a.before:
     label, path = a.before.split("=", 1)
     trees[label] = load_tree(path).gather_kv_b_proj
 variants = ["auto", *DESIGNS]
-cost = pd.DataFrame(bench.host_cost(variants, trees=trees))
+cost = pd.DataFrame(host_cost.host_cost(variants, trees=trees))
 write_csv_atomic(cost, f"{a.out}/host_cost.csv")
 pd.set_option("display.width", 200)
 table = cost.pivot_table(index=["ctx", "variant"], columns="tree",
@@ -51,8 +51,8 @@ with open(f"{a.out}/host_profile.txt", "w") as f:
     for label, call in trees.items():
         for v in ("hopper_ws", "tiled"):
             f.write(f"==== {label}: {v}, 4096 tokens, 2000 cached calls\n")
-            f.write(bench.host_profile(v, 4096, call=call))
-layers = pd.DataFrame(bench.eager_layers(["auto", "hopper_ws", "tiled"], a.contexts))
+            f.write(host_cost.host_profile(v, 4096, call=call))
+layers = pd.DataFrame(host_cost.eager_layers(["auto", "hopper_ws", "tiled"], a.contexts))
 write_csv_atomic(layers, f"{a.out}/eager_layers.csv")
 layers["eager_over_graph"] = layers["eager_us"] / layers["graph_us"]
 print(layers[["ctx", "variant", "eager_us", "graph_us", "eager_over_graph"]].round(3).to_string())

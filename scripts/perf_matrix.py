@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from mla_kernels.designs import DESIGNS
 from mla_kernels.designs.record import parse_config
-from mla_kernels.lab import bench, matrix
+from mla_kernels.lab import bench, host_cost, matrix, timing
 from mla_kernels.lab.measurements import append_csv_atomic, frame
 
 ap = argparse.ArgumentParser()
@@ -30,13 +30,13 @@ ap.add_argument("--rows", action="store_true", help="print every row, not a line
 ap.add_argument("--config", action="append", default=[], metavar="DESIGN=REPR",
                 help="launch DESIGN with this config (repeatable)")
 ap.add_argument("--empty", action="store_true",
-                help="time bench.empty_kernel on 132 programs, plain and from a CUDA graph")
+                help="time host_cost.empty_kernel on 132 programs, plain and from a CUDA graph")
 a = ap.parse_args()
 
 if a.empty:
-    launch = bench.empty_launch()
-    print(f"empty launch: graph {bench._bench(bench._graphed(launch)):.2f} us, "
-          f"plain {bench._bench(launch):.2f} us")
+    launch = host_cost.empty_launch()
+    print(f"empty launch: graph {timing.median_us(timing.graphed(launch)):.2f} us, "
+          f"plain {timing.median_us(launch):.2f} us")
     raise SystemExit(0)
 chosen = matrix.select(a.points)
 configs = {}

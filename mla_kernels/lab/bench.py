@@ -2,7 +2,7 @@
 device's own ceilings, in one run; every timed configuration is checked against the
 reference, so a fast wrong kernel is reported as wrong.
 
-GPU only (timings come from triton.testing.do_bench with a flushed L2, median).
+GPU only (timings: ``timing.measure``, a flushed L2, the median with its quartiles).
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import torch
-import triton
-import triton.language as tl
 
 from ..api import gather_kv_b_proj
 from ..designs import DesignConfig, resolve
@@ -26,6 +24,7 @@ from . import roofline
 from .checks import check_outputs, expected
 from .measurements import Measurement, contexts_str
 from .provenance import provenance
+from .timing import FULL, NOT_TIMED, Timing, graphed, measure, median_us, rotating
 
 L2_ROTATE_BYTES = 2 * 60 * 2**20  # rotate input sets smaller than twice the H200's L2
 
@@ -50,12 +49,6 @@ class Point:
 WEIGHT_DRAWS: dict[str, dict] = {"": {}, "wide": {"e8m0_range": (-8, 4), "e8m0_full_span": True}}
 
 
-def _bench(fn: Callable[[], object]) -> float:
-    import triton.testing
-
-    return float(triton.testing.do_bench(fn, warmup=25, rep=100, return_mode="median")) * 1e3
-
-
 # ------------------------------------------------------------------ ceilings
 def _copy_and_fill_us(nbytes: int) -> tuple[float, float]:
     # float32 elements: torch's fill_ of a uint8 or bf16 buffer writes about 25% slower on
@@ -63,7 +56,7 @@ def _copy_and_fill_us(nbytes: int) -> tuple[float, float]:
     # write ceiling, and write_floor_us, the rate of that fill rather than of the device.
     src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").uniform_()
     dst = torch.empty_like(src)
-    return _bench(lambda: dst.copy_(src)), _bench(lambda: dst.fill_(7.0))
+    return median_us(lambda: dst.copy_(src)), median_us(lambda: dst.fill_(7.0))
 
 
 def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000) -> dict[str, float]:
@@ -75,7 +68,7 @@ def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000) -> dict[st
     m, n, k = tokens, s.weight_rows, s.kv_c_dim
     a = torch.randn(m, k, device=dev).bfloat16()
     b = torch.randn(n, k, device=dev).bfloat16()
-    bf16_us = _bench(lambda: a @ b.t())
+    bf16_us = median_us(lambda: a @ b.t())
     a8, b8 = a.to(torch.float8_e4m3fn), b.to(torch.float8_e4m3fn)
     one = torch.ones((), device=dev)
     fp8 = {}
@@ -83,7 +76,7 @@ def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000) -> dict[st
                          ("row", torch.ones(m, 1, device=dev), torch.ones(1, n, device=dev))):
         for fast in (False, True):
             try:
-                fp8[f"{name}{'_fast' if fast else ''}"] = _bench(
+                fp8[f"{name}{'_fast' if fast else ''}"] = median_us(
                     lambda sa=sa, sb=sb, f=fast: torch._scaled_mm(
                         a8, b8.t(), scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16,
                         use_fast_accum=f))
@@ -146,15 +139,6 @@ def torch_path(inp: GatherInputs, dot: str) -> Callable[[], None]:
     raise ValueError(f"dot: expected 'bf16' or 'fp8', got {dot!r}")
 
 
-def _graphed(fn: Callable[[], None]) -> Callable[[], None]:
-    fn()  # warm up allocations and kernels outside the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g.replay
-
-
 # ------------------------------------------------------------------ designs
 def _design_fn(inp: GatherInputs, variant: str, config: DesignConfig | None
                ) -> Callable[[], None]:
@@ -165,20 +149,10 @@ def _design_fn(inp: GatherInputs, variant: str, config: DesignConfig | None
     return run
 
 
-def _rotating(inps: Sequence[GatherInputs], make: Callable[[GatherInputs], Callable[[], None]]
-              ) -> Callable[[], None]:
-    fns = [make(i) for i in inps]
-    state = {"i": 0}
-
-    def run() -> None:
-        fns[state["i"] % len(fns)]()
-        state["i"] += 1
-    return run
-
-
-def _graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]]) -> float:
-    """Median time of one launch among 8 back-to-back launches captured in a CUDA graph,
-    each writing its own output buffers."""
+def graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]],
+           budget: tuple[int, int] = FULL) -> Timing:
+    """One launch's time among 8 back-to-back launches captured in a CUDA graph, each
+    writing its own output buffers."""
     import copy
 
     copies = []
@@ -191,16 +165,18 @@ def _graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]
     def eight() -> None:
         for f in copies:
             f()
-    return _bench(_graphed(eight)) / 8
+    return measure(graphed(eight), budget).scaled(1 / 8)
 
 
-def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float, dot: str,
-                    ceilings: dict, max_rel_err: float, correct: bool, config: str = "",
-                    error: str = "", design: str = "",
+def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float | Timing,
+                    dot: str, ceilings: dict, max_rel_err: float, correct: bool,
+                    config: str = "", error: str = "", design: str = "",
                     fp8_route_share: float = float("nan")) -> Measurement:
     """One row of the measurement schema (``measurements.Measurement``): the point, one
-    timing of one variant, its floors from the ceilings, and its check against the
-    reference."""
+    timing of one variant (a ``Timing``, or a bare median whose spread is unknown), its
+    floors from the ceilings, and its check against the reference."""
+    t = us if isinstance(us, Timing) else Timing(float(us), 0, float("nan"), float("nan"))
+    us = t.median_us
     s = get_shape(pt.shape)
     tokens = sum(pt.contexts)
     nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
@@ -218,7 +194,7 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float,
         roof_fraction=fl["floor_us"] / us, achieved_tbps=nbytes / us / 1e6,
         achieved_tflops=nflops / us / 1e6, max_rel_err=max_rel_err, correct=correct,
         config=config, error=error, design=design, weight_draw=pt.weight_draw,
-        fp8_route_share=fp8_route_share)
+        fp8_route_share=fp8_route_share, reps=t.reps, q1_us=t.q1_us, q3_us=t.q3_us)
 
 
 Maker = Callable[[GatherInputs], Callable[[], None]]
@@ -241,14 +217,17 @@ def candidates(pt: Point, torch_paths: bool = True) -> list[tuple[str, str, Make
 
 def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_paths: bool = True,
                graph8: bool = False, design_graphs: bool = False, progress: bool = True,
-               seed: int = 0) -> list[Measurement]:
+               seed: int = 0, budget: Callable[[str], tuple[int, int]] | None = None
+               ) -> list[Measurement]:
     """Time every design of every point, check each against the reference, return tidy rows.
 
     Timings: "flushed" (do_bench, L2 flushed, the Python launch path included); "graph"
     (the same launch replayed from a CUDA graph, L2 flushed: the device's time without the
     host's), always for the torch paths and for the designs with ``design_graphs``; "graph8"
     (8 back-to-back launches in one graph) with ``graph8``, or at a point whose own
-    ``graph8`` is set."""
+    ``graph8`` is set. ``budget`` maps a candidate's name to its (warm-up ms, repetition
+    ms); every candidate gets ``timing.FULL`` without it. Each row records its
+    repetitions and quartiles."""
     from tqdm.auto import tqdm
 
     ceilings = ceilings or measure_ceilings()
@@ -280,166 +259,27 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                     # Columns the design reports of its own (hopper_ws: MXFP4's e4m3 share).
                     extras = resolved.row_extras(prob, base.args())
                     cfg = None if cfg is None else resolved_cfg
-                timings = [("flushed", _bench(_rotating(sets, make)))]
+                spend = budget(name) if budget else FULL
+                timings = [("flushed", measure(rotating([make(i) for i in sets]), spend))]
                 if name.startswith("torch") or design_graphs:
-                    timings.append(("graph", _bench(_rotating(
-                        sets, lambda i, make=make: _graphed(make(i))))))
+                    timings.append(("graph", measure(
+                        rotating([graphed(make(i)) for i in sets]), spend)))
                 if graph8 or pt.graph8:
-                    timings.append(("graph8", _graph8(base, make)))
+                    timings.append(("graph8", graph8(base, make, spend)))
                 base.poison_outputs()
                 make(base)()
                 torch.cuda.synchronize()
                 chk = check_outputs(base, ref)
                 error = ""
             except Exception as e:  # a design that fails to build or run is reported, not fatal
-                timings, chk = [("flushed", float("nan"))], {"max_rel_err": float("nan"),
-                                                             "correct": False}
+                timings, chk = [("flushed", NOT_TIMED)], {"max_rel_err": float("nan"),
+                                                          "correct": False}
                 error = f"{type(e).__name__}: {str(e)[:200]}"
-            rows += [measurement_row(prov, pt, name, timing, us, dot, ceilings,
+            rows += [measurement_row(prov, pt, name, timing, t, dot, ceilings,
                                      chk["max_rel_err"], chk["correct"],
                                      "" if cfg is None else repr(cfg), error, design,
                                      extras.get("fp8_route_share", float("nan")))
-                     for timing, us in timings]
+                     for timing, t in timings]
         del sets, base, ref
-        torch.cuda.empty_cache()
-    return rows
-
-
-# ------------------------------------------------------------------ host cost of a call
-@triton.jit
-def empty_kernel(p0, p1, p2, p3, p4, p5, p6, p7, p8, i0, i1, i2, i3, i4, i5, i6, i7, i8, i9,
-                 i10, C0: tl.constexpr, C1: tl.constexpr, C2: tl.constexpr, C3: tl.constexpr):
-    """The host-cost anchor: a launch with this operation's argument count and no work."""
-    pass
-
-
-def empty_launch(first_int: int = 0) -> Callable[[], None]:
-    """``empty_kernel`` on 132 programs with 9 small tensors and the ints first_int,
-    first_int + 1, ... (11 of them), as a call."""
-    t = [torch.empty(16, device="cuda") for _ in range(9)]
-    ints = range(first_int, first_int + 11)
-    return lambda: empty_kernel[(132,)](*t, *ints, C0=1, C1=2, C2=3, C3=4)
-
-
-def _host_round(fn: Callable[[], object], reps: int) -> float:
-    """Host time per call of ``reps`` back-to-back calls (the GPU runs behind), in us."""
-    import time
-
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - t0) / reps * 1e6
-
-
-def host_cost(variants: Sequence[str], contexts: Sequence[int] = (256, 4096),
-              shape: str = "kimi-k3-tp8", reps: int = 200, rounds: int = 7,
-              trees: dict[str, Callable] | None = None) -> list[dict]:
-    """Host time per call (``host_us``) of each variant at each context, beside two anchors:
-    ``empty_triton_launch`` (an empty @triton.jit kernel with 9 tensors, 11 ints and 4
-    constants, grid 132) and ``torch_add`` (``x.add_(1)``).
-
-    Every round times the anchors and then every (tree, context, variant) once, so the
-    host's drift (up to 1.5x from one run to the next on the H200) hits all alike; ``host_us`` is the
-    median over rounds and ``x_empty_launch`` the median of each round's ratio to that
-    round's anchor. ``trees`` maps a label (the commit) to the ``gather_kv_b_proj`` it
-    times, for a before/after in one process; by default this tree's, as its commit."""
-    import statistics
-
-    prov = provenance()
-    trees = trees or {prov["commit"]: gather_kv_b_proj}
-    x = torch.zeros(16, device="cuda")
-    entries: list[tuple[dict, Callable[[], object]]] = [
-        ({"ctx": 0, "variant": "empty_triton_launch", "tree": ""}, empty_launch(1)),
-        ({"ctx": 0, "variant": "torch_add", "tree": ""}, lambda: x.add_(1))]
-    for ctx in contexts:
-        args = build_inputs(shape, [ctx], device="cuda", spare_indices=0, spare_rows=0,
-                            spare_blocks=0).args()
-        for label, call in trees.items():
-            for v in variants:
-                entries.append(({"ctx": ctx, "variant": v, "tree": label},
-                                lambda v=v, a=args, call=call: call(*a, variant=v)))
-    for _, fn in entries:  # compile, plan, warm
-        for _ in range(20):
-            fn()
-    times: list[list[float]] = [[] for _ in entries]
-    for _ in range(rounds):
-        for i, (_, fn) in enumerate(entries):
-            times[i].append(_host_round(fn, reps))
-    torch.cuda.synchronize()
-    anchor = times[0]
-    return [{**prov, "model": shape, **key, "host_us": statistics.median(ts),
-             "x_empty_launch": statistics.median(a / b for a, b in zip(ts, anchor, strict=True))}
-            for (key, _), ts in zip(entries, times, strict=True)]
-
-
-def host_profile(variant: str, ctx: int, shape: str = "kimi-k3-tp8", calls: int = 2000,
-                 call: Callable | None = None, top: int = 10) -> str:
-    """Where one cached call's host time goes: cProfile over ``calls`` calls, the ``top``
-    functions by own time (Triton's C launch entry shows as one built-in)."""
-    import cProfile
-    import io
-    import pstats
-
-    call = call or gather_kv_b_proj
-    args = build_inputs(shape, [ctx], device="cuda", spare_indices=0, spare_rows=0,
-                        spare_blocks=0).args()
-    for _ in range(20):
-        call(*args, variant=variant)
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(calls):
-        call(*args, variant=variant)
-    prof.disable()
-    torch.cuda.synchronize()
-    out = io.StringIO()
-    pstats.Stats(prof, stream=out).sort_stats("tottime").print_stats(top)
-    return out.getvalue()
-
-
-def eager_layers(variants: Sequence[str], contexts: Sequence[int], shape: str = "kimi-k3-tp8",
-                 layers: int = 61) -> list[dict]:
-    """Wall time per call of ``layers`` back-to-back eager calls (each writing its own
-    outputs, no L2 flush, one synchronise at the end) and of the same calls replayed from
-    one CUDA graph: a prefill's pass over a model's layers, eager against captured."""
-    import time
-
-    prov = provenance()
-    rows = []
-    for ctx in contexts:
-        inp = build_inputs(shape, [ctx], device="cuda", spare_indices=0, spare_rows=0,
-                           spare_blocks=0)
-        outs = [(torch.empty_like(inp.k_prefix), torch.empty_like(inp.v_prefix))
-                for _ in range(layers)]
-        for v in variants:
-            calls = [inp.args()._replace(k_prefix=k, v_prefix=o) for k, o in outs]
-
-            def run(calls=calls, v=v) -> None:
-                for a in calls:
-                    gather_kv_b_proj(*a, variant=v)
-            run()  # warm up: compile, plan
-            torch.cuda.synchronize()
-            eager = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                run()
-                torch.cuda.synchronize()
-                eager.append((time.perf_counter() - t0) / layers * 1e6)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                run()
-            graph.replay()
-            torch.cuda.synchronize()
-            replay = []
-            for _ in range(5):
-                t0 = time.perf_counter()
-                graph.replay()
-                torch.cuda.synchronize()
-                replay.append((time.perf_counter() - t0) / layers * 1e6)
-            del graph
-            rows.append({**prov, "model": shape, "ctx": ctx, "variant": v,
-                         "eager_us": sorted(eager)[2], "graph_us": sorted(replay)[2]})
-        del outs, inp
         torch.cuda.empty_cache()
     return rows

@@ -73,6 +73,11 @@ class Measurement:
     weight_draw: str = ""  # how the weight was drawn beside its format ("" the default)
     # MXFP4 on hopper_ws: the share of work items widened to e4m3 (NaN: no such route)
     fp8_route_share: float = float("nan")
+    # The timing's spread: repetitions the median is taken from (0: not recorded) and the
+    # quartiles of those repetitions, us.
+    reps: int = 0
+    q1_us: float = float("nan")
+    q3_us: float = float("nan")
 
     KEY: ClassVar[tuple[str, ...]] = ("device", "model", "heads", "weight_format",
                                       "cache_dtype", "block_size", "contexts", "variant",

@@ -194,16 +194,17 @@ def measure(out: Path, tokens: list[int]) -> None:
     import pandas as pd
 
     from mla_kernels.api import gather_kv_b_proj
-    from mla_kernels.lab import bench
+    from mla_kernels.lab import host_cost
     from mla_kernels.lab.checks import check_outputs, expected
     from mla_kernels.lab.provenance import provenance
+    from mla_kernels.lab.timing import graphed, median_us
 
     prov, rows = provenance(), []
 
     def add(what: str, t: int, config: str, fn, correct: bool, timings=("graph", "flushed")
             ) -> float:
         for timing in timings:
-            us = bench._bench(bench._graphed(fn) if timing == "graph" else fn)
+            us = median_us(graphed(fn) if timing == "graph" else fn)
             rows.append(dict(prov, what=what, tokens=t, config=config, timing=timing,
                              median_us=us, correct=correct))
             print(f"{what:>17} {t:>6} {config:>23} {timing:>7} {us:8.2f} us"
@@ -230,7 +231,7 @@ def measure(out: Path, tokens: list[int]) -> None:
             add("auto", t, "", call, bool(check_outputs(inp, ref)["correct"]))
         del inp, ref, buf, call, placeholders
         torch.cuda.empty_cache()
-    add("empty launch", 0, "", bench.empty_launch(), True)
+    add("empty launch", 0, "", host_cost.empty_launch(), True)
     df = pd.DataFrame(rows)
     df["out_bytes"] = [output_bytes("kimi-k3-tp8", t) for t in df.tokens]
     write_rows(df, out, "gather_write_bound.csv")

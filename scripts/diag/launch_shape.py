@@ -4,7 +4,7 @@ one launch replayed from a CUDA graph, 8 back-to-back launches in one graph per 
 plain call).
 
 The parts, each added to the one before (132 programs):
-- `triton empty`: bench.empty_kernel (9 tensors, 11 ints), the anchor the notes quote;
+- `triton empty`: host_cost.empty_kernel (9 tensors, 11 ints), the anchor the notes quote;
 - `gluon empty`: a Gluon kernel of 4 warps that does nothing;
 - `+ one load`: it loads cs[batch] (a dependent trip to memory, as every design's first);
 - `+ smem`: it also holds as much shared memory as hopper_ws does over an fp8 cache
@@ -100,23 +100,24 @@ def check() -> None:
 def main(out: Path) -> None:
     import pandas as pd
 
-    from mla_kernels.lab import bench
+    from mla_kernels.lab import host_cost
     from mla_kernels.lab.provenance import provenance
+    from mla_kernels.lab.timing import graphed, median_us
 
     cs = torch.tensor([0, 4096], dtype=torch.int32, device="cuda")
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")
-    calls = {"triton empty": bench.empty_launch()}
+    calls = {"triton empty": host_cost.empty_launch()}
     for name, (load, smem, parts) in SHAPES.items():
         calls[name] = (lambda load=load, smem=smem, parts=parts: shape_kernel[(132,)](
             cs, sink, 1, LOAD=load, SMEM=smem, PARTS=parts, num_warps=4))
     rows = []
     for rnd in range(2):  # twice in turn: the spread between rounds is the noise
         for name, fn in calls.items():
-            eight = bench._graphed(lambda fn=fn: [fn() for _ in range(8)])
-            for timing, f, n in (("graph", bench._graphed(fn), 1), ("graph8", eight, 8),
+            eight = graphed(lambda fn=fn: [fn() for _ in range(8)])
+            for timing, f, n in (("graph", graphed(fn), 1), ("graph8", eight, 8),
                                  ("flushed", fn, 1)):
                 rows.append(dict(provenance(), what=name, round=rnd, timing=timing,
-                                 median_us=bench._bench(f) / n))
+                                 median_us=median_us(f) / n))
     assert int(sink.item()) == 0
     df = pd.DataFrame(rows)
     write_rows(df, out, "launch_shape.csv")

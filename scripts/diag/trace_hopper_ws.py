@@ -26,8 +26,8 @@ from _args import parser, write_rows
 import mla_kernels as mk
 from mla_kernels.designs import hopper_ws as hw
 from mla_kernels.designs.record import parse_config
-from mla_kernels.lab import bench
 from mla_kernels.lab.provenance import provenance
+from mla_kernels.lab.timing import graphed, median_us
 
 # Stamp slot -> what had happened (the partitions' order within a program). Slots 19 and
 # 22-31 come with hopper_ws_trace_chunks.patch; a slot no program stamped is left out.
@@ -73,7 +73,7 @@ for tokens in a.tokens:
     def launch(inp=inp) -> None:
         mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=cfg)
     launch()
-    graph_us = bench._bench(bench._graphed(launch))
+    graph_us = median_us(graphed(launch))
     t = hw.TRACE.cpu()
     t = t[t[:, 1] != 0]
     ghz = (t[:, 7] - t[:, 1]).double() / (t[:, 8] - t[:, 0]).double()  # cycles per ns

@@ -13,9 +13,10 @@ import pandas as pd
 import torch
 from _args import parser, write_rows
 
-from mla_kernels.lab import bench
+from mla_kernels.lab import host_cost
 from mla_kernels.lab.provenance import provenance
 from mla_kernels.lab.roofline import output_bytes
+from mla_kernels.lab.timing import graphed, median_us
 
 ap = parser(__doc__, "write_bound.csv")
 ap.add_argument("tokens", nargs="*", type=int, default=[4096, 32000],
@@ -26,8 +27,8 @@ tokens = a.tokens
 
 def timed(what: str, tokens: int, nbytes: int, fn, dtype: str = "") -> list[dict]:
     return [dict(provenance(), what=what, tokens=tokens, nbytes=nbytes, dtype=dtype,
-                 timing=timing, median_us=bench._bench(f))
-            for timing, f in (("graph", bench._graphed(fn)), ("flushed", fn))]
+                 timing=timing, median_us=median_us(f))
+            for timing, f in (("graph", graphed(fn)), ("flushed", fn))]
 
 
 rows = []
@@ -38,7 +39,7 @@ for t in tokens:
         rows += timed("fill", t, buf.numel() * dtype.itemsize, lambda b=buf: b.fill_(7),
                       str(dtype).removeprefix("torch."))
         del buf
-rows += timed("empty launch", 0, 0, bench.empty_launch())
+rows += timed("empty launch", 0, 0, host_cost.empty_launch())
 df = pd.DataFrame(rows)
 df["tbps"] = df.nbytes / df.median_us / 1e6
 write_rows(df, a.out, "write_bound.csv")
