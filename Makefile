@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(subst >,_,$(subst <,_,$(TORCH)))))
 CONFIG ?=
 
-.PHONY: test report lint venv clean device-wheels lab
+.PHONY: test report lint venv clean device-wheels lab ab-tree
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,3 +51,11 @@ device-wheels:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
 		$(WHEEL_PLATFORMS) -d .whl papermill ipykernel nbconvert nbformat nbclient
 	cd .whl && for p in $(ON_DEVICE); do rm -f $${p}-[0-9]*.whl; done
+
+# The package of another commit beside this tree, for `device_run.sh <commit> ab` with
+# AB_OLD=<OLD>=.ab/<OLD> (git ignores .ab/; it travels with the tree like .whl/).
+OLD ?=
+ab-tree:
+	@test -n "$(OLD)" || { echo "OLD: expected a commit, e.g. make ab-tree OLD=a94795a"; exit 2; }
+	rm -rf .ab/$(OLD) && mkdir -p .ab/$(OLD)
+	git archive "$(OLD)" mla_kernels | tar -x -C .ab/$(OLD)

@@ -1,54 +1,136 @@
 #!/usr/bin/env bash
-# A run on the H200 (offline): install the carried notebook wheels, then run what a committed
-# run needs. Usage (from the repository root there, .whl carried):
-#   bash scripts/device_run.sh [--out DIR] <commit> [tests] [report] [matrix] [host] [ab]
-# Results land in DIR (default reports/device_run/, which git ignores; created if missing):
-# pytest_gpu.log, report_h200.tar.gz, perf_matrix_<part>.csv, host_cost.csv +
-# host_profile.txt + eager_layers.csv, ab_timing.csv.
-# MATRIX_POINTS (glob patterns, default all) and MATRIX_PART name a part of the matrix;
-# AB_OLD=<label>=<path> is the tree timed against this one (default .ab/6a3775e);
-# HOST_BEFORE=<label>=<path> a tree whose host cost is timed beside this one's; TESTS
-# (files) and TESTS_K (a -k expression) choose the tests;
-# *_TIMEOUT (seconds) bound the steps.
+# A run on the H200 (offline): install the carried notebook wheels, then the steps asked for,
+# each timed into steps.csv (step, seconds, exit status) in the output folder.
+usage() {
+  cat >&2 <<'EOF'
+usage: bash scripts/device_run.sh [--out DIR] <commit> [step ...]
+       bash scripts/device_run.sh --plan [step ...]
+Steps (default: run):
+  run        precompile, matrix, budget, report and host: a committed run in one step
+  precompile compile every kernel the run launches, on all cores (lab.precompile)
+  matrix     the performance matrix (scripts/perf_matrix.py), perf_matrix_all.csv
+  budget     one point with every row at the full timing (budget_check.csv)
+  report     the papermill batch, --config h200 (report_h200.tar.gz)
+  host       host cost of a cached call (host_cost.csv, host_profile.txt, eager_layers.csv)
+  tests      the GPU tests' quick tier (-m smoke): pytest_gpu.log
+  tests-all  the whole GPU test suite: pytest_gpu_all.log
+  ab         this tree against AB_OLD=<label>=<path> (ab_timing.csv)
+The tree's package files must match provenance-manifest.json's <commit> (written in the
+checkout by `python -m mla_kernels.lab.provenance --manifest`). Results land in DIR (default
+reports/device_run/). --plan prints each step's expected seconds, from the latest committed
+run's steps.csv under data/h200/ (the step's limit where it has none), and runs nothing.
+Environment: MATRIX_POINTS (globs), HOST_BEFORE=<label>=<path>, TESTS_K (a -k expression),
+<STEP>_TIMEOUT (seconds; e.g. MATRIX_TIMEOUT, TESTS_ALL_TIMEOUT).
+EOF
+  exit 2
+}
 set -uo pipefail
+STEPS="run precompile matrix budget report host tests tests-all ab"
+RUN_STEPS="precompile matrix budget report host"
+limit() {  # a step's time limit, seconds
+  local v="${1^^}_TIMEOUT"; v=${v//-/_}
+  local d
+  case $1 in
+    install) d=120 ;; precompile) d=180 ;; matrix) d=300 ;; budget) d=60 ;; report) d=240 ;;
+    host) d=150 ;; tests) d=240 ;; tests-all) d=580 ;; ab) d=300 ;; *) d=0 ;;
+  esac
+  echo "${!v:-$d}"
+}
+expand() {  # the steps as they run: run's parts in its place
+  local s
+  for s in "$@"; do
+    if [[ $s == run ]]; then echo $RUN_STEPS; else echo "$s"; fi
+  done
+}
+check_steps() {
+  local s
+  for s in "$@"; do
+    [[ " $STEPS " == *" $s "* ]] || { echo "step: expected one of $STEPS, got $s (unknown step $s)"; exit 2; }
+  done
+}
+
+[[ $# -eq 0 || $1 == -h || $1 == --help ]] && usage
+if [[ $1 == --plan ]]; then
+  shift; check_steps "$@"
+  last=$(ls -d data/h200/*/steps.csv 2>/dev/null | sort | tail -1)
+  echo "expected seconds per step${last:+ (from $last; limits where it has none)}:"
+  total=0
+  for s in install $(expand ${*:-run}); do
+    t=""
+    [[ -n $last ]] && t=$(awk -F, -v s="$s" '$1 == s && $3 == 0 {print int($2 + 0.5)}' "$last" | tail -1)
+    src="measured"; [[ -z $t ]] && { t=$(limit "$s"); src="limit"; }
+    printf '  %-10s %5s s  (%s)\n' "$s" "$t" "$src"
+    total=$((total + t))
+  done
+  echo "  total      $total s"
+  exit 0
+fi
 out=reports/device_run
-if [[ ${1:-} == --out ]]; then out=${2:?--out needs a folder}; shift 2; fi
-sha=${1:?usage: device_run.sh [--out DIR] <commit> [steps]}; shift
-steps=${*:-tests matrix report}  # the report's formats figure reads the matrix
-for step in $steps; do
-  case $step in tests|report|matrix|host|ab) ;; *) echo "unknown step $step"; exit 2 ;; esac
-done
+if [[ $1 == --out ]]; then out=${2:-}; [[ -n $out ]] || usage; shift 2; fi
+[[ $# -ge 1 && $1 != -* ]] || usage
+sha=$1; shift
+[[ $sha =~ ^[0-9a-f]{7,40}$ ]] || { echo "commit: expected 7 to 40 hex digits, got $sha"; exit 2; }
+steps=${*:-run}
+check_steps $steps
+if [[ " $steps " == *" ab "* && -z ${AB_OLD:-} ]]; then
+  echo "AB_OLD: expected <label>=<path> of the tree to time against, got nothing"; exit 2
+fi
 mkdir -p "$out" || exit 1
+csv=$out/steps.csv
+[[ -s $csv ]] || echo "step,seconds,status" > "$csv"
+now() { date +%s%N; }
+begin=$(now)
+record() {  # step, its start (ns), exit status
+  awk -v s="$1" -v a="$2" -v b="$(now)" -v r="$3" 'BEGIN {printf "%s,%.1f,%s\n", s, (b - a) / 1e9, r}' >> "$csv"
+}
+
 export PYTHONUNBUFFERED=1 TRITON_INTERPRET=0
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .whl/*.whl || exit 1
+t0=$(now)
+timeout "$(limit install)" python3 -m pip install -q --no-index --no-deps --no-compile \
+    --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+rc=$?; record install "$t0" $rc; [[ $rc == 0 ]] || exit 1
 export PYTHONPATH=$PWD:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter
-# The rows stamp the commit their package files match (provenance-manifest.json, written in
-# the checkout by `python -m mla_kernels.lab.provenance --manifest`): it must be <commit>.
+# The rows stamp the commit their package files match: it must be <commit>.
 stamp=$(python3 -m mla_kernels.lab.provenance) || exit 2
 if [[ $stamp == *+* || ( $stamp != "$sha"* && $sha != "$stamp"* ) ]]; then
   echo "commit: expected the tree of $sha (its manifest matching), got stamp $stamp"; exit 2
 fi
 # The ipykernel spec found under JUPYTER_PATH starts "python": make it this python3.
 mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
-for step in $steps; do
+mkdir -p reports/matrix  # the report's formats notebook draws the matrix from here
+
+status=0
+for step in $(expand $steps); do
+  t0=$(now)
+  lim=$(limit "$step")
+  echo "== $step (limit ${lim} s)"
   case $step in
-    tests)  timeout ${TESTS_TIMEOUT:-420} python3 -m pytest -q -p no:cacheprovider \
-              ${TESTS:-tests/test_kernels.py tests/test_gpu_large.py tests/test_validation.py \
-              tests/test_eager.py tests/test_hopper_ws.py tests/test_designs.py \
-              tests/test_checks.py} ${TESTS_K:+-k "$TESTS_K"} 2>&1 \
-              | tee "$out/pytest_gpu.log" | tail -12 ;;
-    report) timeout ${REPORT_TIMEOUT:-360} python3 -m mla_kernels.review.report --config h200 \
-              --archive "$out/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
-    matrix) # Also under reports/matrix/: the report's formats notebook draws from it.
-            mkdir -p reports/matrix
-            timeout ${MATRIX_TIMEOUT:-300} python3 scripts/perf_matrix.py \
-              "reports/matrix/perf_matrix_${MATRIX_PART:-all}.csv" \
-              ${MATRIX_POINTS:+--points $MATRIX_POINTS} 2>&1 | tail -60
-            cp reports/matrix/perf_matrix_${MATRIX_PART:-all}.csv "$out/" ;;
-    host)   timeout ${HOST_TIMEOUT:-300} python3 scripts/host_cost.py "$out" \
-              ${HOST_BEFORE:+--before "$HOST_BEFORE"} 2>&1 | tail -60 ;;
-    ab)     timeout ${AB_TIMEOUT:-240} python3 scripts/ab_timing.py "$out/ab_timing.csv" \
-              --tree "${AB_OLD:-6a3775e=.ab/6a3775e}" --tree "$sha=." 2>&1 | tail -30 ;;
+    precompile) timeout "$lim" python3 -m mla_kernels.lab.precompile ${MATRIX_POINTS:+--points $MATRIX_POINTS} \
+                  --report configs/h200.yaml --host 2>&1 | tail -20 ;;
+    matrix)     rm -f reports/matrix/perf_matrix_all.csv
+                timeout "$lim" python3 scripts/perf_matrix.py reports/matrix/perf_matrix_all.csv \
+                  ${MATRIX_POINTS:+--points $MATRIX_POINTS} 2>&1 | tail -60
+                rc=$?; cp reports/matrix/perf_matrix_all.csv "$out/"; (exit $rc) ;;
+    budget)     rm -f "$out/budget_check.csv"
+                timeout "$lim" python3 scripts/perf_matrix.py "$out/budget_check.csv" --full-timing \
+                  --rows --points kimi/fp8_row/fp8/p1/32000 2>&1 | tail -20 ;;
+    report)     timeout "$lim" python3 -m mla_kernels.review.report --config h200 \
+                  --archive "$out/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
+    host)       timeout "$lim" python3 scripts/host_cost.py "$out" \
+                  ${HOST_BEFORE:+--before "$HOST_BEFORE"} 2>&1 | tail -40 ;;
+    tests)      timeout "$lim" python3 -m pytest -q -p no:cacheprovider -m smoke tests \
+                  ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$out/pytest_gpu.log" | tail -12 ;;
+    tests-all)  timeout "$lim" python3 -m pytest -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} \
+                  tests/test_kernels.py tests/test_gpu_large.py tests/test_validation.py \
+                  tests/test_eager.py tests/test_hopper_ws.py tests/test_designs.py \
+                  tests/test_checks.py 2>&1 | tee "$out/pytest_gpu_all.log" | tail -12 ;;
+    ab)         timeout "$lim" python3 scripts/ab_timing.py "$out/ab_timing.csv" \
+                  --tree "$AB_OLD" --tree "$sha=." 2>&1 | tail -40 ;;
   esac
+  rc=$?
+  record "$step" "$t0" $rc
+  [[ $rc == 0 ]] || status=1
 done
+[[ " $steps " == *" run "* ]] && record run "$begin" $status
+cat "$csv"
+exit $status

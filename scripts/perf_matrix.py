@@ -1,6 +1,9 @@
 """The performance matrix on the live GPU (``mla_kernels.lab.matrix``): every point's designs and
 torch paths, plain calls and from a CUDA graph, each checked against the reference. Each
-point's rows are appended to ROWS.csv as soon as they are measured (atomically).
+point's rows are appended to ROWS.csv as soon as they are measured (atomically). The
+targets (``matrix.TARGETS``) are timed at the full budget, the other rows at a shorter one
+(``matrix.budget``); ``--full-timing`` times every row at the full one, as the run's
+``budget`` step does at one point to show the two agree.
 
 Usage: python scripts/perf_matrix.py ROWS.csv [--points GLOB ...] [--list]
 
@@ -29,6 +32,8 @@ ap.add_argument("--variants", help="only these designs, comma-separated, and no 
 ap.add_argument("--rows", action="store_true", help="print every row, not a line a point")
 ap.add_argument("--config", action="append", default=[], metavar="DESIGN=REPR",
                 help="launch DESIGN with this config (repeatable)")
+ap.add_argument("--full-timing", action="store_true",
+                help="every row at the full timing budget (the matrix times only its targets so)")
 ap.add_argument("--empty", action="store_true",
                 help="time host_cost.empty_kernel on 132 programs, plain and from a CUDA graph")
 a = ap.parse_args()
@@ -62,7 +67,8 @@ ceil = bench.measure_ceilings()
 print({k: round(v, 2) for k, v in ceil.items()}, flush=True)
 for name, pt in chosen.items():
     rows = frame(bench.run_points([pt], ceilings=ceil, torch_paths=not a.variants,
-                                  design_graphs=True, graph8=a.graph8, progress=False))
+                                  design_graphs=True, graph8=a.graph8, progress=False,
+                                  budget=None if a.full_timing else matrix.budget))
     append_csv_atomic(rows, a.out)
     if a.rows:
         for _, r in rows.iterrows():

@@ -11,6 +11,8 @@ import mla_kernels as mk
 from mla_kernels.lab.checks import check_outputs
 from mla_kernels.shapes import MLAShape
 
+pytestmark = pytest.mark.smoke  # in the GPU run's quick tier
+
 SMALL = MLAShape("test-2h", num_heads=2)
 SENTINEL = 7.0
 

@@ -59,6 +59,7 @@ def test_offsets_past_2_31(variant, fmt, big_inputs):
 
 
 @pytest.mark.gpu
+@pytest.mark.smoke
 @pytest.mark.parametrize("variant", ["chunked", "tiled", "hopper_ws"])
 def test_debug_mode_stops_an_out_of_range_block_id(variant):
     # A device-side assert ends the CUDA context: run it in a child process.

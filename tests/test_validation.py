@@ -16,6 +16,8 @@ from mla_kernels.lab.checks import TOLERANCES, check_outputs
 from mla_kernels.lab.measurements import write_csv_atomic
 from mla_kernels.shapes import MLAShape
 
+pytestmark = pytest.mark.smoke  # in the GPU run's quick tier
+
 SMALL = MLAShape("test-2h", num_heads=2)
 SENTINEL = 7.0
 NAMES = ["k_buffer", "k_scale", "kv_indptr", "kv_indices", "kv_prefix_sum_context_lens",

@@ -1,0 +1,217 @@
+"""Compile a run's kernels ahead of timing it, on every core of the host at once.
+
+Timing a point compiles each kernel it launches on first use, one at a time, which is
+about half of a matrix run. Here each worker process launches every design of its share
+of the jobs once, on the very inputs the run will time (same shapes, dtypes and
+sizes, so Triton's specialisation keys match), and the compiled kernels land in Triton's
+on-disk cache, where the timing process finds them. Nothing is timed.
+
+    python -m mla_kernels.lab.precompile [--workers N] [--points GLOB ...] [--report CONFIG]
+        [--host] [--list]
+
+``--points`` the matrix points (all by default; ``--points none`` for none), ``--report``
+the points a report configuration measures (its YAML, e.g. configs/h200.yaml), ``--host``
+the host-cost script's calls. A job that fails is reported and skipped: the timing step
+that launches it then reports the same failure in its row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Job:
+    """One launch to compile: a problem and a design, on inputs built as the step that
+    times it builds them (``bench_inputs``: no spare rows, as the harness; else
+    ``build_inputs``' defaults, as the correctness checks and resource reads)."""
+
+    shape: str
+    contexts: tuple[int, ...]
+    weight_format: str
+    cache_dtype: str
+    block_size: int
+    variant: str
+    weight_draw: str = ""
+    config: str = ""  # the design's config repr, "" for its default
+    bench_inputs: bool = True
+
+    def group(self) -> tuple:
+        """Jobs of one group most likely share their kernels: the first compiles them."""
+        return (self.variant, self.shape, self.weight_format, self.cache_dtype,
+                self.block_size, self.weight_draw, self.config)
+
+
+# Slowest to compile first (the Gluon design), ``auto`` last: by then what it resolves
+# to is cached.
+ORDER = {"hopper_ws": 0, "tiled_tma": 1, "tiled": 2, "chunked": 3, "serial": 3, "auto": 9}
+
+
+def matrix_jobs(patterns: Sequence[str] | None = None) -> list[Job]:
+    """Every design of the matrix points named by ``patterns`` (all for None)."""
+    from .matrix import select
+
+    return [Job(pt.shape, tuple(pt.contexts), pt.weight_format, pt.cache_dtype,
+                pt.block_size, v, pt.weight_draw,
+                repr(pt.configs[v]) if v in pt.configs else "")
+            for pt in select(patterns).values() for v in pt.variants]
+
+
+def report_jobs(config_path: str | os.PathLike) -> list[Job]:
+    """The launches a report configuration measures on a GPU: the context sweep's points
+    and its checks (notebook 02), the roofline's points (03), and the resource reads of
+    the occupancy notebook (01), as those notebooks build their inputs."""
+    import yaml
+
+    cfg = yaml.safe_load(Path(config_path).read_text(encoding="utf-8")) or {}
+    shared = cfg.get("parameters") or {}
+    jobs: list[Job] = []
+    for notebook, own in (cfg.get("notebooks") or {}).items():
+        p = {**shared, **(own or {})}
+        if p.get("mode") != "measure":
+            continue
+        key = (p["shape"], p["weight_format"], p["cache_dtype"], int(p["block_size"]))
+        variants = list(p.get("variants") or [])
+
+        def add(contexts: Iterable[int], bench: bool, variants=variants, key=key) -> None:
+            shape, fmt, cache, page = key
+            jobs.extend(Job(shape, tuple(contexts), fmt, cache, page, v, bench_inputs=bench)
+                        for v in variants)
+        if notebook.startswith("01"):
+            add((256,), False)
+        else:
+            for c in p.get("contexts") or []:
+                add((c,), True)
+                if notebook.startswith("02"):  # its bit-identity check at every context
+                    add((c,), False)
+            if p.get("batch", "single") == "single" and p.get("ragged_contexts"):
+                add(p["ragged_contexts"], True)
+            for c in p.get("check_contexts") or []:
+                add((c,), False)
+            if p.get("check_ragged"):
+                add(p["check_ragged"], False)
+    return jobs
+
+
+def host_jobs(variants: Sequence[str], contexts: Sequence[int] = (256, 4096),
+              layers: Sequence[str] = ("auto", "hopper_ws", "tiled"),
+              layer_contexts: Sequence[int] = (4096, 32000, 109440)) -> list[Job]:
+    """The calls ``scripts/host_cost.py`` makes: every variant at its host-cost contexts,
+    and the eager-layers variants at theirs (Kimi-K3 TP8, fp8 per-row over an fp8 cache,
+    page 1, no spare rows: as that script builds them)."""
+    k = ("kimi-k3-tp8", "fp8_row", "fp8", 1)
+    return ([Job(k[0], (c,), *k[1:], v) for c in contexts for v in variants]
+            + [Job(k[0], (c,), *k[1:], v) for c in layer_contexts for v in layers])
+
+
+def schedule(jobs: Iterable[Job]) -> tuple[list[Job], list[Job]]:
+    """(first job of each group, the rest), each slowest-compiling first, duplicates
+    dropped."""
+    seen: set[Job] = set()
+    first: dict[tuple, Job] = {}
+    rest: list[Job] = []
+    for j in jobs:
+        if j in seen:
+            continue
+        seen.add(j)
+        if j.group() in first:
+            rest.append(j)
+        else:
+            first[j.group()] = j
+    def by_cost(j: Job) -> tuple:
+        return (ORDER.get(j.variant, 5), -sum(j.contexts))
+    return sorted(first.values(), key=by_cost), sorted(rest, key=by_cost)
+
+
+def warm(job: Job) -> tuple[Job, float, str]:
+    """Launch ``job`` once (a worker's task): (job, seconds, error or "")."""
+    import torch
+
+    from ..api import gather_kv_b_proj
+    from ..designs import DESIGNS
+    from ..designs.record import parse_config
+    from ..inputs import build_inputs
+    from .bench import WEIGHT_DRAWS
+
+    t0 = time.perf_counter()
+    try:
+        spare = dict(spare_indices=0, spare_rows=0, spare_blocks=0) if job.bench_inputs else {}
+        inp = build_inputs(job.shape, list(job.contexts), block_size=job.block_size,
+                           cache_dtype=job.cache_dtype, weight_format=job.weight_format,
+                           device="cuda", seed=0, **spare, **WEIGHT_DRAWS[job.weight_draw])
+        cfg = (parse_config(DESIGNS[job.variant].config_type, job.config)
+               if job.config else None)
+        gather_kv_b_proj(*inp.args(), variant=job.variant, config=cfg)
+        torch.cuda.synchronize()
+        del inp
+        error = ""
+    except Exception as e:  # reported; the timing step records the same failure in its row
+        error = f"{type(e).__name__}: {str(e)[:160]}"
+    return job, time.perf_counter() - t0, error
+
+
+def _init_worker() -> None:
+    os.environ["TRITON_INTERPRET"] = "0"
+
+
+def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tuple[Job, float, str]]:
+    """Compile every job's kernels in ``workers`` processes (default: the cores but one):
+    first one job of each group, then the rest. Returns each job's (job, seconds, error)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    first, rest = schedule(jobs)
+    workers = max(1, min(workers or (os.cpu_count() or 2) - 1, len(first) or 1))
+    done: list[tuple[Job, float, str]] = []
+    t0 = time.perf_counter()
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
+                             initializer=_init_worker) as pool:
+        for phase, batch in (("first of each group", first), ("the rest", rest)):
+            out = list(pool.map(warm, batch))
+            done += out
+            log(f"precompile: {len(batch)} jobs ({phase}) done at "
+                f"{time.perf_counter() - t0:.0f} s", flush=True)
+    for job, _, error in done:
+        if error:
+            log(f"precompile: {job.variant} {job.weight_format}/{job.cache_dtype}/"
+                f"p{job.block_size} {list(job.contexts)[:4]}: {error}", flush=True)
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--workers", type=int, default=None, help="processes (default: cores - 1)")
+    ap.add_argument("--points", nargs="+", help="matrix point globs ('none': no point)")
+    ap.add_argument("--report", help="a report configuration's YAML whose points to compile")
+    ap.add_argument("--host", action="store_true", help="also the host-cost script's calls")
+    ap.add_argument("--list", action="store_true", help="print the jobs and exit")
+    a = ap.parse_args(argv)
+    if a.workers is not None and a.workers < 1:
+        ap.error(f"--workers: expected a count >= 1, got {a.workers}")
+    jobs = [] if a.points == ["none"] else matrix_jobs(a.points)
+    if a.report:
+        if not Path(a.report).is_file():
+            ap.error(f"--report: expected a configuration file, got {a.report!r}")
+        jobs += report_jobs(a.report)
+    if a.host:
+        from ..designs import DESIGNS
+
+        jobs += host_jobs(["auto", *DESIGNS])
+    first, rest = schedule(jobs)
+    if a.list:
+        for j in first + rest:
+            print(j)
+        print(f"{len(first)} groups, {len(first) + len(rest)} jobs")
+        return 0
+    done = run(jobs, a.workers)
+    return 0 if done is not None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
