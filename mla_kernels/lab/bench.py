@@ -149,8 +149,8 @@ def _design_fn(inp: GatherInputs, variant: str, config: DesignConfig | None
     return run
 
 
-def graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]],
-           budget: tuple[int, int] = FULL) -> Timing:
+def time_graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], None]],
+                budget: tuple[int, int] = FULL) -> Timing:
     """One launch's time among 8 back-to-back launches captured in a CUDA graph, each
     writing its own output buffers."""
     import copy
@@ -265,7 +265,7 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                     timings.append(("graph", measure(
                         rotating([graphed(make(i)) for i in sets]), spend)))
                 if graph8 or pt.graph8:
-                    timings.append(("graph8", graph8(base, make, spend)))
+                    timings.append(("graph8", time_graph8(base, make, spend)))
                 base.poison_outputs()
                 make(base)()
                 torch.cuda.synchronize()

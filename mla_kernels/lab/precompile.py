@@ -1,10 +1,12 @@
 """Compile a run's kernels ahead of timing it, on every core of the host at once.
 
 Timing a point compiles each kernel it launches on first use, one at a time, which is
-about half of a matrix run. Here each worker process launches every design of its share
-of the jobs once, on the very inputs the run will time (same shapes, dtypes and
-sizes, so Triton's specialisation keys match), and the compiled kernels land in Triton's
-on-disk cache, where the timing process finds them. Nothing is timed.
+about half of a matrix run. Here worker processes, one per core, run each point through
+the timing harness itself at a budget of a millisecond (every input set, the plain and
+graph timings, the check), and the correctness checks' single calls as those make them,
+so every kernel the run will launch is compiled with the run's own specialisations, and
+lands in Triton's on-disk cache, where the timing process finds it. A single launch per
+design is not enough: the harness's path compiles kernels of its own (seen on the H200).
 
     python -m mla_kernels.lab.precompile [--workers N] [--points GLOB ...] [--report CONFIG]
         [--host] [--list]
@@ -28,38 +30,38 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Job:
-    """One launch to compile: a problem and a design, on inputs built as the step that
-    times it builds them (``bench_inputs``: no spare rows, as the harness; else
-    ``build_inputs``' defaults, as the correctness checks and resource reads)."""
+    """A problem and its designs, either run through the timing harness as a matrix or
+    notebook point times them (``harness``: ``bench.run_points``, inputs without spare
+    rows), or each launched once on ``build_inputs``' default inputs, as the correctness
+    checks and resource reads launch them."""
 
     shape: str
     contexts: tuple[int, ...]
     weight_format: str
     cache_dtype: str
     block_size: int
-    variant: str
+    variants: tuple[str, ...]
     weight_draw: str = ""
-    config: str = ""  # the design's config repr, "" for its default
-    bench_inputs: bool = True
+    harness: bool = True
+    graph8: bool = False
+    configs: tuple[tuple[str, str], ...] = ()  # (design, config repr), as the point's
 
     def group(self) -> tuple:
         """Jobs of one group most likely share their kernels: the first compiles them."""
-        return (self.variant, self.shape, self.weight_format, self.cache_dtype,
-                self.block_size, self.weight_draw, self.config)
+        return (self.variants, self.shape, self.weight_format, self.cache_dtype,
+                self.block_size, self.weight_draw, self.configs)
 
 
-# Slowest to compile first (the Gluon design), ``auto`` last: by then what it resolves
-# to is cached.
-ORDER = {"hopper_ws": 0, "tiled_tma": 1, "tiled": 2, "chunked": 3, "serial": 3, "auto": 9}
 
 
 def matrix_jobs(patterns: Sequence[str] | None = None) -> list[Job]:
-    """Every design of the matrix points named by ``patterns`` (all for None)."""
+    """The matrix points named by ``patterns`` (all for None), through the harness, a job
+    per design (so the compiles of one point spread over the workers)."""
     from .matrix import select
 
     return [Job(pt.shape, tuple(pt.contexts), pt.weight_format, pt.cache_dtype,
-                pt.block_size, v, pt.weight_draw,
-                repr(pt.configs[v]) if v in pt.configs else "")
+                pt.block_size, (v,), pt.weight_draw, graph8=pt.graph8,
+                configs=tuple(sorted((k, repr(c)) for k, c in pt.configs.items() if k == v)))
             for pt in select(patterns).values() for v in pt.variants]
 
 
@@ -79,10 +81,10 @@ def report_jobs(config_path: str | os.PathLike) -> list[Job]:
         key = (p["shape"], p["weight_format"], p["cache_dtype"], int(p["block_size"]))
         variants = list(p.get("variants") or [])
 
-        def add(contexts: Iterable[int], bench: bool, variants=variants, key=key) -> None:
+        def add(contexts: Iterable[int], harness: bool, variants=variants, key=key) -> None:
             shape, fmt, cache, page = key
-            jobs.extend(Job(shape, tuple(contexts), fmt, cache, page, v, bench_inputs=bench)
-                        for v in variants)
+            jobs.append(Job(shape, tuple(contexts), fmt, cache, page, tuple(variants),
+                            harness=harness))
         if notebook.startswith("01"):
             add((256,), False)
         else:
@@ -104,15 +106,15 @@ def host_jobs(variants: Sequence[str], contexts: Sequence[int] = (256, 4096),
               layer_contexts: Sequence[int] = (4096, 32000, 109440)) -> list[Job]:
     """The calls ``scripts/host_cost.py`` makes: every variant at its host-cost contexts,
     and the eager-layers variants at theirs (Kimi-K3 TP8, fp8 per-row over an fp8 cache,
-    page 1, no spare rows: as that script builds them)."""
+    page 1, no spare rows: the harness's inputs, timed at no point)."""
     k = ("kimi-k3-tp8", "fp8_row", "fp8", 1)
-    return ([Job(k[0], (c,), *k[1:], v) for c in contexts for v in variants]
-            + [Job(k[0], (c,), *k[1:], v) for c in layer_contexts for v in layers])
+    return ([Job(k[0], (c,), *k[1:], tuple(variants)) for c in contexts]
+            + [Job(k[0], (c,), *k[1:], tuple(layers)) for c in layer_contexts])
 
 
 def schedule(jobs: Iterable[Job]) -> tuple[list[Job], list[Job]]:
     """(first job of each group, the rest), each slowest-compiling first, duplicates
-    dropped."""
+    dropped. ``auto`` alone waits for the rest: by then what it resolves to is compiled."""
     seen: set[Job] = set()
     first: dict[tuple, Job] = {}
     rest: list[Job] = []
@@ -120,40 +122,58 @@ def schedule(jobs: Iterable[Job]) -> tuple[list[Job], list[Job]]:
         if j in seen:
             continue
         seen.add(j)
-        if j.group() in first:
+        if j.group() in first or j.variants == ("auto",):
             rest.append(j)
         else:
             first[j.group()] = j
-    def by_cost(j: Job) -> tuple:
-        return (ORDER.get(j.variant, 5), -sum(j.contexts))
+    def by_cost(j: Job) -> tuple:  # the Gluon design compiles slowest: its groups first
+        return (j.variants == ("auto",), "hopper_ws" not in j.variants, -len(j.variants),
+                -sum(j.contexts))
     return sorted(first.values(), key=by_cost), sorted(rest, key=by_cost)
 
 
+# The harness needs ceilings for its rows' floors; none is measured here.
+_NO_CEILINGS = {"copy_tbps": 1.0, "write_tbps": 1.0, "mm_tflops_bf16": 1.0, "mm_tflops_fp8": 1.0}
+
+
 def warm(job: Job) -> tuple[Job, float, str]:
-    """Launch ``job`` once (a worker's task): (job, seconds, error or "")."""
+    """Run ``job`` (a worker's task): (job, seconds, errors or "")."""
     import torch
 
     from ..api import gather_kv_b_proj
-    from ..designs import DESIGNS
-    from ..designs.record import parse_config
     from ..inputs import build_inputs
-    from .bench import WEIGHT_DRAWS
+    from . import bench
 
     t0 = time.perf_counter()
+    errors = []
     try:
-        spare = dict(spare_indices=0, spare_rows=0, spare_blocks=0) if job.bench_inputs else {}
-        inp = build_inputs(job.shape, list(job.contexts), block_size=job.block_size,
-                           cache_dtype=job.cache_dtype, weight_format=job.weight_format,
-                           device="cuda", seed=0, **spare, **WEIGHT_DRAWS[job.weight_draw])
-        cfg = (parse_config(DESIGNS[job.variant].config_type, job.config)
-               if job.config else None)
-        gather_kv_b_proj(*inp.args(), variant=job.variant, config=cfg)
-        torch.cuda.synchronize()
-        del inp
-        error = ""
+        if job.harness:
+            from ..designs import DESIGNS
+            from ..designs.record import parse_config
+
+            configs = {k: parse_config(DESIGNS[k].config_type, v) for k, v in job.configs}
+            pt = bench.Point(job.shape, job.contexts, job.weight_format, job.cache_dtype,
+                             job.block_size, job.variants, configs=configs,
+                             weight_draw=job.weight_draw, graph8=job.graph8)
+            rows = bench.run_points([pt], ceilings=_NO_CEILINGS, torch_paths=False,
+                                    design_graphs=True, progress=False,
+                                    budget=lambda _: (0, 1))
+            errors = [f"{r.variant}: {r.error}" for r in rows if r.error]
+        else:
+            inp = build_inputs(job.shape, list(job.contexts), block_size=job.block_size,
+                               cache_dtype=job.cache_dtype, weight_format=job.weight_format,
+                               device="cuda", seed=0)
+            for v in job.variants:
+                try:
+                    gather_kv_b_proj(*inp.args(), variant=v)
+                except Exception as e:  # a design that cannot run this problem here
+                    errors.append(f"{v}: {type(e).__name__}: {str(e)[:120]}")
+            torch.cuda.synchronize()
+            del inp
+        torch.cuda.empty_cache()
     except Exception as e:  # reported; the timing step records the same failure in its row
-        error = f"{type(e).__name__}: {str(e)[:160]}"
-    return job, time.perf_counter() - t0, error
+        errors.append(f"{type(e).__name__}: {str(e)[:160]}")
+    return job, time.perf_counter() - t0, "; ".join(errors)
 
 
 def _init_worker() -> None:
@@ -179,7 +199,7 @@ def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tupl
                 f"{time.perf_counter() - t0:.0f} s", flush=True)
     for job, _, error in done:
         if error:
-            log(f"precompile: {job.variant} {job.weight_format}/{job.cache_dtype}/"
+            log(f"precompile: {job.shape} {job.weight_format}/{job.cache_dtype}/"
                 f"p{job.block_size} {list(job.contexts)[:4]}: {error}", flush=True)
     return done
 

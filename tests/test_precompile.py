@@ -1,0 +1,58 @@
+"""The run's precompile step plans its jobs from the matrix, a report configuration and the
+host-cost script (no GPU: the plan, not the compiles)."""
+
+from pathlib import Path
+
+from mla_kernels.lab import matrix, precompile
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_matrix_point_and_design_is_one_harness_job():
+    jobs = precompile.matrix_jobs()
+    want = {(name, v) for name, pt in matrix.points().items() for v in pt.variants}
+    assert len(jobs) == len(want)
+    assert all(j.harness and len(j.variants) == 1 for j in jobs)
+    graph8 = {(j.shape, j.contexts, j.weight_format) for j in jobs if j.graph8}
+    assert graph8 == {(p.shape, p.contexts, p.weight_format)
+                      for k, p in matrix.points().items() if k in matrix.GRAPH8_POINTS}
+    wide = [j for j in jobs if j.weight_draw == "wide"]
+    assert wide and all(j.weight_format == "mxfp4" for j in wide)
+
+
+def test_report_jobs_are_the_measuring_notebooks_points(tmp_path: Path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("""
+parameters: {shape: kimi-k3-tp8, cache_dtype: fp8, weight_format: fp8_row, block_size: 1,
+             batch: single, ragged_contexts: [5, 7], variants: [serial, tiled], mode: measure}
+notebooks:
+  01_occupancy.ipynb: {contexts: [99]}
+  02_context_sweep.ipynb: {contexts: [64, 128], check_contexts: [1], check_ragged: [3, 4]}
+  03_roofline.ipynb: {contexts: [128]}
+  04_formats.ipynb: {mode: replot, contexts: [4096]}
+""")
+    jobs = precompile.report_jobs(cfg)
+    got = {(j.contexts, j.harness) for j in jobs}
+    assert got == {((256,), False),  # 01's resource reads
+                   ((64,), True), ((128,), True), ((5, 7), True),  # 02's sweep and ragged
+                   ((64,), False), ((128,), False), ((1,), False), ((3, 4), False),  # checks
+                   }
+    assert all(j.variants == ("serial", "tiled") for j in jobs)
+    assert not any(j.contexts == (4096,) for j in jobs)  # 04 replots: nothing to compile
+    assert precompile.report_jobs(ROOT / "configs" / "h200.yaml")  # the run's own
+
+
+def test_schedule_drops_duplicates_and_leaves_auto_to_the_rest():
+    a = precompile.Job("kimi-k3-tp8", (64,), "fp8_row", "fp8", 1, ("tiled",))
+    b = precompile.Job("kimi-k3-tp8", (128,), "fp8_row", "fp8", 1, ("tiled",))
+    h = precompile.Job("kimi-k3-tp8", (64,), "fp8_row", "fp8", 1, ("hopper_ws",))
+    auto = precompile.Job("kimi-k3-tp8", (64,), "fp8_row", "fp8", 1, ("auto",))
+    first, rest = precompile.schedule([a, b, a, auto, h, b])
+    assert first == [h, a]  # one job a group, the Gluon design's first
+    assert rest == [b, auto]  # the same group again; auto once the rest is compiled
+
+
+def test_list_prints_the_plan_and_compiles_nothing(capsys):
+    assert precompile.main(["--list", "--points", "kimi/fp8_row/fp8/p1/32000", "--host"]) == 0
+    out = capsys.readouterr().out
+    assert out.strip().splitlines()[-1].endswith("jobs") and "hopper_ws" in out
