@@ -1,4 +1,4 @@
-"""Every repository path the README, docs/ and data/README.md name exists.
+"""Every repository path the README, docs/, data/ and the package's READMEs name exists.
 
 What counts as a named path: a markdown link's target that is not a URL or an anchor
 (resolved against the naming file's folder), and an inline code span with no spaces that
@@ -39,10 +39,14 @@ FENCE = re.compile(r"^\s*(```|~~~)")
 
 
 def documents(root: Path = ROOT) -> list[Path]:
-    """The files whose paths are checked: README.md, every markdown file under docs/, and
-    data/README.md."""
+    """The files whose paths are checked: README.md, every markdown file under docs/,
+    data/README.md, then every other README.md under data/ (each run's notes) and
+    mla_kernels/ (a design family's)."""
     docs = sorted((root / "docs").rglob("*.md"))
-    return [root / "README.md", *docs, root / "data" / "README.md"]
+    index = root / "data" / "README.md"
+    more = [p for top in ("data", "mla_kernels") for p in sorted((root / top).rglob("README.md"))
+            if p != index]
+    return [root / "README.md", *docs, index, *more]
 
 
 def _ignored_roots(root: Path) -> set[str]:
@@ -196,8 +200,9 @@ def missing_paths(root: Path = ROOT) -> list[str]:
 
 def test_every_named_path_exists():
     bad = missing_paths()
-    assert not bad, (f"{len(bad)} path(s) named in README.md, docs/ or data/README.md are not in "
-                     "the tree (fix the path, or the document):\n" + "\n".join(bad))
+    assert not bad, (f"{len(bad)} path(s) named in README.md, docs/ or a README under data/ or "
+                     "mla_kernels/ are not in the tree (fix the path, or the document):\n"
+                     + "\n".join(bad))
 
 
 def test_the_documents_name_paths_at_all():
