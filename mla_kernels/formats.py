@@ -1,7 +1,8 @@
 """Weight and cache formats: names, dtypes, quantizers and their inverses.
 
-The rules follow the spec: fp8 per output row, fp8 per 128x128 block, MXFP4 (two e2m1
-values a byte along K, low nibble first, one e8m0 power-of-two scale per 32 values).
+The layouts are the contract's (docs/contract.md, "Weight formats"): fp8 per output row,
+fp8 per 128x128 block, MXFP4 (two e2m1 values a byte along K, low nibble first, one e8m0
+power-of-two scale per 32 values).
 Quantizers compute in float64 and store float32 scales; dequantizers return float32.
 """
 

@@ -91,9 +91,9 @@ def random_weight(gen: torch.Generator, n: int, k: int, weight_format: str,
                   e8m0_range: tuple[int, int] = (-7, 4),
                   e8m0_full_span: bool = False,
                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """A stored weight of the format with random codes and scales, as the spec lays it out.
-    MXFP4's exponents are drawn from ``e8m0_range``; with ``e8m0_full_span`` every row holds
-    both ends of it (its first two groups)."""
+    """A stored weight of the format with random codes and scales, laid out as the contract
+    (docs/contract.md) states. MXFP4's exponents are drawn from ``e8m0_range``; with
+    ``e8m0_full_span`` every row holds both ends of it (its first two groups)."""
     if weight_format == "bf16":
         return (torch.randn(n, k, generator=gen) * 0.05).to(torch.bfloat16), None
     if weight_format == "fp8_row":

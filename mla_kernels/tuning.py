@@ -18,7 +18,7 @@ served by hopper_ws since, from the MXFP4 matrix of a later commit
 from the run data/h200/2026-11-30-b3ba14ac1f0b/ (hopper_ws on bf16 caches, fp8 and MXFP4
 weights widened to a bf16 copy first: fastest at every length). fp8 per row over an fp8
 cache from 16384 rows: hopper_ws with two MMA groups, a 6-deep ring and the latent in
-registers, from the rounds in data/exploration/h200/issue13/2026-12-01/ (timed at 4096,
+registers, from the rounds in data/exploration/h200/2026-12-01-hopper-ws-fp8-row-rounds/ (timed at 4096,
 32000, 109440 tokens, 64 x 4096 and DeepSeek-V3 TP1; nothing between 4096 and 32000) and
 checked by the run data/h200/2026-12-01-4db5f2888635/, where auto runs it. tests/test_tuning.py
 asserts that at every point of the latest committed run (now that one) and of the MXFP4
@@ -35,7 +35,7 @@ _TILED_128_8 = {"block_m": 128, "num_warps": 8, "num_stages": 2}
 TUNED: dict[tuple[str, str, str, object], object] = {
     # An fp8 cache: the warp-specialised design serves fp8 per row, per block and bf16.
     # fp8 per row from 16384 rows: two MMA groups, a 6-deep ring, the latent in registers
-    # (data/exploration/h200/issue13/2026-12-01/: 3-8% under the default from 32000 tokens,
+    # (data/exploration/h200/2026-12-01-hopper-ws-fp8-row-rounds/: 3-8% under the default from 32000 tokens,
     # 2% over it at 4096; nothing timed between).
     ("H200", "fp8_row", "fp8", ANY): [
         (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True}),

@@ -310,7 +310,7 @@ def test_new_paths_program_runs_and_ring_depth(path, programs, stages, device, s
     # Runs that start and end mid-tile and mid-head; with a bf16 weight an item takes 8
     # ring slots, so even a 4-deep ring wraps within one item. Every depth: a pipelined
     # TMA-loaded bf16 weight beside a register-widened operand was seen wrong in some
-    # configurations only (tl.dot, /work/shared/h200-notes.md).
+    # configurations only (with tl.dot, on the H200).
     inp = _inputs(KIMI, [900, 333], 1, path, device, seed)
     run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
 

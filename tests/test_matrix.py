@@ -23,7 +23,7 @@ def test_every_point_draws_a_known_weight():
     assert all(p.weight_draw == "" for k, p in points.items() if not k.endswith("/wide"))
 
 
-def test_issue_13_points_also_time_graph8():
+def test_fp8_row_target_points_also_time_graph8():
     # Scored on graph rows with graph8 reported beside them: those six points, no other.
     points = matrix.points()
     flagged = {k for k, p in points.items() if p.graph8}

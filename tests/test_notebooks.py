@@ -20,7 +20,7 @@ from mla_kernels.review import analysis, params, report
 ROOT = Path(__file__).parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 FIXTURE = Path(__file__).parent / "fixtures" / "measurements_sample.csv"
-# Knobs every notebook takes (issue 3); each notebook adds its own.
+# Knobs every notebook takes; each notebook adds its own.
 COMMON_KNOBS = {"shape", "cache_dtype", "weight_format", "block_size", "contexts", "batch",
                 "ragged_contexts", "variants", "device", "mode", "data_dir", "out_dir"}
 FIGURES = {"01_occupancy": ["occupancy"], "02_context_sweep": ["context_sweep"],

@@ -53,7 +53,7 @@ def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: in
     return point(shape, contexts, fmt, cache, page, TIMED, device, weight_draw)
 
 
-# Issue 13's points, scored on graph rows with plain calls and graph8 reported beside them.
+# The fp8 per-row targets' points: scored on graph rows, plain calls and graph8 beside them.
 GRAPH8_POINTS = tuple(f"kimi/fp8_row/fp8/p1/{c}" for c in (*HEADLINE, "64x4096")) + (
     "deepseek-v3-tp1/fp8_row/fp8/p1/32000",)
 

@@ -1,4 +1,4 @@
-"""Where one hopper_ws launch spends its time, program by program (issue 13; measured on
+"""Where one hopper_ws launch spends its time, program by program (fp8 per row; measured on
 2026-12-01, docs/log/2026-12-01-rounds-g-h-trace.md): each partition of every program stamps
 the SM's cycle counter (and the global timer at the MMA partition's start and end) at fixed
 points into a buffer, on a tree with ``scripts/diag/hopper_ws_trace.patch`` applied (the

@@ -9,8 +9,9 @@ work runs. Weights: fp8 per row or per 128x128 block, bf16, MXFP4; caches: fp8 o
 (``supports``).
 
 The design's story (partitions, ring and barriers, items and tiles, the MXFP4 routes, the
-bf16-cache path, why each choice) and its measured history are in README.md beside this
-file; each part lives in its own module here (README.md: the files).
+bf16-cache path, why each choice) is in README.md beside this file, with links to its
+measurements (docs/perf-notes.md, docs/log/); each part lives in its own module here
+(README.md: the files).
 """
 
 from __future__ import annotations
