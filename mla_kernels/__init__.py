@@ -1,6 +1,5 @@
 """mla_kernels: the cached-prefix gather_kv_b_proj of multi-head latent attention."""
 
-from . import _moved
 from .api import gather_kv_b_proj
 from .designs import DESIGNS, variant_names
 from .inputs import GatherInputs, build_inputs
@@ -20,5 +19,3 @@ __all__ = [
     "variant_names",
 ]
 __version__ = "0.3.0"
-
-_moved.install()

@@ -57,7 +57,8 @@ def test_compiles_for_gfx950(reports, variant):
     assert r["vgprs"] > 0 and r["sgprs"] > 0 and r["agprs"] >= 0
     assert isinstance(r["occupancy_waves_per_simd"], int)
     assert 0 < r["occupancy_waves_per_simd"] <= AMD_MAX_WAVES_PER_SIMD
-    assert r["scratch_bytes"] >= 0
+    # The portable designs keep everything in registers and LDS at this shape: no scratch.
+    assert r["scratch_bytes"] == 0 and r["vgpr_spill_count"] == 0 and r["sgpr_spill_count"] == 0
     assert isinstance(r["lds_bytes"], int) and r["lds_bytes"] > 0
 
 
@@ -157,3 +158,18 @@ def test_resident_programs_arithmetic():
                                  MI355X)["waves_per_simd_by_registers"] == 7
     with pytest.raises(ValueError):
         amd_resident_programs(base, DEVICES["H200"])
+
+
+@pytest.mark.parametrize(("stdout", "status"), [("", 1), ('{"variant": "serial"}\n', 1)])
+def test_a_compile_that_crashes_is_an_error_naming_the_crash(stdout, status, monkeypatch):
+    # A child that answers for fewer variants than asked crashed: its error is raised, not
+    # read as "no AMD backend here" (the one-program-per-CU fallback).
+    from mla_kernels.lab import compile_check
+
+    def crashed(cmd, **kw):
+        assert cmd[1:3] == ["-m", compile_check.MODULE]
+        return subprocess.CompletedProcess(cmd, status, stdout, "Traceback ...\nAttributeError: boom")
+
+    monkeypatch.setattr(compile_check.subprocess, "run", crashed)
+    with pytest.raises(RuntimeError, match=r"(?s)MI355X.*exit status 1.*AttributeError: boom"):
+        compile_check.compiled_resources(["serial", "tiled"], "MI355X")

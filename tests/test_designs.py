@@ -267,7 +267,7 @@ def test_layers_import_only_downward():
     # The operation needs nothing of the lab or the review layer, nor the lab of the review:
     # an engineer porting the call takes the package's top and designs/ alone.
     up = sorted((m, n) for m, targets in _import_graph().items() for n in targets
-                if _layer(n) > _layer(m) and m != "mla_kernels._moved")
+                if _layer(n) > _layer(m))
     assert up == []
     assert _layer("mla_kernels.review.report") == 2 and _layer("mla_kernels.designs.tiled") == 0
 
@@ -310,25 +310,3 @@ def test_seeds_are_drawn_and_reported(seed, request):
     assert 0 <= seed < 2**31
     assert ("seed", seed) in request.node.user_properties
     torch.manual_seed(seed)
-
-
-def test_old_module_paths_work_for_one_release():
-    # 0.2.0's flat modules and designs.base: the same objects, with a DeprecationWarning.
-    import importlib
-    import sys
-    import warnings
-
-    from mla_kernels._moved import MOVED
-    from mla_kernels.designs import launch, record
-
-    for old, new in MOVED.items():
-        sys.modules.pop(old, None)  # found afresh through the alias, warning included
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            module = importlib.import_module(old)
-        assert module is importlib.import_module(new), old
-        assert any(new in str(w.message) for w in caught), old
-    with pytest.warns(DeprecationWarning, match="designs.record"):
-        base = importlib.reload(importlib.import_module("mla_kernels.designs.base"))
-    assert base.JitLauncher is launch.JitLauncher and base.Design is record.Design
-    assert base.FLAG.ok(True) and not base.FLAG.ok(1)

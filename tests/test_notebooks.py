@@ -14,7 +14,8 @@ import papermill as pm
 import pytest
 import torch
 
-from mla_kernels import devices
+from mla_kernels import DESIGNS, devices
+from mla_kernels.lab import compile_check, occupancy
 from mla_kernels.review import analysis, params, report
 
 ROOT = Path(__file__).parents[1]
@@ -168,6 +169,27 @@ def test_cpu_batch_checked_the_kernels_and_modelled_both_devices(cpu_report, dev
     serial = occ[(occ.device == "MI355X") & (occ.variant == "serial")]
     assert (serial["programs_launched"] == 12).all()
     assert serial["busy_share"].round(3).eq(0.047).all()
+
+
+def test_cpu_batch_models_the_mi355x_from_its_compiler(cpu_report):
+    # The MI355X rows of the occupancy model hold the programs per CU that triton's AMD
+    # compiler's registers and LDS allow, not the fallback of one program per compute unit.
+    missing = compile_check.amd_backend_missing()
+    if missing:
+        pytest.skip(missing)
+    out_dir, _ = cpu_report
+    assert "no AMD compile here" not in outputs_text(out_dir / "notebooks" / "01_occupancy.ipynb")
+    amd = pd.read_csv(out_dir / "data" / "resources_amd.csv")
+    prob = occupancy.problem_for("kimi-k3-tp8", [300])
+    runs = {v for v in cfg_variants() if v == "auto" or DESIGNS[v].runs(prob, devices.DEVICES["MI355X"])}
+    assert set(amd["device"]) == {"MI355X"} and set(amd["variant"]) == runs
+    assert (amd["vgprs"] > 0).all() and (amd["sgprs"] > 0).all() and (amd["lds_bytes"] > 0).all()
+    occ = pd.read_csv(out_dir / "data" / "occupancy.csv")
+    mi = occ[occ.device == "MI355X"]
+    for r in amd.itertuples():
+        got = set(mi[mi.variant == r.variant]["resident_per_cu"])
+        assert got == {max(1, int(r.resident_per_cu))}, (r.variant, got, r.resident_per_cu)
+    assert (mi["resident_per_cu"] > 1).any()
 
 
 def test_papermill_injected_the_configuration(cpu_report):
@@ -362,9 +384,10 @@ def test_papermill_from_another_folder_finds_the_data(tmp_path, monkeypatch):
     pm.execute_notebook(str(ROOT / "notebooks" / "03_roofline.ipynb"), str(tmp_path / "x.ipynb"),
                         parameters={"out_dir": str(out)}, kernel_name="python3",
                         progress_bar=False)
-    if committed_h200_rows():
-        assert (out / "figures" / "roofline.png").is_file()
-    assert "no measurements" not in outputs_text(tmp_path / "x.ipynb") or not committed_h200_rows()
+    # The committed rows are found from another folder: the figure and no "no measurements".
+    assert committed_h200_rows(), "no committed H200 context-sweep rows under data/h200/"
+    assert (out / "figures" / "roofline.png").is_file()
+    assert "no measurements" not in outputs_text(tmp_path / "x.ipynb")
     assert not (tmp_path / "reports").exists()
 
 

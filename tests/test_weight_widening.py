@@ -74,13 +74,3 @@ def test_mxfp4_weight_as_torch_fp4_and_e8m0_dtypes(device, seed):
     want, want_factor = _mx_reference(packed, codes)
     assert torch.equal(out.cpu().view(torch.int16), want.view(torch.int16))
     assert torch.equal(factor.cpu(), want_factor)
-
-
-def test_the_old_module_path_warns_and_is_the_same_code():
-    import importlib
-    import sys
-
-    sys.modules.pop("mla_kernels.designs.weight_widening", None)
-    with pytest.warns(DeprecationWarning, match="hopper_ws.widening"):
-        old = importlib.import_module("mla_kernels.designs.weight_widening")
-    assert old.widen_weight is widen_weight

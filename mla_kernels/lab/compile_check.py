@@ -13,8 +13,8 @@ own ``; Occupancy:`` (waves per SIMD) and the count of ``v_mfma`` instructions.
 ``amd_resident_programs`` turns them into resident programs per CU.
 
 Run in a process with TRITON_INTERPRET unset or 0 (under the interpreter the kernels are
-not compiled at all):  python -m mla_kernels.compile_check --variant tiled
-                       python -m mla_kernels.compile_check --device MI355X --variant tiled
+not compiled at all):  python -m mla_kernels.lab.compile_check --variant tiled
+                       python -m mla_kernels.lab.compile_check --device MI355X --variant tiled
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from ..devices import DEVICES, DeviceSpec, get_device
 from ..inputs import build_inputs
 from .occupancy import problem_for
 
+MODULE = "mla_kernels.lab.compile_check"  # run as `python -m` in a child process
 HOPPER = DEVICES["H200"]  # the sm_90 part whose limits the checks use
 HOPPER_SMEM = HOPPER.smem_per_program
 
@@ -312,18 +313,22 @@ def compiled_resources(variants: list[str], device: str = "MI355X", *,
     """What the compiler states for each variant on a registry device with no GPU at hand:
     one row per compile (the CLI's JSON, flattened: programs per CU and its limit from
     ``resident``), run in a child process with the interpreter off (this process may have
-    decorated the kernels for it). A variant the device does not run is left out."""
-    cmd = [sys.executable, "-m", "mla_kernels.compile_check", "--device", device,
+    decorated the kernels for it). A variant the device does not run is left out; a child
+    that answers for fewer variants than asked (it crashed) is a RuntimeError with its
+    exit status and the end of its stderr."""
+    cmd = [sys.executable, "-m", MODULE, "--device", device,
            "--variant", *variants, "--weight-format", weight_format,
            "--cache-dtype", cache_dtype]
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    answers = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if len(answers) < len(variants):
+        raise RuntimeError(f"compile_check on {device}: {len(answers)} of {len(variants)} "
+                           f"variants answered, exit status {out.returncode}; its stderr "
+                           f"ends:\n{out.stderr[-2000:]}")
     rows = []
-    for line in out.stdout.splitlines():
-        if not line.startswith("{"):
-            continue
-        r = json.loads(line)
-        if "error" in r:
+    for r in answers:
+        if "error" in r:  # refused by resolve: not a design this device runs
             continue
         res = r.pop("resident", None) or {}
         r.pop("mfma_kinds", None)
@@ -337,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     """One JSON line per (variant, weight format). A variant the device does not run (as
     ``designs.resolve`` rules: hopper_ws and tiled_tma on AMD) gets a line with ``error``
     and the exit status is 1; with no ``--variant`` every design that runs there compiles."""
-    ap = argparse.ArgumentParser(prog="python -m mla_kernels.compile_check", description=__doc__,
+    ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", nargs="+", default=None,
                     help="designs (or auto) to compile; default: every design that runs on "
