@@ -1,10 +1,10 @@
 """mla_kernels: the cached-prefix gather_kv_b_proj of multi-head latent attention."""
 
 from .api import gather_kv_b_proj
+from .core.problem import GatherArgs, validate_inputs
+from .core.shapes import SHAPES, MLAShape, get_shape
 from .designs import DESIGNS, variant_names
-from .inputs import GatherInputs, build_inputs
-from .problem import GatherArgs, validate_inputs
-from .shapes import SHAPES, MLAShape, get_shape
+from .lab.inputs import GatherInputs, build_inputs
 
 __all__ = [
     "DESIGNS",

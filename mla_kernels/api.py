@@ -15,10 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-from .designs import DesignConfig, resolve
-from .designs.launch import DEBUG
-from .devices import INTERPRETER, DeviceSpec, device_spec
-from .problem import (
+from .core.devices import INTERPRETER, DeviceSpec, device_spec
+from .core.problem import (
     GatherArgs,
     Problem,
     aliasing_pairs,
@@ -29,7 +27,9 @@ from .problem import (
     interpreting,
     validate_inputs,
 )
-from .rules import flag
+from .core.value_rules import flag
+from .designs import DesignConfig, resolve
+from .designs.launch import DEBUG
 
 _INTERPRETING = interpreting()  # fixed per process, as Triton's own switch
 _FLAG = flag()

@@ -47,8 +47,8 @@ def strip_debug(ptx: str) -> str:
 
 def kernels_of(variant: str, weight_format: str, cache: str, page: int, config: dict | None):
     """(name, ptx) of each kernel the launch compiles, in launch order."""
-    from mla_kernels.inputs import build_inputs
     from mla_kernels.lab.compile_check import HOPPER, compile_launches
+    from mla_kernels.lab.inputs import build_inputs
     from mla_kernels.lab.occupancy import problem_for
 
     inp = build_inputs("kimi-k3-tp8", [300], block_size=page, cache_dtype=cache,
@@ -65,8 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         ap.error("run with TRITON_INTERPRET unset or 0")
+    from mla_kernels.core.formats import WEIGHT_FORMATS
     from mla_kernels.designs import DESIGNS
-    from mla_kernels.formats import WEIGHT_FORMATS
     from mla_kernels.lab.compile_check import HOPPER
     from mla_kernels.lab.occupancy import problem_for
 

@@ -106,7 +106,7 @@ _COMPILE_PATHS = textwrap.dedent(r"""
     import torch
     from mla_kernels.lab.compile_check import HOPPER, _compile_launch, _ptxas_report
     from mla_kernels.designs.hopper_ws import HopperWSConfig
-    from mla_kernels.inputs import build_inputs
+    from mla_kernels.lab.inputs import build_inputs
     from mla_kernels.lab.occupancy import problem_for
 
     for fmt, kind, dtype, depth, cache, *groups in json.loads(sys.argv[1]):

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from mla_kernels.core.devices import DEVICES
 from mla_kernels.designs import resolve
-from mla_kernels.devices import DEVICES
 from mla_kernels.lab.compile_check import (
     AMD_MAX_WAVES_PER_SIMD,
     amd_backend_missing,

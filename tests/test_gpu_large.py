@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import mla_kernels as mk
+from mla_kernels.core.devices import device_spec
+from mla_kernels.core.problem import check_arguments
 from mla_kernels.designs import DESIGNS
-from mla_kernels.devices import device_spec
-from mla_kernels.inputs import random_weight
 from mla_kernels.lab.checks import check_outputs
-from mla_kernels.problem import check_arguments
+from mla_kernels.lab.inputs import random_weight
 
 
 def _big_cache_inputs(seed, cache="fp8"):
@@ -65,8 +65,8 @@ def test_debug_mode_stops_an_out_of_range_block_id(variant):
     code = textwrap.dedent(f"""
         import torch, mla_kernels as mk
         from mla_kernels.designs import DESIGNS
-        from mla_kernels.devices import device_spec
-        from mla_kernels.problem import check_arguments
+        from mla_kernels.core.devices import device_spec
+        from mla_kernels.core.problem import check_arguments
         inp = mk.build_inputs("kimi-k3-tp8", [300, 77], block_size=16, device="cuda")
         if not DESIGNS["{variant}"].runs(check_arguments(*inp.args()), device_spec(inp.k_buffer.device)):
             print("SKIP"); raise SystemExit(0)

@@ -18,6 +18,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 import mla_kernels as mk
+from mla_kernels.core.devices import DEVICES, INTERPRETER
 from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.designs.hopper_ws import (
     _E4M3_TO_BF16,
@@ -32,7 +33,6 @@ from mla_kernels.designs.hopper_ws import (
     supports,
 )
 from mla_kernels.designs.jit import SCALE_CODES
-from mla_kernels.devices import DEVICES, INTERPRETER
 from mla_kernels.lab.checks import check_outputs
 
 KIMI = "kimi-k3-tp8"
@@ -587,7 +587,7 @@ def test_mxfp4_widening_is_exact(kv_c, seed):
     # of e2m1 (both zeros included); items of rows 13 binades wide besides. On the e4m3
     # route the widened value times 2^F (F = the row's largest code - 133) is the
     # dequantised weight, bit for bit; on the bf16 route too.
-    from mla_kernels.formats import dequantize_mxfp4
+    from mla_kernels.core.formats import dequantize_mxfp4
 
     g = torch.Generator().manual_seed(seed)
     n = 512
@@ -734,7 +734,7 @@ def test_new_formats_resolve_on_h200():
 
 
 def test_auto_falls_back_when_the_tuned_design_cannot_run_it():
-    from mla_kernels import tuning
+    from mla_kernels.core import tuning
 
     design, cfg = resolve("auto", _prob(), INTERPRETER)
     assert design.name == tuning.FALLBACK[0]

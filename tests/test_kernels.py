@@ -12,9 +12,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import mla_kernels as mk
-from mla_kernels.formats import WEIGHT_FORMATS
+from mla_kernels.core.formats import WEIGHT_FORMATS
+from mla_kernels.core.shapes import MLAShape
 from mla_kernels.lab.checks import TOLERANCES, check_outputs, expected
-from mla_kernels.shapes import MLAShape
 
 # Real kv_c / pe / nope / v dims with few heads keep the interpreter fast.
 SMALL = MLAShape("test-3h", num_heads=3)

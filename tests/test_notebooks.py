@@ -14,7 +14,8 @@ import papermill as pm
 import pytest
 import torch
 
-from mla_kernels import DESIGNS, devices
+from mla_kernels import DESIGNS
+from mla_kernels.core import devices
 from mla_kernels.lab import compile_check, occupancy
 from mla_kernels.review import analysis, params, report
 
@@ -571,7 +572,7 @@ def _as_papermill_runs(path: Path, **injected) -> dict:
 def test_a_name_the_notebook_does_not_declare_is_an_error(name, value):
     nb = ROOT / "notebooks" / "03_roofline.ipynb"
     with pytest.raises(ValueError) as err:
-        params.start(_as_papermill_runs(nb, **{name: value, "out_dir": "x"}))
+        params.checked_notebook(_as_papermill_runs(nb, **{name: value, "out_dir": "x"}))
     msg = str(err.value)
     assert msg.startswith(f"{name}: expected a parameter of this notebook, one of [")
     assert "'contexts'" in msg and msg.endswith(f"got {value!r}")
@@ -579,21 +580,21 @@ def test_a_name_the_notebook_does_not_declare_is_an_error(name, value):
 
 def test_declared_injected_names_pass_checked_and_converted():
     nb = ROOT / "notebooks" / "03_roofline.ipynb"
-    got = params.start(_as_papermill_runs(nb, contexts="[4096, 32000]", out_dir="x",
+    got = params.checked_notebook(_as_papermill_runs(nb, contexts="[4096, 32000]", out_dir="x",
                                           PAPERMILL_INPUT_PATH="in.ipynb"))
     assert got["contexts"] == [4096, 32000] and got["out_dir"] == str(ROOT / "x")
     # Run by hand: nothing injected, nothing to tell apart.
-    assert params.start({"contexts": [4096]})["contexts"] == [4096]
+    assert params.checked_notebook({"contexts": [4096]})["contexts"] == [4096]
     assert params.injected(["", "shape = 'x'\n", "print(shape)"]) == ([], [])
 
 
 def test_measure_mode_without_a_gpu_names_mode(monkeypatch):
     monkeypatch.setattr(devices, "live_device", lambda index=0: None)
     with pytest.raises(ValueError, match=r"^mode: expected 'replot' on a machine with no GPU"):
-        params.start({"mode": "measure"})
-    params.start({"mode": "replot"})
+        params.checked_notebook({"mode": "measure"})
+    params.checked_notebook({"mode": "replot"})
     monkeypatch.setattr(devices, "live_device", lambda index=0: devices.DEVICES["H200"])
-    assert params.start({"mode": "measure"})["mode"] == "measure"
+    assert params.checked_notebook({"mode": "measure"})["mode"] == "measure"
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -611,8 +612,8 @@ def test_every_declared_parameter_is_read_by_a_later_cell(path):
             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     unread = [n for n in params.assigned(source) if n not in read]
     assert not unread, f"{path.stem} declares parameters no later cell reads: {unread}"
-    # The first cell after the parameters cell starts with params.start, names checked.
-    assert "params.start(globals())" in code[1].source
+    # The first cell after the parameters cell starts with params.checked_notebook, names checked.
+    assert "params.checked_notebook(globals())" in code[1].source
 
 
 def test_every_checked_name_is_a_parameter_of_some_notebook():
@@ -655,7 +656,7 @@ WHERE = {"shape": "kimi-k3-tp8", "cache_dtype": "fp8", "weight_format": "fp8_row
 ])
 def test_missing_data_names_what_is_missing_and_what_is_there(where, words, tmp_path):
     with pytest.raises(ValueError) as err:
-        analysis.present(_fixture_rows(tmp_path), data_dir=tmp_path, **{**WHERE, **where})
+        analysis.require_rows(_fixture_rows(tmp_path), data_dir=tmp_path, **{**WHERE, **where})
     msg = str(err.value)
     for w in words:
         assert w in msg, (w, msg)
@@ -663,22 +664,22 @@ def test_missing_data_names_what_is_missing_and_what_is_there(where, words, tmp_
 
 
 def test_present_keeps_the_asked_rows(tmp_path):
-    rows = analysis.present(_fixture_rows(tmp_path), data_dir=tmp_path, batch="single",
+    rows = analysis.require_rows(_fixture_rows(tmp_path), data_dir=tmp_path, batch="single",
                             require={"contexts": ("ctx", [4096, 32000])}, **WHERE)
     assert sorted(set(rows["ctx"])) == [4096, 32000]
     # Measured here (no source files): said so.
     with pytest.raises(ValueError, match="the rows measured here"):
-        analysis.present(pd.read_csv(FIXTURE), data_dir=tmp_path, batch="single",
+        analysis.require_rows(pd.read_csv(FIXTURE), data_dir=tmp_path, batch="single",
                          require={"contexts": ("ctx", [5])}, **WHERE)
 
 
 def test_no_data_names_data_dir(tmp_path):
     with pytest.raises(ValueError, match=r"^data_dir: expected a run's roofline\*\.csv under"):
-        analysis.present(analysis.load_measurements(tmp_path, ["roofline"]),
+        analysis.require_rows(analysis.load_measurements(tmp_path, ["roofline"]),
                          data_dir=tmp_path, names=["roofline"], batch="single", **WHERE)
     # The committed data, as the notebooks name it: from the repository root.
     with pytest.raises(ValueError, match=r"in data/h200/2026-\S+ for shape='kimi-k3-tp8'"):
-        analysis.present(analysis.load_measurements(ROOT / "data" / "h200", ["roofline"]),
+        analysis.require_rows(analysis.load_measurements(ROOT / "data" / "h200", ["roofline"]),
                          data_dir=ROOT / "data" / "h200", batch="single",
                          require={"contexts": ("ctx", [1024])}, **WHERE)
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 
 from mla_kernels import DESIGNS, build_inputs
-from mla_kernels.devices import DEVICES, get_device
+from mla_kernels.core.devices import DEVICES, get_device
+from mla_kernels.core.problem import check_arguments
 from mla_kernels.lab import occupancy as occ
-from mla_kernels.problem import check_arguments
 
 KIMI = "kimi-k3-tp8"
 

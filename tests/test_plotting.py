@@ -14,9 +14,12 @@ matplotlib.use("Agg")
 from matplotlib.legend import Legend  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from mla_kernels.devices import get_device  # noqa: E402
+from mla_kernels.core.devices import get_device  # noqa: E402
+from mla_kernels.lab import (
+    checks,  # noqa: E402
+    roofline,  # noqa: E402
+)
 from mla_kernels.lab import occupancy as occ  # noqa: E402
-from mla_kernels.lab import roofline  # noqa: E402
 from mla_kernels.review import analysis, plotting
 
 FIXTURE = Path(__file__).parent / "fixtures" / "measurements_sample.csv"
@@ -650,7 +653,7 @@ def test_context_grids():
 
 
 def test_check_variants_bit_identity_at_a_tiny_size():
-    rows = analysis.check_variants("kimi-k3-tp8", (3,), variants=["serial", "chunked"])
+    rows = checks.check_variants("kimi-k3-tp8", (3,), variants=["serial", "chunked"])
     assert [r["variant"] for r in rows] == ["serial", "chunked"]
     assert all(r["correct"] for r in rows)
     assert rows[1]["compared_with"] == "serial" and rows[1]["bit_identical"]

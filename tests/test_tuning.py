@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from mla_kernels.core.devices import DEVICES
 from mla_kernels.designs import DESIGNS, resolve
-from mla_kernels.devices import DEVICES
 from mla_kernels.lab.measurements import parse_contexts
 from mla_kernels.lab.occupancy import problem_for
 from mla_kernels.review import analysis

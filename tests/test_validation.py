@@ -11,10 +11,10 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import mla_kernels as mk
 from mla_kernels import api
+from mla_kernels.core.shapes import MLAShape
 from mla_kernels.designs.tiled import TiledConfig
 from mla_kernels.lab.checks import TOLERANCES, check_outputs
 from mla_kernels.lab.measurements import write_csv_atomic
-from mla_kernels.shapes import MLAShape
 
 SMALL = MLAShape("test-2h", num_heads=2)
 SENTINEL = 7.0

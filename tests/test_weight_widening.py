@@ -5,8 +5,8 @@ under the interpreter here and on the GPU in the GPU job."""
 import pytest
 import torch
 
+from mla_kernels.core.formats import e2m1_to_float, unpack_e2m1
 from mla_kernels.designs.hopper_ws.widening import widen_weight
-from mla_kernels.formats import e2m1_to_float, unpack_e2m1
 
 
 @pytest.mark.parametrize("kv_c", [128, 384, 512])

@@ -10,9 +10,9 @@ would run.
 
 from __future__ import annotations
 
-from .. import tuning
-from ..devices import DeviceSpec
-from ..problem import Problem
+from ..core import tuning
+from ..core.devices import DeviceSpec
+from ..core.problem import Problem
 from . import chunk_loop, tiled
 from .record import Design, DesignConfig, parse_config
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import triton
 
-from ..formats import as_uint8
-from ..problem import GatherArgs, Problem
+from ..core.formats import as_uint8
+from ..core.problem import GatherArgs, Problem
 from .jit import SCALE_CODES
 
 GRID_YZ_LIMIT = 65535  # CUDA's limit on a grid's second and third axes

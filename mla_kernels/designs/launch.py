@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import triton
 
-from ..problem import GatherArgs, interpreting
+from ..core.problem import GatherArgs, interpreting
 
 
 def _fast_launch_supported() -> bool:

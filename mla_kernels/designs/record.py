@@ -17,9 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..devices import DeviceSpec
-from ..problem import GatherArgs, Problem
-from ..rules import Rule
+from ..core.devices import DeviceSpec
+from ..core.problem import GatherArgs, Problem
+from ..core.value_rules import Rule
 
 # Families a design can run on: the two GPU vendors and the Triton interpreter ("cpu").
 PORTABLE = ("amd", "nvidia", "cpu")

@@ -16,10 +16,10 @@ import torch
 import triton
 import triton.language as tl
 
-from ..devices import DeviceSpec
-from ..formats import WEIGHT_FORMATS
-from ..problem import GatherArgs, Problem
-from ..rules import flag, one_of, optional
+from ..core.devices import DeviceSpec
+from ..core.formats import WEIGHT_FORMATS
+from ..core.problem import GatherArgs, Problem
+from ..core.value_rules import flag, one_of, optional
 from .host import default_block_k, no_launch, portable_plan
 from .jit import (
     cast_out,

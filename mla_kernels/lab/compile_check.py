@@ -32,9 +32,9 @@ from pathlib import Path
 import triton
 from triton.runtime.jit import JITFunction
 
+from ..core.devices import DEVICES, DeviceSpec, get_device
 from ..designs import DESIGNS, DesignConfig, resolve
-from ..devices import DEVICES, DeviceSpec, get_device
-from ..inputs import build_inputs
+from .inputs import build_inputs
 from .occupancy import problem_for
 
 MODULE = "mla_kernels.lab.compile_check"  # run as `python -m` in a child process

@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 from _args import check_or_measure, write_rows
 
+from mla_kernels.core.reference import token_rows
 from mla_kernels.designs.jit import (
     cast_out,
     find_sequence,
@@ -41,9 +42,8 @@ from mla_kernels.designs.jit import (
     load_rope,
     search_steps,
 )
-from mla_kernels.inputs import GatherInputs, build_inputs
+from mla_kernels.lab.inputs import GatherInputs, build_inputs
 from mla_kernels.lab.roofline import output_bytes
-from mla_kernels.reference import token_rows
 
 
 @triton.jit

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from triton.experimental.gluon import language as gl
 
-from ...rules import flag, int_in, one_of, optional
+from ...core.value_rules import flag, int_in, one_of, optional
 from ..jit import SCALE_CODES
 from ..record import DesignConfig
 

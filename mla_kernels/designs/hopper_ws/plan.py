@@ -10,9 +10,9 @@ import torch
 import triton
 from triton.experimental.gluon import language as gl
 
-from ...devices import DeviceSpec
-from ...formats import as_uint8
-from ...problem import GatherArgs, Problem
+from ...core.devices import DeviceSpec
+from ...core.formats import as_uint8
+from ...core.problem import GatherArgs, Problem
 from ..host import no_launch
 from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher

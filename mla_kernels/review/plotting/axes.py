@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from ...files import atomic_path
+from ...lab.repo_files import atomic_path
 from ..analysis import positive
 from .style import TIMING_LONG, TIMINGS
 

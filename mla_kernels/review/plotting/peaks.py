@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ...devices import lookup_device
+from ...core.devices import lookup_device
 from ...lab import roofline
 from ..analysis import peak_fractions, positive, timed_points
 from .axes import (

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ...devices import lookup_device
+from ...core.devices import lookup_device
 from ..analysis import attainable_tbps, positive
 from .axes import (
     _ctx_sizes,

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .formats import (
+from ..core.formats import (
     E8M0_NAN,
     FP8_BLOCK,
     FP8_MAX,
@@ -23,9 +23,9 @@ from .formats import (
     cache_torch_dtype,
     dequantize_weight,
 )
-from .problem import OUT_DTYPES, GatherArgs
-from .rules import Reject, Rule, choice, flag, int_in
-from .shapes import MLAShape, get_shape
+from ..core.problem import OUT_DTYPES, GatherArgs
+from ..core.shapes import MLAShape, get_shape
+from ..core.value_rules import Reject, Rule, choice, flag, int_in
 
 
 @dataclass
@@ -59,7 +59,7 @@ class GatherInputs:
                           self.kv_proj_scale, self.k_prefix, self.v_prefix)
 
     def reference(self, **kw) -> tuple[torch.Tensor, torch.Tensor]:
-        from .reference import gather_kv_b_proj_reference
+        from ..core.reference import gather_kv_b_proj_reference
 
         return gather_kv_b_proj_reference(
             self.k_buffer, self.k_scale, self.kv_indptr, self.kv_indices,

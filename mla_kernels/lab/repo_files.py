@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 # The checkout this package is installed from (an editable install): configs, notebooks, data.
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _umask() -> int:
