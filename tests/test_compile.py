@@ -104,7 +104,7 @@ _COMPILE_PATHS = textwrap.dedent(r"""
     import json, re, sys
     from dataclasses import replace
     import torch
-    from mla_kernels.lab.compile_check import HOPPER, _compile_launch, _ptxas_report
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel, ptxas_report
     from mla_kernels.designs.hopper_ws import HopperWSConfig
     from mla_kernels.lab.inputs import build_inputs
     from mla_kernels.lab.occupancy import problem_for
@@ -121,14 +121,14 @@ _COMPILE_PATHS = textwrap.dedent(r"""
                        scale_dtype=None if dtype in (None, "float32") else getattr(torch, dtype))
         cfg = HopperWSConfig(ring_depth=depth, mma_groups=groups[0] if groups else 1,
                              latent_in_registers=len(groups) > 1 and groups[1])
-        _, kernel = _compile_launch("hopper_ws", inp, prob, cfg, HOPPER, 90)
+        _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
         ptx = kernel.asm["ptx"]
         print(json.dumps({"path": [fmt, kind, dtype, depth, cache, *groups],
                           "shared_bytes": int(kernel.metadata.shared),
                           "num_warps": int(kernel.metadata.num_warps),
                           "wgmma": re.findall(r"wgmma\.mma_async\S*", ptx),
                           "mma_sync": len(re.findall(r"\bmma\.sync", ptx)),
-                          **_ptxas_report(ptx, 90)}))
+                          **ptxas_report(ptx, 90)}))
 """)
 
 TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])

@@ -20,17 +20,14 @@ from triton.experimental.gluon import language as gl
 import mla_kernels as mk
 from mla_kernels.core.devices import DEVICES, INTERPRETER
 from mla_kernels.designs import DESIGNS, resolve
-from mla_kernels.designs.hopper_ws import (
-    _E4M3_TO_BF16,
-    HopperWSConfig,
-    _halves,
-    _mx_chunk,
-    _mx_item,
-    _widen_bf16,
-    _widen_e4m3,
-    fp8_route,
-    lockstep_granule,
-    supports,
+from mla_kernels.designs.hopper_ws import HopperWSConfig, fp8_route, lockstep_granule, supports
+from mla_kernels.designs.hopper_ws.conversions import (
+    E4M3_TO_BF16,
+    halves,
+    mx_chunk,
+    mx_item,
+    widen_bf16,
+    widen_e4m3,
 )
 from mla_kernels.designs.jit import SCALE_CODES
 from mla_kernels.lab.checks import check_outputs
@@ -211,13 +208,13 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
                                                                         field):
     # Refused when the launch is prepared, before anything is written: two groups only for
     # fp8 per-row over an fp8 cache, rings past 4 only beside an fp8 latent tile.
-    from mla_kernels.lab.compile_check import HOPPER, _compile_launch
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel
     from mla_kernels.lab.occupancy import problem_for
 
     inp = mk.build_inputs(KIMI, [300], cache_dtype=cache, weight_format=fmt)
     prob = problem_for(KIMI, [300], cache, fmt, 1)
     with pytest.raises(ValueError, match=rf"config\.{field}: expected .*, got"):
-        _compile_launch("hopper_ws", inp, prob, config, HOPPER, 90)
+        compile_main_kernel("hopper_ws", inp, prob, config, HOPPER, 90)
 
 
 def test_config_fields_checked():
@@ -559,7 +556,7 @@ def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.
     and the item's route."""
     w_row = gl.program_id(0) * 128
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-    words, packed, top, fits = _mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
+    words, packed, top, fits = mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
     lw: gl.constexpr = gl.BlockedLayout([1, 32], [32, 1], [4, 1], [1, 0])
     lb: gl.constexpr = gl.BlockedLayout([1, 64], [32, 1], [4, 1], [1, 0])
     rw = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lw))
@@ -569,12 +566,12 @@ def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.
     gl.store(top_ptr + rw, gl.convert_layout(top, gl.SliceLayout(1, lw)))
     gl.store(fits_ptr + gl.program_id(0), fits.to(gl.int32))
     for kb in gl.static_range(KV_C // 128):
-        chunk, d = _mx_chunk(words, packed, top, kb)
-        e4m3 = gl.convert_layout(_widen_e4m3(chunk, d), lw)
+        chunk, d = mx_chunk(words, packed, top, kb)
+        e4m3 = gl.convert_layout(widen_e4m3(chunk, d), lw)
         gl.store(e4m3_ptr + rw[:, None] * (KV_C // 4) + kb * 32 + cw[None, :], e4m3)
-        w_lo, d_lo, w_hi, d_hi = _halves(chunk, d)
-        lo = gl.convert_layout(_widen_bf16(w_lo, d_lo), lb)
-        hi = gl.convert_layout(_widen_bf16(w_hi, d_hi), lb)
+        w_lo, d_lo, w_hi, d_hi = halves(chunk, d)
+        lo = gl.convert_layout(widen_bf16(w_lo, d_lo), lb)
+        hi = gl.convert_layout(widen_bf16(w_hi, d_hi), lb)
         gl.store(bf16_ptr + rb[:, None] * KV_C + kb * 128 + cb[None, :], lo)
         gl.store(bf16_ptr + rb[:, None] * KV_C + kb * 128 + 64 + cb[None, :], hi)
 
@@ -621,10 +618,10 @@ def test_mxfp4_widening_is_exact(kv_c, seed):
 
 @gluon.jit
 def _e4m3_probe(src_ptr, dst_ptr):
-    """The bf16-weight path's latent widening (_E4M3_TO_BF16) of 64 words of 4 e4m3 codes."""
+    """The bf16-weight path's latent widening (E4M3_TO_BF16) of 64 words of 4 e4m3 codes."""
     lay: gl.constexpr = gl.BlockedLayout([1], [32], [2], [0])
     i = gl.arange(0, 64, layout=lay)
-    lo, hi = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [gl.load(src_ptr + i)],
+    lo, hi = gl.inline_asm_elementwise(E4M3_TO_BF16, "=r,=r,r", [gl.load(src_ptr + i)],
                                        dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
     gl.store(dst_ptr + 2 * i, lo)
     gl.store(dst_ptr + 2 * i + 1, hi)

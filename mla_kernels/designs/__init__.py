@@ -14,7 +14,7 @@ from ..core import tuning
 from ..core.devices import DeviceSpec
 from ..core.problem import Problem
 from . import chunk_loop, tiled
-from .record import Design, DesignConfig, parse_config
+from .design import Design, DesignConfig, parse_config
 
 HOMES = [chunk_loop, tiled]
 try:  # Gluon's Hopper API (triton >= 3.4); without it the sm_90 design is not offered

@@ -16,10 +16,10 @@ from ..core.devices import DeviceSpec
 from ..core.formats import WEIGHT_FORMATS
 from ..core.problem import GatherArgs, Problem
 from ..core.value_rules import one_of, optional
-from .host import check_grid, context_bound, default_block_k, no_launch, portable_plan
+from .design import Design, DesignConfig
 from .jit import INTERPRET, load_k_scale, project_chunk, sequence_bounds
 from .launch import JitLauncher
-from .record import Design, DesignConfig
+from .portable_plan import check_grid, context_bound, default_block_k, no_launch, portable_plan
 
 
 @dataclass(frozen=True)

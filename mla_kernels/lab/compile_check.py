@@ -93,14 +93,14 @@ def compile_launches(variant: str, inputs, prob, config: DesignConfig | None,
     return design, seen
 
 
-def _compile_launch(variant: str, inputs, prob, config: DesignConfig | None,
+def compile_main_kernel(variant: str, inputs, prob, config: DesignConfig | None,
                     device: DeviceSpec, capability: int):
     """(the design, the last kernel its launch compiles: the main one)."""
     design, kernels = compile_launches(variant, inputs, prob, config, device, capability)
     return design, kernels[-1]
 
 
-def _ptxas_report(ptx: str, capability: int) -> dict[str, int]:
+def ptxas_report(ptx: str, capability: int) -> dict[str, int]:
     """Registers and spill bytes from the ptxas that ships with Triton's NVIDIA backend."""
     from triton.backends.nvidia.compiler import get_ptxas
 
@@ -290,7 +290,7 @@ def compile_design(variant: str, shape: str = "kimi-k3-tp8", *, cache_dtype: str
     inp = build_inputs(shape, [300], block_size=block_size, cache_dtype=cache_dtype,
                        weight_format=weight_format, device="cpu")
     prob = problem_for(shape, [300], cache_dtype, weight_format, block_size)
-    design, compiled = _compile_launch(variant, inp, prob, config, device, capability)
+    design, compiled = compile_main_kernel(variant, inp, prob, config, device, capability)
     head = {"variant": variant, "design": design.name, "weight_format": weight_format,
             "cache_dtype": cache_dtype}
     if device.vendor == "amd":
@@ -304,7 +304,7 @@ def compile_design(variant: str, shape: str = "kimi-k3-tp8", *, cache_dtype: str
             "num_warps": int(compiled.metadata.num_warps),
             "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
             "mma_sync": len(re.findall(r"\bmma\.sync", ptx)),
-            **_ptxas_report(ptx, capability)}
+            **ptxas_report(ptx, capability)}
 
 
 def compiled_resources(variants: list[str], device: str = "MI355X", *,

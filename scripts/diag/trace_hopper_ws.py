@@ -25,7 +25,7 @@ from _args import parser, write_rows
 
 import mla_kernels as mk
 from mla_kernels.designs import hopper_ws as hw
-from mla_kernels.designs.record import parse_config
+from mla_kernels.designs.design import parse_config
 from mla_kernels.lab.provenance import provenance
 from mla_kernels.lab.timing import graphed, median_us
 

@@ -13,9 +13,9 @@ from triton.experimental.gluon import language as gl
 from ...core.devices import DeviceSpec
 from ...core.formats import as_uint8
 from ...core.problem import GatherArgs, Problem
-from ..host import no_launch
 from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher
+from ..portable_plan import no_launch
 from .config import MX_SPAN, TILE, WIDEN_MIN_STAGES, HopperWSConfig
 from .kernel import hopper_ws_kernel
 from .schedule import lockstep_granule

@@ -10,7 +10,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
 from .compat import Buffer, Descriptor, bundle, partition_sync, tma_io
-from .conversions import _as_bf16
+from .conversions import ring_as_bf16
 from .schedule import Cache, Items
 
 
@@ -22,7 +22,7 @@ def ring_phase(n, DEPTH: gl.constexpr):
 
 
 @gluon.jit
-def _publish(bar):
+def publish_slot(bar):
     """Hand a slot written by this partition's threads to the MMA warps: each thread's
     stores made visible to the async proxy (wgmma), all threads done, one arrival."""
     fence_async_shared()
@@ -31,9 +31,9 @@ def _publish(bar):
 
 
 @gluon.jit
-def _publish2(bar0, bar1):
-    """``_publish`` for two slots at once (one fence and one barrier)."""
-    _publish(bar0)
+def publish_slots(bar0, bar1):
+    """``publish_slot`` for two slots at once (one fence and one barrier)."""
+    publish_slot(bar0)
     mbarrier.arrive(bar1, count=1)
 
 
@@ -79,17 +79,17 @@ class WeightRing:
     @gluon.jit
     def publish(self, s):
         """Slot ``s``, written by this partition's threads, to the MMA warps."""
-        _publish(self.ready.index(s))
+        publish_slot(self.ready.index(s))
 
     @gluon.jit
     def publish2(self, s0, s1):
         """Slots ``s0`` and ``s1`` to the MMA warps in one hand-over."""
-        _publish2(self.ready.index(s0), self.ready.index(s1))
+        publish_slots(self.ready.index(s0), self.ready.index(s1))
 
     @gluon.jit
     def as_bf16(self):
         """The same ring with its slots viewed as [128 x 64] bf16 chunks."""
-        return WeightRing(_as_bf16(self.slots), self.ready, self.empty, self.info, self.STAGES)
+        return WeightRing(ring_as_bf16(self.slots), self.ready, self.empty, self.info, self.STAGES)
 
 
 @bundle
