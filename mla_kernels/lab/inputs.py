@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, make_dataclass
 
 import torch
 
@@ -27,20 +27,16 @@ from ..core.problem import OUT_DTYPES, GatherArgs
 from ..core.shapes import MLAShape, get_shape
 from ..core.value_rules import Reject, Rule, choice, flag, int_in
 
+# The call's nine arguments as settable fields, named and typed once, by GatherArgs.
+CallArguments = make_dataclass("CallArguments",
+                               [(n, GatherArgs.__annotations__[n]) for n in GatherArgs._fields])
+
 
 @dataclass
-class GatherInputs:
-    """Everything one call of gather_kv_b_proj takes, plus what built it."""
+class GatherInputs(CallArguments):
+    """Everything one call of gather_kv_b_proj takes (the nine arguments, by name), plus
+    what built it."""
 
-    k_buffer: torch.Tensor
-    k_scale: torch.Tensor | None
-    kv_indptr: torch.Tensor
-    kv_indices: torch.Tensor
-    kv_prefix_sum_context_lens: torch.Tensor
-    kv_proj_weight: torch.Tensor
-    kv_proj_scale: torch.Tensor | None
-    k_prefix: torch.Tensor
-    v_prefix: torch.Tensor
     shape: MLAShape
     contexts: tuple[int, ...]
     block_size: int
@@ -54,17 +50,13 @@ class GatherInputs:
 
     def args(self) -> GatherArgs:
         """The arguments of gather_kv_b_proj, in order and by name."""
-        return GatherArgs(self.k_buffer, self.k_scale, self.kv_indptr, self.kv_indices,
-                          self.kv_prefix_sum_context_lens, self.kv_proj_weight,
-                          self.kv_proj_scale, self.k_prefix, self.v_prefix)
+        return GatherArgs(*(getattr(self, n) for n in GatherArgs._fields))
 
     def reference(self, **kw) -> tuple[torch.Tensor, torch.Tensor]:
         from ..core.reference import gather_kv_b_proj_reference
 
-        return gather_kv_b_proj_reference(
-            self.k_buffer, self.k_scale, self.kv_indptr, self.kv_indices,
-            self.kv_prefix_sum_context_lens, self.kv_proj_weight, self.kv_proj_scale,
-            num_heads=self.shape.num_heads, v_head_dim=self.shape.v_head_dim, **kw)
+        return gather_kv_b_proj_reference(self.args(), num_heads=self.shape.num_heads,
+                                          v_head_dim=self.shape.v_head_dim, **kw)
 
     def poison_outputs(self) -> None:
         """Fill the outputs with NaN so an unwritten row shows."""
