@@ -17,17 +17,18 @@ load of cs) took 6.2 us at 4096 tokens against 3.97 for the anchor, measured on 
 (docs/log/2026-11-30-fp8-row-rounds-a-b.md); these kernels say which part of that 2.2 us each
 costs (docs/log/2026-12-01-launch-shape-graph8.md).
 
-Usage on the H200: python3 scripts/diag/launch_shape.py [--out FOLDER]
+Usage on the H200: python3 -m mla_kernels.lab.diagnostics.launch_shape [--out FOLDER]
 (rows to FOLDER/launch_shape.csv; FOLDER defaults to reports/diag/, which git ignores).
-On a machine with no GPU:  python3 scripts/diag/launch_shape.py --check  (compiles each for
+On a machine with no GPU:  python3 -m mla_kernels.lab.diagnostics.launch_shape --check  (compiles each for
 sm_90 and prints its shared memory and warps; nothing is timed or written)
 """
 from pathlib import Path
 
 import torch
-from _args import check_or_measure, write_rows
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+
+from .command_line import check_or_measure, write_rows
 
 CHUNK = gl.constexpr(1024)  # int32 words stored into each buffer, which keeps it
 
@@ -100,9 +101,9 @@ def check() -> None:
 def main(out: Path) -> None:
     import pandas as pd
 
-    from mla_kernels.lab import host_cost
-    from mla_kernels.lab.provenance import provenance
-    from mla_kernels.lab.timing import graphed, median_us
+    from .. import host_cost
+    from ..provenance import provenance
+    from ..timing import graphed, median_us
 
     cs = torch.tensor([0, 4096], dtype=torch.int32, device="cuda")
     sink = torch.zeros(1, dtype=torch.int32, device="cuda")

@@ -8,8 +8,8 @@ must before its epilogue. Its FLOPs over its time is the rate a design of this t
 could reach with every other cost hidden: a matrix floor that cuBLAS's rate (measured at
 another shape, with its own launch amortised) is not.
 
-    python -m mla_kernels.lab.mma_rate OUT.csv     # on an sm_90 GPU
-    python -m mla_kernels.lab.mma_rate --check     # compile for sm_90 on a machine with none
+    python -m mla_kernels.lab.diagnostics.mma_rate OUT.csv     # on an sm_90 GPU
+    python -m mla_kernels.lab.diagnostics.mma_rate --check     # compile for sm_90 on a machine with none
 """
 
 from __future__ import annotations
@@ -136,7 +136,7 @@ def measure(items: int = 2000) -> list[dict]:
     """One row per case: its median time (``triton.testing.do_bench``), rate and SM clock."""
     import triton
 
-    from .provenance import provenance
+    from ..provenance import provenance
 
     programs = torch.cuda.get_device_properties(0).multi_processor_count
     prov, rows = provenance(), []
@@ -176,7 +176,7 @@ def check() -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m mla_kernels.lab.mma_rate",
+    ap = argparse.ArgumentParser(prog="python -m mla_kernels.lab.diagnostics.mma_rate",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("out", nargs="?", help="CSV of the rows (measure)")
     ap.add_argument("--check", action="store_true", help="compile for sm_90 with no GPU")

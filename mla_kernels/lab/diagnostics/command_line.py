@@ -1,7 +1,7 @@
 """What the diagnostics' command lines share: where their rows go.
 
-Imported by the scripts beside it (run as ``python3 scripts/diag/<script>.py``, which puts
-this folder first on ``sys.path``).
+Imported by the diagnostics beside it, each run as
+``python3 -m mla_kernels.lab.diagnostics.<name>``.
 """
 from __future__ import annotations
 

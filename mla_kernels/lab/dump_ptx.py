@@ -2,7 +2,7 @@
 debug line info stripped, one file per (design, config, weight format, cache, page size):
 the before/after check of a change that should not alter what a kernel compiles to.
 
-    python scripts/dump_ptx.py FOLDER           # then: diff -r BEFORE_FOLDER AFTER_FOLDER
+    python -m mla_kernels.lab.dump_ptx FOLDER           # then: diff -r BEFORE_FOLDER AFTER_FOLDER
 
 Every kernel a launch compiles is kept (the weight widening ahead of ``hopper_ws`` over a
 bf16 cache included). Run with TRITON_INTERPRET unset or 0.
@@ -47,9 +47,9 @@ def strip_debug(ptx: str) -> str:
 
 def kernels_of(variant: str, weight_format: str, cache: str, page: int, config: dict | None):
     """(name, ptx) of each kernel the launch compiles, in launch order."""
-    from mla_kernels.lab.compile_check import HOPPER, compile_launches
-    from mla_kernels.lab.inputs import build_inputs
-    from mla_kernels.lab.occupancy import problem_for
+    from .compile_check import HOPPER, compile_launches
+    from .inputs import build_inputs
+    from .occupancy import problem_for
 
     inp = build_inputs("kimi-k3-tp8", [300], block_size=page, cache_dtype=cache,
                        weight_format=weight_format, device="cpu")
@@ -65,10 +65,10 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") == "1":
         ap.error("run with TRITON_INTERPRET unset or 0")
-    from mla_kernels.core.formats import WEIGHT_FORMATS
-    from mla_kernels.designs import DESIGNS
-    from mla_kernels.lab.compile_check import HOPPER
-    from mla_kernels.lab.occupancy import problem_for
+    from ..core.formats import WEIGHT_FORMATS
+    from ..designs import DESIGNS
+    from .compile_check import HOPPER
+    from .occupancy import problem_for
 
     a.out.mkdir(parents=True, exist_ok=True)
     n = 0

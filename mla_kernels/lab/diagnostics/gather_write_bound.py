@@ -18,9 +18,9 @@ call, checked against the reference), each as a plain call and replayed from a C
 L2 flushed. Kimi-K3 TP8, fp8 cache, page 1. (The first run, at 5660a94, searched the
 gather kernel's grids only, and filled a uint8 buffer.)
 
-Usage on the H200: python3 scripts/diag/gather_write_bound.py [--out FOLDER]
+Usage on the H200: python3 -m mla_kernels.lab.diagnostics.gather_write_bound [--out FOLDER]
 [tokens ...] (rows to FOLDER/gather_write_bound.csv; FOLDER defaults to reports/diag/, which
-git ignores). Off the GPU: TRITON_INTERPRET=1 python scripts/diag/gather_write_bound.py
+git ignores). Off the GPU: TRITON_INTERPRET=1 python3 -m mla_kernels.lab.diagnostics.gather_write_bound
 --check (small problems, every config shape, on the CPU; nothing is written).
 """
 from __future__ import annotations
@@ -32,18 +32,18 @@ from pathlib import Path
 import torch
 import triton
 import triton.language as tl
-from _args import check_or_measure, write_rows
 
-from mla_kernels.core.reference import token_rows
-from mla_kernels.designs.jit import (
+from ...core.reference import token_rows
+from ...designs.jit import (
     cast_out,
     find_sequence,
     gather_row_offsets,
     load_rope,
     search_steps,
 )
-from mla_kernels.lab.inputs import GatherInputs, build_inputs
-from mla_kernels.lab.roofline import output_bytes
+from ..inputs import GatherInputs, build_inputs
+from ..roofline import output_bytes
+from .command_line import check_or_measure, write_rows
 
 
 @triton.jit
@@ -193,11 +193,11 @@ def search(inp: GatherInputs, gather: bool, add) -> tuple[str, tuple]:
 def measure(out: Path, tokens: list[int]) -> None:
     import pandas as pd
 
-    from mla_kernels.api import gather_kv_b_proj
-    from mla_kernels.lab import host_cost
-    from mla_kernels.lab.checks import check_outputs, expected
-    from mla_kernels.lab.provenance import provenance
-    from mla_kernels.lab.timing import graphed, median_us
+    from ...api import gather_kv_b_proj
+    from .. import host_cost
+    from ..checks import check_outputs, expected
+    from ..provenance import provenance
+    from ..timing import graphed, median_us
 
     prov, rows = provenance(), []
 
