@@ -110,6 +110,9 @@ def test_every_module_is_in_a_layer():
     assert folders == set(LAYERS) - {"call", "face"}
     assert {p.name for p in (ROOT / "mla_kernels").glob("*.py")} == {
         "__init__.py", *(m.split(".")[1] + ".py" for m in CALL)}
+    # The tests follow the layers: one folder each, the checks of the whole house at the top.
+    tests = {p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert tests == set(LAYERS) - {"face"}
 
 
 def test_layers_import_only_downward():

@@ -20,7 +20,7 @@ weights widened to a bf16 copy first: fastest at every length). fp8 per row over
 cache from 16384 rows: hopper_ws with two MMA groups, a 6-deep ring and the latent in
 registers, from the rounds in data/exploration/h200/issue13/2026-12-01/ (timed at 4096,
 32000, 109440 tokens, 64 x 4096 and DeepSeek-V3 TP1; nothing between 4096 and 32000) and
-checked by the run data/h200/2026-12-01-4db5f2888635/, where auto runs it. tests/test_tuning.py
+checked by the run data/h200/2026-12-01-4db5f2888635/, where auto runs it. tests/designs/test_tuning.py
 asserts that at every point of the latest committed run (now that one) and of the MXFP4
 runs, what this table picks is within 5% of the best design timed there.
 """

@@ -23,8 +23,8 @@ from mla_kernels.lab import occupancy as occ  # noqa: E402
 from mla_kernels.review import analysis, plotting
 
 FIXTURE = Path(__file__).parent / "fixtures" / "measurements_sample.csv"
-REFERENCE = Path(__file__).parents[1] / "data" / "reference" / "seed_mi355x.csv"
-MERGED = Path(__file__).parents[1] / "data" / "reference" / "seed_mi355x_merged.csv"
+REFERENCE = Path(__file__).parents[2] / "data" / "reference" / "seed_mi355x.csv"
+MERGED = Path(__file__).parents[2] / "data" / "reference" / "seed_mi355x_merged.csv"
 
 
 @pytest.fixture

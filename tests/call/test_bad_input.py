@@ -112,7 +112,7 @@ def test_debug_checks_block_ids_on_the_host_under_the_interpreter(device, seed):
     # The interpreter runs no device asserts: debug's promise (a block id out of range
     # stops the call) is kept by a host check there, with validation off.
     if device != "cpu":
-        pytest.skip("on a GPU debug mode compiles device asserts (tests/test_gpu_large.py)")
+        pytest.skip("on a GPU debug mode compiles device asserts (tests/call/test_gpu_large.py)")
     inp = fresh(device, seed)
     inp.kv_indices[1] = 10**6
     for variant in ("tiled", "chunked"):

@@ -11,7 +11,7 @@ import pytest
 
 from mla_kernels.lab import provenance as prov
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 GIT = shutil.which("git")
 needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
 

@@ -14,7 +14,7 @@ from mla_kernels.lab.measurements import parse_contexts
 from mla_kernels.lab.occupancy import problem_for
 from mla_kernels.review import analysis
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 POINT = ["model", "weight_format", "cache_dtype", "block_size", "contexts", "weight_draw"]
 
 

@@ -19,7 +19,7 @@ from mla_kernels.core import devices
 from mla_kernels.lab import compile_check, occupancy
 from mla_kernels.review import analysis, params, report
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))
 FIXTURE = Path(__file__).parent / "fixtures" / "measurements_sample.csv"
 # Knobs every notebook takes (issue 3); each notebook adds its own.
@@ -284,7 +284,7 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, capsys):
 
 def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
     # The GPU path, checked here so a slip in it does not cost a device run: the kernel
-    # gets a stand-in GPU and harness (tests/fixtures/fake_gpu/sitecustomize.py).
+    # gets a stand-in GPU and harness (tests/review/fixtures/fake_gpu/sitecustomize.py).
     # Prepended: a PYTHONPATH naming the tree under test (a second checkout) stays.
     fake = str(Path(__file__).parent / "fixtures" / "fake_gpu")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [fake, os.environ.get("PYTHONPATH")])))

@@ -28,14 +28,14 @@ from mla_kernels.lab import bench
 from mla_kernels.lab import occupancy as occ
 from mla_kernels.lab.checks import check_outputs
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 FIXTURES = Path(__file__).parent / "fixtures"
 SMALL = MLAShape("test-2h", num_heads=2)
 
 
 @pytest.fixture
 def grid_stride():
-    """The throwaway design of tests/fixtures/grid_stride_design.py, registered for a test."""
+    """The throwaway design of tests/designs/fixtures/grid_stride_design.py, registered for a test."""
     sys.path.insert(0, str(FIXTURES))
     try:
         mod = importlib.import_module("grid_stride_design")
