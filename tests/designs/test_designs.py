@@ -73,6 +73,7 @@ def test_a_throwaway_design_is_served_with_no_other_edit(grid_stride, device, se
     assert check_outputs(inp)["correct"]
 
 
+@pytest.mark.slow
 def test_compile_check_serves_a_throwaway_design():
     pytest.importorskip("triton.backends.nvidia.compiler")
     code = ("import grid_stride_design; from mla_kernels.lab.compile_check import main; "

@@ -35,7 +35,10 @@ def run_and_check(inp, variant, **kw):
 
 @pytest.mark.parametrize("cache", CACHES)
 @pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
-@pytest.mark.parametrize("variant", ALL_VARIANTS)
+# The serial design under the interpreter takes seconds a case; chunked runs its jit body
+# (bit-identical, test_serial_chunked_bit_identical) in the fast tier.
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow) if v == "serial" else v
+                                     for v in ALL_VARIANTS])
 def test_matches_reference(variant, fmt, cache, device, seed):
     # Ragged: a length-0 sequence, lengths not a multiple of the chunk or the block.
     inp = mk.build_inputs(SMALL, [37, 0, 70], block_size=16, cache_dtype=cache,
@@ -94,6 +97,7 @@ def test_other_output_dtypes(out_dtype, device, seed):
 
 # 60 examples under the interpreter (about a minute); on a GPU each new shape compiles, so a
 # device run may ask for fewer (MLA_PROPERTY_EXAMPLES).
+@pytest.mark.slow
 @settings(max_examples=int(os.environ.get("MLA_PROPERTY_EXAMPLES", 60)), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(

@@ -15,6 +15,9 @@ import triton
 from mla_kernels.designs.chunk_loop import RESIDENT_WEIGHT_BYTES
 from mla_kernels.lab.compile_check import HOPPER_SMEM
 
+# Every test here compiles for sm_90 (most in a child process): the slow tier.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def reports():

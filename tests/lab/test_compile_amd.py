@@ -49,6 +49,7 @@ def reports():
     return {r["variant"]: r for r in _rows(out)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", PORTABLE)
 def test_compiles_for_gfx950(reports, variant):
     r = reports[variant]
@@ -62,6 +63,7 @@ def test_compiles_for_gfx950(reports, variant):
     assert isinstance(r["lds_bytes"], int) and r["lds_bytes"] > 0
 
 
+@pytest.mark.slow
 def test_tiled_dot_is_mfma(reports):
     # gfx950 has a native fp8 MFMA (v_mfma_*_f8f6f4): the fp8 dot is not upcast.
     r = reports["tiled"]
@@ -69,6 +71,7 @@ def test_tiled_dot_is_mfma(reports):
     assert any("f8" in k for k in r["mfma_kinds"]), r["mfma_kinds"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", [
     pytest.param("serial", marks=pytest.mark.xfail(strict=True, reason=(
         "found by this check: triton 3.9's AMD stream pipeliner (num_stages=2 by default) "
@@ -82,6 +85,7 @@ def test_lds_fits_an_mi355x_cu(reports, variant):
     assert r["resident"]["lds_fits"] and r["resident"]["programs_per_cu"] >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("variant", PORTABLE)
 def test_resident_programs_agree_with_the_compiler(reports, variant):
     r = reports[variant]
@@ -106,6 +110,7 @@ def test_sm90_only_designs_are_refused_for_the_mi355x(variant):
         resolve(variant, prob, MI355X)
 
 
+@pytest.mark.slow
 def test_cli_reports_refusals(reports):
     out = _run_cli("--variant", "hopper_ws", "tiled_tma")
     assert out.returncode == 1

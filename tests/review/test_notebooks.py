@@ -125,6 +125,7 @@ def cpu_report(tmp_path_factory):
     return out_dir, results
 
 
+@pytest.mark.slow
 def test_cpu_batch_executes_every_notebook(cpu_report):
     out_dir, results = cpu_report
     assert [r.notebook for r in results] == [p.name for p in NOTEBOOKS]
@@ -138,6 +139,7 @@ def test_cpu_batch_executes_every_notebook(cpu_report):
     assert summary["config"] == "cpu" and len(summary["notebooks"]) == len(NOTEBOOKS)
 
 
+@pytest.mark.slow
 def test_cpu_batch_wrote_figures_and_csvs(cpu_report):
     out_dir, _ = cpu_report
     have_data = committed_h200_rows()
@@ -155,6 +157,7 @@ def test_cpu_batch_wrote_figures_and_csvs(cpu_report):
         assert not [p for p in (out_dir / sub).iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow
 def test_cpu_batch_checked_the_kernels_and_modelled_both_devices(cpu_report, device):
     out_dir, _ = cpu_report
     checks = pd.read_csv(out_dir / "data" / "correctness.csv")
@@ -172,6 +175,7 @@ def test_cpu_batch_checked_the_kernels_and_modelled_both_devices(cpu_report, dev
     assert serial["busy_share"].round(3).eq(0.047).all()
 
 
+@pytest.mark.slow
 def test_cpu_batch_models_the_mi355x_from_its_compiler(cpu_report):
     # The MI355X rows of the occupancy model hold the programs per CU that triton's AMD
     # compiler's registers and LDS allow, not the fallback of one program per compute unit.
@@ -193,6 +197,7 @@ def test_cpu_batch_models_the_mi355x_from_its_compiler(cpu_report):
     assert (mi["resident_per_cu"] > 1).any()
 
 
+@pytest.mark.slow
 def test_papermill_injected_the_configuration(cpu_report):
     out_dir, _ = cpu_report
     cfg = report.load_config("cpu")
@@ -223,6 +228,7 @@ def fixture_report(tmp_path_factory):
     return report.run_report("cpu", out=out, overrides=overrides, cell_progress=False)
 
 
+@pytest.mark.slow
 def test_replot_renders_every_figure_from_the_fixture(fixture_report):
     out_dir, results = fixture_report
     assert all(r.ok for r in results), [r.error for r in results]
@@ -259,6 +265,7 @@ def _tiny_notebook(path: Path, body: str) -> None:
     nbformat.write(nb, str(path))
 
 
+@pytest.mark.slow
 def test_a_failing_notebook_does_not_stop_the_others(tmp_path, capsys):
     nbs = tmp_path / "nbs"
     nbs.mkdir()
@@ -282,6 +289,7 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, capsys):
     assert "out/notebooks/02_broken.ipynb" in names and "out/summary.json" in names
 
 
+@pytest.mark.slow
 def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
     # The GPU path, checked here so a slip in it does not cost a device run: the kernel
     # gets a stand-in GPU and harness (tests/review/fixtures/fake_gpu/sitecustomize.py).
@@ -343,6 +351,7 @@ def test_a_copied_configuration_is_named_by_its_file(tmp_path):
     assert report.load_config(str(cfg))["name"] == "my-run"
 
 
+@pytest.mark.slow
 def test_earlier_results_stay_until_new_ones_are_written(tmp_path):
     nbs = tmp_path / "nbs"
     nbs.mkdir()
@@ -364,6 +373,7 @@ def test_earlier_results_stay_until_new_ones_are_written(tmp_path):
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # nothing set aside left
 
 
+@pytest.mark.slow
 def test_html_is_self_contained(cpu_report):
     out_dir, _ = cpu_report
     import re
@@ -378,6 +388,7 @@ def test_html_is_self_contained(cpu_report):
 
 
 # ------------------------------------------------------------------ papermill from anywhere
+@pytest.mark.slow
 def test_papermill_from_another_folder_finds_the_data(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # not the repository, not notebooks/
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -417,6 +428,7 @@ def test_list_parameters_take_what_papermill_passes():
     assert got["design_graphs"] is True and got["data_dir"] == str(ROOT / "data" / "h200")
 
 
+@pytest.mark.slow
 def test_a_notebook_rejects_a_bad_parameter_at_its_start(tmp_path):
     with pytest.raises(pm.PapermillExecutionError, match="contexts: expected"):
         pm.execute_notebook(str(ROOT / "notebooks" / "01_occupancy.ipynb"),
@@ -621,6 +633,7 @@ def test_every_checked_name_is_a_parameter_of_some_notebook():
     assert set(params.SPECS) <= declared, set(params.SPECS) - declared
 
 
+@pytest.mark.slow
 def test_papermill_stops_on_a_name_the_notebook_does_not_declare(tmp_path):
     # In a real kernel: the typo of `contexts`, ignored before, ends the run named.
     with pytest.raises(pm.PapermillExecutionError,
@@ -663,7 +676,7 @@ def test_missing_data_names_what_is_missing_and_what_is_there(where, words, tmp_
     assert str(tmp_path) in msg  # where it looked
 
 
-def test_present_keeps_the_asked_rows(tmp_path):
+def test_require_rows_keeps_the_asked_rows(tmp_path):
     rows = analysis.require_rows(_fixture_rows(tmp_path), data_dir=tmp_path, batch="single",
                             require={"contexts": ("ctx", [4096, 32000])}, **WHERE)
     assert sorted(set(rows["ctx"])) == [4096, 32000]
@@ -684,6 +697,7 @@ def test_no_data_names_data_dir(tmp_path):
                          require={"contexts": ("ctx", [1024])}, **WHERE)
 
 
+@pytest.mark.slow
 def test_papermill_stops_on_a_context_the_data_lacks(tmp_path):
     # The roofline run holds 4096, 32000, 65536 and 109440: 1024 was dropped silently.
     with pytest.raises(pm.PapermillExecutionError,
@@ -722,6 +736,7 @@ def test_run_over_run_without_an_earlier_run_is_empty(tmp_path):
     assert ror["new_over_previous"].round(9).eq(2.0).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("deaths", [1, 2])
 def test_a_kernel_that_dies_before_answering_is_started_once_more(deaths, tmp_path, monkeypatch):
     calls = []
