@@ -18,6 +18,9 @@ FILES = ("README.md", "Makefile", "pyproject.toml", "environment.yml")
 SUFFIXES = {".py", ".sh", ".md", ".ipynb", ".yaml", ".yml", ".toml", ".patch", ""}
 RUN = re.compile(r"-m\s+(mla_kernels(?:\.\w+)*)")
 QUOTED = re.compile(r"[\"'](mla_kernels(?:\.\w+)+)[\"']")
+# ``from mla_kernels.x import y, z`` on one line: in code, in code held in strings (a child
+# process's ``-c``), in notebooks and docs.
+FROM = re.compile(r"from (mla_kernels(?:\.\w+)*) import ((?:\w+(?: as \w+)?(?:, )?)+)")
 
 
 def text_files() -> list[Path]:
@@ -70,6 +73,16 @@ def test_every_quoted_module_path_exists():
     assert missing == {}
 
 
+def test_every_name_imported_from_the_package_exists():
+    missing = {}
+    for p in text_files():
+        for m in FROM.finditer(p.read_text(encoding="utf-8", errors="replace")):
+            for name in (n.split(" as ")[0].strip() for n in m.group(2).split(",")):
+                if name and not is_module_or_attribute(f"{m.group(1)}.{name}"):
+                    missing.setdefault(f"{m.group(1)}.{name}", []).append(str(p.relative_to(ROOT)))
+    assert missing == {}
+
+
 def test_the_readers_bite():
     assert RUN.findall("python3 -m mla_kernels.compile_check --device MI355X") == [
         "mla_kernels.compile_check"]
@@ -77,3 +90,6 @@ def test_the_readers_bite():
     assert QUOTED.findall('[sys.executable, "-m", "mla_kernels.report"]') == ["mla_kernels.report"]
     assert not is_module_or_attribute("mla_kernels.report")
     assert is_module_or_attribute("mla_kernels.__version__")
+    assert FROM.findall("    from mla_kernels.lab import mma_rate, bench as b\\n") == [
+        ("mla_kernels.lab", "mma_rate, bench as b")]
+    assert not is_module_or_attribute("mla_kernels.lab.mma_rate")

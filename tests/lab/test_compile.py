@@ -235,7 +235,7 @@ def test_the_mma_rate_kernel_compiles_to_its_wgmma_chains_for_sm90():
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import json
-        from mla_kernels.lab import mma_rate
+        from mla_kernels.lab.diagnostics import mma_rate
         print(json.dumps(mma_rate.check()))
         """)], capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
