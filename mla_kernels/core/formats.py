@@ -45,7 +45,7 @@ def as_uint8(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype in _UINT8_VIEWS else t
 
 
-def _fp8_round(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def fp8_round(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     fmax = FP8_MAX[dtype]
     return x.clamp(-fmax, fmax).to(dtype)
 
@@ -62,12 +62,12 @@ def quantize_fp8_per_row(w: torch.Tensor, dtype: torch.dtype = torch.float8_e4m3
     """Quantize [N, K] to fp8 codes with one float32 scale per row: returns (codes, scale[N])."""
     w = w.float()
     scale = _scale_from_amax(w.abs().amax(dim=1), FP8_MAX[dtype])
-    codes = _fp8_round(w.double() / scale.double()[:, None], dtype)
+    codes = fp8_round(w.double() / scale.double()[:, None], dtype)
     return codes, scale
 
 
 # ---------------------------------------------------------------- fp8 per 128x128 block
-def _expand_blocks(scale: torch.Tensor, n: int, k: int, block: int = FP8_BLOCK) -> torch.Tensor:
+def expand_blocks(scale: torch.Tensor, n: int, k: int, block: int = FP8_BLOCK) -> torch.Tensor:
     return scale.repeat_interleave(block, 0)[:n].repeat_interleave(block, 1)[:, :k]
 
 
@@ -81,7 +81,7 @@ def quantize_fp8_per_block(w: torch.Tensor, dtype: torch.dtype = torch.float8_e4
     padded[:n, :k] = w.abs()
     amax = padded.view(nb, FP8_BLOCK, kb, FP8_BLOCK).amax(dim=(1, 3))
     scale = _scale_from_amax(amax, FP8_MAX[dtype])
-    codes = _fp8_round(w.double() / _expand_blocks(scale, n, k).double(), dtype)
+    codes = fp8_round(w.double() / expand_blocks(scale, n, k).double(), dtype)
     return codes, scale
 
 
@@ -157,7 +157,7 @@ def expand_scale(scale: torch.Tensor, n: int, k: int) -> torch.Tensor:
     scale = scale.float()
     if scale.numel() == n and (scale.dim() == 1 or scale.shape[1] == 1):
         return scale.reshape(n, 1).expand(n, k)
-    return _expand_blocks(scale, n, k)
+    return expand_blocks(scale, n, k)
 
 
 def dequantize_weight(weight: torch.Tensor, scale: torch.Tensor | None, weight_format: str

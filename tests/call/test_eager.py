@@ -186,7 +186,7 @@ def test_direct_launch_calls_the_entry_as_the_wrapper_does_and_encodes_once():
     run.launch.__closure__[[c for c in run.launch.__code__.co_freevars].index("launcher")] \
         .cell_contents = lambda *a: seen.append(a)
     compiled = _Compiled(run)
-    direct = launch._Direct.of(compiled, (5, 2, 1), n_args=6, tail=("T",))
+    direct = launch.DirectLaunch.of(compiled, (5, 2, 1), n_args=6, tail=("T",))
     assert direct is not None
     d2, d4 = object(), object()
     args = [10, 11, d2, 13, d4, 15]
@@ -211,22 +211,22 @@ def test_direct_launch_without_descriptors_and_its_refusals():
             seen.append(a)
     raw = Entry()
     run = mod.Launcher(raw, set(), [])
-    direct = launch._Direct.of(_Compiled(run), (3, 1, 1), n_args=2, tail=())
+    direct = launch.DirectLaunch.of(_Compiled(run), (3, 1, 1), n_args=2, tail=())
     direct([1, 2], 5)
     assert seen == [(3, 1, 1, 5, "fn", False, True, None, None, ("packed",), None, None, None,
                      1, 2)]
     # Another layout, scratch buffers, a descriptor past the positional arguments: refused.
-    assert launch._Direct.of(_Compiled(_launcher_module("fake_drv_other", 16).Launcher(
+    assert launch.DirectLaunch.of(_Compiled(_launcher_module("fake_drv_other", 16).Launcher(
         raw, set(), [])), (1, 1, 1), 2, ()) is None
     scratch = mod.Launcher(raw, set(), [])
     scratch.global_scratch_size = 64
-    assert launch._Direct.of(_Compiled(scratch), (1, 1, 1), 2, ()) is None
-    assert launch._Direct.of(_Compiled(mod.Launcher(raw, {3}, ["m"])), (1, 1, 1), 2, ()) is None
+    assert launch.DirectLaunch.of(_Compiled(scratch), (1, 1, 1), 2, ()) is None
+    assert launch.DirectLaunch.of(_Compiled(mod.Launcher(raw, {3}, ["m"])), (1, 1, 1), 2, ()) is None
     annotated = mod.Launcher(raw, set(), [])
     annotated.arg_annotations = ()
-    assert launch._Direct.of(_Compiled(annotated), (1, 1, 1), 2, ()) is None
+    assert launch.DirectLaunch.of(_Compiled(annotated), (1, 1, 1), 2, ()) is None
     # A Python function in the entry's place is a wrapper it does not know: refused.
-    assert launch._Direct.of(_Compiled(mod.Launcher(lambda *a: None, set(), [])), (1, 1, 1), 2,
+    assert launch.DirectLaunch.of(_Compiled(mod.Launcher(lambda *a: None, set(), [])), (1, 1, 1), 2,
                            ()) is None
 
 
@@ -254,7 +254,7 @@ def test_cached_launch_over_many_outputs_matches_triton_s_path(variant, fmt, cac
             assert check_outputs(inp)["correct"], (rnd, i)
             if rnd == 0:
                 first.append((k[:t].clone(), v[:t].clone()))
-                (plan,) = api._PLANS.values()
+                (plan,) = api.PLANS.values()
                 launcher = getattr(plan.launch, "main", plan.launch)
                 # Later calls must not go through Triton's binder again.
                 launcher._slow = None
@@ -289,16 +289,16 @@ def test_cached_launch_over_many_outputs_matches_triton_s_path(variant, fmt, cac
 def test_launch_hooks_count_only_when_one_is_set(monkeypatch):
     # Triton keeps an empty chain of launch hooks when none is set: the cached launch stays
     # on; a profiler's hook (or one assigned) sends launches through Triton's own path.
-    assert not launch._hooks_set()
-    chain = launch._KNOBS.runtime.launch_enter_hook
+    assert not launch.hooks_set()
+    chain = launch.TRITON_KNOBS.runtime.launch_enter_hook
     if hasattr(chain, "add"):
         def hook(*a):
             return None
         chain.add(hook)
         try:
-            assert launch._hooks_set()
+            assert launch.hooks_set()
         finally:
             chain.remove(hook)
-        assert not launch._hooks_set()
-    monkeypatch.setattr(launch._KNOBS.runtime, "launch_exit_hook", lambda *a: None)
-    assert launch._hooks_set()
+        assert not launch.hooks_set()
+    monkeypatch.setattr(launch.TRITON_KNOBS.runtime, "launch_exit_hook", lambda *a: None)
+    assert launch.hooks_set()
