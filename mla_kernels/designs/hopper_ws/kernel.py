@@ -80,7 +80,7 @@ def hopper_ws_kernel(
         mbarrier.init(w_ready.index(s), count=1)
         mbarrier.init(w_empty.index(s), count=MMA_GROUPS)  # freed by each MMA group
     for kb in gl.static_range(NK + 1):
-        if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (_publish)
+        if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (publish_slot)
             mbarrier.init(lat_ready.index(kb), count=1)
         else:  # each gather thread's arrival, when its own cp.async copies have landed
             mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)

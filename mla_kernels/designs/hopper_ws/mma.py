@@ -268,7 +268,7 @@ def _mx_item_product(ring, lat, item, grp, acc, c, start, NK: gl.constexpr,
     """An MXFP4 item of the run from ``start``: its route read from its ``info`` entry, its
     K loop as fp8 x fp8 (e4m3 chunks) or bf16 x bf16 (bf16 chunks, the latent widened in
     registers), and its output x each column's 2^F x k_scale. Returns (acc, out, c)."""
-    # The item's first chunk is published with its info entry (_mx_widener).
+    # The item's first chunk is published with its info entry (mx_widener).
     ring.wait_full(c)
     entry = ring.info.index((item.it - start) % (ring.STAGES + 1))
     if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
