@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(subst /,_,$(subst =,_,$(subst >,_,$(subst <,_,$(TORCH)))))
 CONFIG ?=
 
-.PHONY: test report lint venv clean device-wheels lab ab-tree
+.PHONY: test test-fast report lint venv clean device-wheels lab ab-tree
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,12 @@ test: $(STAMP)
 	$(BIN)/python -m ruff check mla_kernels tests scripts
 	$(BIN)/python -m pytest -q
 
+# The work loop's tier: every test but those marked slow (the papermill batch, compiles in
+# child processes, long interpreter runs); a few minutes on two cores. CI runs `make test`.
+test-fast: $(STAMP)
+	$(BIN)/python -m ruff check mla_kernels tests scripts
+	$(BIN)/python -m pytest -q -m "not slow"
+
 report: $(STAMP)
 	$(BIN)/python -m mla_kernels.review.report $(if $(CONFIG),--config $(CONFIG))
 
@@ -34,8 +40,12 @@ lint: $(STAMP)
 # is registered: the notebooks name "python3", and a server started from the venv offers the
 # venv's own python3 kernel (found in the venv before the user's folder, run with the venv's
 # interpreter). As root (a container) JupyterLab needs --allow-root.
-lab: $(STAMP)
+LAB_STAMP := $(VENV)/.installed-lab
+$(LAB_STAMP): $(STAMP)
 	$(BIN)/python -m pip install -q -e ".[lab]"
+	touch $(LAB_STAMP)
+
+lab: $(LAB_STAMP)
 	$(BIN)/python -m jupyter lab $(if $(filter 0,$(shell id -u)),--allow-root) notebooks/
 
 clean:

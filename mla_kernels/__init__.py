@@ -1,11 +1,10 @@
 """mla_kernels: the cached-prefix gather_kv_b_proj of multi-head latent attention."""
 
-from . import _moved
 from .api import gather_kv_b_proj
+from .core.problem import GatherArgs, validate_inputs
+from .core.shapes import SHAPES, MLAShape, get_shape
 from .designs import DESIGNS, variant_names
-from .inputs import GatherInputs, build_inputs
-from .problem import GatherArgs, validate_inputs
-from .shapes import SHAPES, MLAShape, get_shape
+from .lab.inputs import GatherInputs, build_inputs
 
 __all__ = [
     "DESIGNS",
@@ -20,5 +19,3 @@ __all__ = [
     "variant_names",
 ]
 __version__ = "0.3.0"
-
-_moved.install()

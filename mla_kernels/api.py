@@ -15,10 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-from .designs import DesignConfig, resolve
-from .designs.launch import DEBUG
-from .devices import INTERPRETER, DeviceSpec, device_spec
-from .problem import (
+from .core.devices import INTERPRETER, DeviceSpec, device_spec
+from .core.problem import (
     GatherArgs,
     Problem,
     aliasing_pairs,
@@ -29,11 +27,13 @@ from .problem import (
     interpreting,
     validate_inputs,
 )
-from .rules import flag
+from .core.value_rules import flag
+from .designs import DesignConfig, resolve
+from .designs.launch import DEBUG
 
 _INTERPRETING = interpreting()  # fixed per process, as Triton's own switch
 _FLAG = flag()
-_PLANS: dict[tuple, _Plan] = {}
+PLANS: dict[tuple, _Plan] = {}
 _PLAN_LIMIT = 512  # signatures kept; past it the cache starts afresh
 _LOCK = threading.Lock()
 
@@ -168,7 +168,7 @@ def gather_kv_b_proj(
                None if kv_proj_scale is None else (kv_proj_scale.dtype, kv_proj_scale.shape,
                                                    kv_proj_scale.stride(),
                                                    kv_proj_scale.device))
-        plan = _PLANS.get(key)
+        plan = PLANS.get(key)
     except (AttributeError, TypeError, RuntimeError):  # not tensors (or no storage), or an
         key = plan = None  # unhashable variant / config: the checked path says which argument
     if plan is None:
@@ -176,9 +176,9 @@ def gather_kv_b_proj(
         if key is not None and not (torch.cuda.is_available()
                                     and torch.cuda.is_current_stream_capturing()):
             with _LOCK:  # no cache fill while a graph is captured; warm up outside it
-                if len(_PLANS) >= _PLAN_LIMIT:
-                    _PLANS.clear()
-                _PLANS[key] = plan
+                if len(PLANS) >= _PLAN_LIMIT:
+                    PLANS.clear()
+                PLANS[key] = plan
         ptrs = _addresses(tuple(t.data_ptr() if isinstance(t, torch.Tensor) else 0
                                 for t in args))
         aligned = not any(p & 15 for p in ptrs)
@@ -198,4 +198,4 @@ def resolved(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_len
 def clear_plans() -> None:
     """Forget every cached plan (tests; after redefining a design)."""
     with _LOCK:
-        _PLANS.clear()
+        PLANS.clear()

@@ -16,8 +16,8 @@ import torch
 
 from .api import gather_kv_b_proj as _gather
 from .api import target_device
+from .core.problem import GatherArgs, check_aliasing_traced, check_arguments, check_hint
 from .designs import resolve
-from .problem import GatherArgs, check_aliasing_traced, check_arguments, check_hint
 
 
 @torch.library.custom_op("mla_kernels::gather_kv_b_proj", mutates_args=("k_prefix", "v_prefix"))

@@ -121,9 +121,7 @@ for step in $(expand $steps); do
     tests)      timeout "$lim" python3 -m pytest -q -p no:cacheprovider -m smoke tests \
                   ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$out/pytest_gpu.log" | tail -12 ;;
     tests-all)  timeout "$lim" python3 -m pytest -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} \
-                  tests/test_kernels.py tests/test_gpu_large.py tests/test_validation.py \
-                  tests/test_eager.py tests/test_hopper_ws.py tests/test_designs.py \
-                  tests/test_checks.py 2>&1 | tee "$out/pytest_gpu_all.log" | tail -12 ;;
+                  tests/designs tests/call tests/core/test_validation.py tests/lab/test_checks.py 2>&1 | tee "$out/pytest_gpu_all.log" | tail -12 ;;
     ab)         timeout "$lim" python3 scripts/ab_timing.py "$out/ab_timing.csv" \
                   --tree "$AB_OLD" --tree "$sha=." 2>&1 | tail -40 ;;
   esac

@@ -19,7 +19,7 @@ import time
 from dataclasses import replace
 
 from mla_kernels.designs import DESIGNS
-from mla_kernels.designs.record import parse_config
+from mla_kernels.designs.design import parse_config
 from mla_kernels.lab import bench, host_cost, matrix, timing
 from mla_kernels.lab.measurements import append_csv_atomic, frame
 

@@ -10,11 +10,11 @@ would run.
 
 from __future__ import annotations
 
-from .. import tuning
-from ..devices import DeviceSpec
-from ..problem import Problem
+from ..core import tuning
+from ..core.devices import DeviceSpec
+from ..core.problem import Problem
 from . import chunk_loop, tiled
-from .record import Design, DesignConfig, parse_config
+from .design import Design, DesignConfig, parse_config
 
 HOMES = [chunk_loop, tiled]
 try:  # Gluon's Hopper API (triton >= 3.4); without it the sm_90 design is not offered

@@ -12,14 +12,14 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from ..devices import DeviceSpec
-from ..formats import WEIGHT_FORMATS
-from ..problem import GatherArgs, Problem
-from ..rules import one_of, optional
-from .host import check_grid, context_bound, default_block_k, no_launch, portable_plan
+from ..core.devices import DeviceSpec
+from ..core.formats import WEIGHT_FORMATS
+from ..core.problem import GatherArgs, Problem
+from ..core.value_rules import one_of, optional
+from .design import Design, DesignConfig
 from .jit import INTERPRET, load_k_scale, project_chunk, sequence_bounds
 from .launch import JitLauncher
-from .record import Design, DesignConfig
+from .portable_plan import check_grid, context_bound, default_block_k, no_launch, portable_plan
 
 
 @dataclass(frozen=True)

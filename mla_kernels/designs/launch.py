@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import triton
 
-from ..problem import GatherArgs, interpreting
+from ..core.problem import GatherArgs, interpreting
 
 
 def _fast_launch_supported() -> bool:
@@ -31,9 +31,9 @@ FAST_LAUNCH = _fast_launch_supported()
 _INTERPRETING = interpreting()  # fixed per process, as Triton's own switch
 _INTERPRETER_LOCK = threading.Lock()
 try:
-    from triton import knobs as _KNOBS
+    from triton import knobs as TRITON_KNOBS
 except ImportError:  # pragma: no cover - a triton without knobs (before 3.4)
-    _KNOBS = None
+    TRITON_KNOBS = None
 # Set while a plan is prepared in debug mode: its kernels compile with debug=True, so their
 # device-side asserts (a block id out of range) stop the kernel.
 DEBUG: contextvars.ContextVar[bool] = contextvars.ContextVar("mla_kernels_debug", default=False)
@@ -53,7 +53,7 @@ class JitLauncher:
     - later calls hand ``make(addresses)`` straight to that kernel in the order Triton's
       binder produces: pointers as ints, which Triton's launcher takes as they are (no
       ``data_ptr()`` call, no driver query per pointer). Where the compiled kernel's launcher
-      has the layout ``_Direct`` knows (Triton 3.6's), the call goes to its C entry point
+      has the layout ``DirectLaunch`` knows (Triton 3.6's), the call goes to its C entry point
       with each TMA descriptor encoded once per address; otherwise through the launcher's
       own Python wrapper, which encodes them on every launch.
 
@@ -75,7 +75,7 @@ class JitLauncher:
                               for p in params[n_args:])
         self.fast = FAST_LAUNCH and self.tail is not None and not _INTERPRETING
         self.compiled: dict[int | None, Any] = {}
-        self.direct: dict[int | None, _Direct] = {}
+        self.direct: dict[int | None, DirectLaunch] = {}
 
     def _slow(self, args: Sequence):
         if _INTERPRETING:
@@ -85,7 +85,7 @@ class JitLauncher:
 
     def __call__(self, c: GatherArgs, aligned: bool | None = None, device: int | None = None,
                  addresses: GatherArgs | None = None):
-        if not (self.fast and aligned) or _hooks_set():
+        if not (self.fast and aligned) or hooks_set():
             return self._slow(self.make(c))
         direct = self.direct.get(device)
         if direct is not None:
@@ -98,7 +98,7 @@ class JitLauncher:
             if (compiled is not None and hasattr(compiled, "packed_metadata")
                     and not torch.cuda.is_current_stream_capturing()):
                 self.compiled[device] = compiled
-                direct = _Direct.of(compiled, self.grid, self.n_args, self.tail)
+                direct = DirectLaunch.of(compiled, self.grid, self.n_args, self.tail)
                 if direct is not None:
                     self.direct[device] = direct
             return compiled
@@ -109,7 +109,7 @@ class JitLauncher:
         return compiled
 
 
-class _Direct:
+class DirectLaunch:
     """A compiled kernel's C launch entry called as Triton 3.6's launcher calls it, with the
     tensor-descriptor expansion (a CUtensorMap encoded by the driver, then its shape and
     strides) kept per descriptor object: a plan's descriptors are cached per address and
@@ -129,7 +129,7 @@ class _Direct:
         self.cache: dict[tuple[int, int], tuple[Any, list]] = {}
 
     @staticmethod
-    def of(compiled, grid: tuple[int, int, int], n_args: int, tail: tuple) -> _Direct | None:
+    def of(compiled, grid: tuple[int, int, int], n_args: int, tail: tuple) -> DirectLaunch | None:
         import inspect
         import sys
 
@@ -163,7 +163,7 @@ class _Direct:
                     None, None, compiled.packed_metadata, None, None, None)
         except (AttributeError, TypeError, ValueError):
             return None
-        return _Direct(compiled, raw, head, descs, encode, tail)
+        return DirectLaunch(compiled, raw, head, descs, encode, tail)
 
     def __call__(self, args: Sequence, stream: int) -> None:
         if self.descs:
@@ -188,9 +188,9 @@ def _hook_set(hook) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
-def _hooks_set() -> bool:
-    return _KNOBS is not None and (_hook_set(_KNOBS.runtime.launch_enter_hook)
-                                   or _hook_set(_KNOBS.runtime.launch_exit_hook))
+def hooks_set() -> bool:
+    return TRITON_KNOBS is not None and (_hook_set(TRITON_KNOBS.runtime.launch_enter_hook)
+                                   or _hook_set(TRITON_KNOBS.runtime.launch_exit_hook))
 
 
 class _Pointer:

@@ -16,11 +16,11 @@ import torch
 import triton
 import triton.language as tl
 
-from ..devices import DeviceSpec
-from ..formats import WEIGHT_FORMATS
-from ..problem import GatherArgs, Problem
-from ..rules import flag, one_of, optional
-from .host import default_block_k, no_launch, portable_plan
+from ..core.devices import DeviceSpec
+from ..core.formats import WEIGHT_FORMATS
+from ..core.problem import GatherArgs, Problem
+from ..core.value_rules import flag, one_of, optional
+from .design import Design, DesignConfig
 from .jit import (
     cast_out,
     find_sequence,
@@ -33,7 +33,7 @@ from .jit import (
     store_cols,
 )
 from .launch import DescriptorCache, JitLauncher
-from .record import Design, DesignConfig
+from .portable_plan import default_block_k, no_launch, portable_plan
 
 
 @dataclass(frozen=True)

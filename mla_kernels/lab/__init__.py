@@ -1,3 +1,5 @@
-"""The measuring lab: timing harness and ceilings, the performance matrix, the measurement
-schema and provenance, the roofline and occupancy models, compile checks, output checks.
-It imports the operation (the package's top and designs/), never the review layer."""
+"""The measuring lab: random input sets and the cases built on them, output checks, the
+timing harness and ceilings, host-cost profiling, the performance matrix, the measurement
+schema and provenance, the roofline and occupancy models, compile checks, the launch-config
+search and the diagnostics. It imports the operation (core/, designs/ and the call), never
+the review layer."""

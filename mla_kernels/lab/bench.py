@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 import torch
 
 from ..api import gather_kv_b_proj
+from ..core.devices import device_spec
+from ..core.problem import check_arguments
+from ..core.reference import token_rows
+from ..core.shapes import get_shape
 from ..designs import DesignConfig, resolve
-from ..devices import device_spec
-from ..inputs import GatherInputs, build_inputs
-from ..problem import check_arguments
-from ..reference import token_rows
-from ..shapes import get_shape
 from . import roofline
 from .checks import check_outputs, expected
+from .inputs import GatherInputs, build_inputs
 from .measurements import Measurement, contexts_str
 from .provenance import provenance
 from .timing import FULL, NOT_TIMED, Timing, graphed, measure, median_us, rotating
@@ -107,7 +107,7 @@ def torch_path(inp: GatherInputs, dot: str) -> Callable[[], None]:
     ks = inp.k_scale if inp.k_scale is not None else torch.ones(1, device=cache.device)
     k_out, v_out = inp.k_prefix, inp.v_prefix
     nope, kv_c = s.qk_nope_dim, s.kv_c_dim
-    from ..formats import dequantize_weight
+    from ..core.formats import dequantize_weight
 
     if dot == "bf16":
         w = dequantize_weight(inp.kv_proj_weight, inp.kv_proj_scale, inp.weight_format)

@@ -1,12 +1,18 @@
-"""Correctness measures shared by the tests, the benchmark harness and the notebooks."""
+"""Correctness: the error measures shared by the tests, the benchmark harness and the
+notebooks, and ``check_variants``, which runs each variant once against the reference."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 
-from ..inputs import GatherInputs
+from ..api import gather_kv_b_proj
+from ..core.problem import interpreting
+from .cases import build_case
+from .inputs import GatherInputs
+from .measurements import contexts_str
 
 # Largest relative error per output column (see max_rel_err) each weight format may show.
 # bf16 output rounding alone is up to 2^-8 per element; fp8 adds Hopper's fast fp8
@@ -96,3 +102,42 @@ def check_outputs(inp: GatherInputs, ref: Expected | None = None) -> dict[str, f
     tol = TOLERANCES[inp.weight_format]
     return {"max_rel_err": err, "spare_rows_untouched": spare_ok,
             "correct": bool(err <= tol) and spare_ok}
+
+
+def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[str],
+                   cache_dtype: str = "fp8", weight_format: str = "fp8_row",
+                   block_size: int = 1, device: str | None = None, seed: int = 0
+                   ) -> list[dict[str, object]]:
+    """Run each variant on one random input set and compare it with the reference and with
+    the first variant (bit identity: max abs diff 0 means identical bits).
+
+    ``device`` defaults to the CPU under the Triton interpreter and to the GPU otherwise.
+    Designs this machine cannot run (a GPU-family design off its GPU) are left out.
+    """
+    if device is None:
+        device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
+    case = build_case(shape, contexts, block_size=block_size, cache_dtype=cache_dtype,
+                      weight_format=weight_format, device=device, seed=seed)
+    inp = case.inputs
+    ref = expected(inp)
+    t = inp.total_tokens
+    rows, first = [], None
+    for v, design, _ in case.resolved(variants):
+        inp.poison_outputs()
+        gather_kv_b_proj(*inp.args(), variant=v)
+        res = check_outputs(inp, ref)
+        out = torch.cat((inp.k_prefix[:t].flatten(), inp.v_prefix[:t].flatten())).float()
+        if first is None:
+            first, diff = (v, out.clone()), 0.0
+        else:
+            d = (out - first[1]).abs()
+            # NaN where either wrote nothing: a difference, never "identical".
+            diff = float("nan") if torch.isnan(d).any() else float(d.max()) if d.numel() else 0.0
+        rows.append({"model": shape, "cache_dtype": cache_dtype, "weight_format": weight_format,
+                     "block_size": block_size, "contexts": contexts_str(contexts),
+                     "batch": len(contexts), "ctx": t, "variant": v, "design": design.name,
+                     "device": device,
+                     "max_rel_err": res["max_rel_err"], "correct": res["correct"],
+                     "compared_with": first[0], "max_abs_diff": diff,
+                     "bit_identical": diff == 0.0})
+    return rows

@@ -13,8 +13,8 @@ own ``; Occupancy:`` (waves per SIMD) and the count of ``v_mfma`` instructions.
 ``amd_resident_programs`` turns them into resident programs per CU.
 
 Run in a process with TRITON_INTERPRET unset or 0 (under the interpreter the kernels are
-not compiled at all):  python -m mla_kernels.compile_check --variant tiled
-                       python -m mla_kernels.compile_check --device MI355X --variant tiled
+not compiled at all):  python -m mla_kernels.lab.compile_check --variant tiled
+                       python -m mla_kernels.lab.compile_check --device MI355X --variant tiled
 """
 
 from __future__ import annotations
@@ -32,11 +32,12 @@ from pathlib import Path
 import triton
 from triton.runtime.jit import JITFunction
 
+from ..core.devices import DEVICES, DeviceSpec, get_device
 from ..designs import DESIGNS, DesignConfig, resolve
-from ..devices import DEVICES, DeviceSpec, get_device
-from ..inputs import build_inputs
+from .inputs import build_inputs
 from .occupancy import problem_for
 
+MODULE = "mla_kernels.lab.compile_check"  # run as `python -m` in a child process
 HOPPER = DEVICES["H200"]  # the sm_90 part whose limits the checks use
 HOPPER_SMEM = HOPPER.smem_per_program
 
@@ -92,14 +93,14 @@ def compile_launches(variant: str, inputs, prob, config: DesignConfig | None,
     return design, seen
 
 
-def _compile_launch(variant: str, inputs, prob, config: DesignConfig | None,
+def compile_main_kernel(variant: str, inputs, prob, config: DesignConfig | None,
                     device: DeviceSpec, capability: int):
     """(the design, the last kernel its launch compiles: the main one)."""
     design, kernels = compile_launches(variant, inputs, prob, config, device, capability)
     return design, kernels[-1]
 
 
-def _ptxas_report(ptx: str, capability: int) -> dict[str, int]:
+def ptxas_report(ptx: str, capability: int) -> dict[str, int]:
     """Registers and spill bytes from the ptxas that ships with Triton's NVIDIA backend."""
     from triton.backends.nvidia.compiler import get_ptxas
 
@@ -289,7 +290,7 @@ def compile_design(variant: str, shape: str = "kimi-k3-tp8", *, cache_dtype: str
     inp = build_inputs(shape, [300], block_size=block_size, cache_dtype=cache_dtype,
                        weight_format=weight_format, device="cpu")
     prob = problem_for(shape, [300], cache_dtype, weight_format, block_size)
-    design, compiled = _compile_launch(variant, inp, prob, config, device, capability)
+    design, compiled = compile_main_kernel(variant, inp, prob, config, device, capability)
     head = {"variant": variant, "design": design.name, "weight_format": weight_format,
             "cache_dtype": cache_dtype}
     if device.vendor == "amd":
@@ -303,7 +304,7 @@ def compile_design(variant: str, shape: str = "kimi-k3-tp8", *, cache_dtype: str
             "num_warps": int(compiled.metadata.num_warps),
             "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
             "mma_sync": len(re.findall(r"\bmma\.sync", ptx)),
-            **_ptxas_report(ptx, capability)}
+            **ptxas_report(ptx, capability)}
 
 
 def compiled_resources(variants: list[str], device: str = "MI355X", *,
@@ -312,18 +313,22 @@ def compiled_resources(variants: list[str], device: str = "MI355X", *,
     """What the compiler states for each variant on a registry device with no GPU at hand:
     one row per compile (the CLI's JSON, flattened: programs per CU and its limit from
     ``resident``), run in a child process with the interpreter off (this process may have
-    decorated the kernels for it). A variant the device does not run is left out."""
-    cmd = [sys.executable, "-m", "mla_kernels.compile_check", "--device", device,
+    decorated the kernels for it). A variant the device does not run is left out; a child
+    that answers for fewer variants than asked (it crashed) is a RuntimeError with its
+    exit status and the end of its stderr."""
+    cmd = [sys.executable, "-m", MODULE, "--device", device,
            "--variant", *variants, "--weight-format", weight_format,
            "--cache-dtype", cache_dtype]
     env = dict(os.environ, TRITON_INTERPRET="0")
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    answers = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    if len(answers) < len(variants):
+        raise RuntimeError(f"compile_check on {device}: {len(answers)} of {len(variants)} "
+                           f"variants answered, exit status {out.returncode}; its stderr "
+                           f"ends:\n{out.stderr[-2000:]}")
     rows = []
-    for line in out.stdout.splitlines():
-        if not line.startswith("{"):
-            continue
-        r = json.loads(line)
-        if "error" in r:
+    for r in answers:
+        if "error" in r:  # refused by resolve: not a design this device runs
             continue
         res = r.pop("resident", None) or {}
         r.pop("mfma_kinds", None)
@@ -337,7 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     """One JSON line per (variant, weight format). A variant the device does not run (as
     ``designs.resolve`` rules: hopper_ws and tiled_tma on AMD) gets a line with ``error``
     and the exit status is 1; with no ``--variant`` every design that runs there compiles."""
-    ap = argparse.ArgumentParser(prog="python -m mla_kernels.compile_check", description=__doc__,
+    ap = argparse.ArgumentParser(prog=f"python -m {MODULE}", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--variant", nargs="+", default=None,
                     help="designs (or auto) to compile; default: every design that runs on "

@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from ..api import gather_kv_b_proj
-from ..inputs import build_inputs
+from .inputs import build_inputs
 from .provenance import provenance
 
 

@@ -11,9 +11,9 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import replace
 
+from ..core.devices import DEVICES, DeviceSpec, live_device
+from ..core.formats import WEIGHT_FORMATS
 from ..designs import DESIGNS
-from ..devices import DEVICES, DeviceSpec, live_device
-from ..formats import WEIGHT_FORMATS
 from .bench import Point
 from .occupancy import problem_for
 from .timing import FULL, SHORT

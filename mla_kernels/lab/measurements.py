@@ -17,7 +17,7 @@ from typing import ClassVar
 
 import pandas as pd
 
-from ..files import atomic_path
+from .repo_files import atomic_path
 
 
 def contexts_str(contexts: Sequence[int]) -> str:

@@ -9,17 +9,18 @@ registry and the context lengths alone.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
 
+from ..core.devices import DeviceSpec, get_device, live_device
+from ..core.formats import DEFAULT_SCALE, cache_torch_dtype
+from ..core.problem import Problem
+from ..core.shapes import MLAShape, get_shape
 from ..designs import DESIGNS, Design, DesignConfig, resolve
-from ..devices import DeviceSpec, get_device, live_device
-from ..formats import DEFAULT_SCALE, cache_torch_dtype
-from ..problem import Problem
-from ..shapes import MLAShape, get_shape
 from .measurements import contexts_str
 
 # Stored weight dtype of each format, as check_arguments would see it (MXFP4 travels as
@@ -228,21 +229,17 @@ def measure_resources(shape: str, variants: Iterable[str], device: DeviceSpec, *
     """Launch each variant once on this GPU and read what the kernel it runs uses
     (registers, spills, shared memory, warps) and the programs per compute unit that
     allows. None without a GPU: the interpreter compiles nothing to read."""
-    from ..inputs import build_inputs
-    from ..problem import check_arguments, interpreting
+    from ..core.problem import interpreting
+    from .cases import build_case
 
     if interpreting() or not torch.cuda.is_available():
         return None
-    inp = build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache_dtype,
-                       weight_format=weight_format, device="cuda")
-    prob = check_arguments(*inp.args())
+    case = build_case(shape, contexts, block_size=block_size, cache_dtype=cache_dtype,
+                      weight_format=weight_format, device="cuda")
+    case = dataclasses.replace(case, device=device)  # resolved as ``device`` would run it
     rows = []
-    for v in variants:
-        try:
-            design, cfg = resolve(v, prob, device)
-        except ValueError:
-            continue  # not a design this device runs for this problem
-        res = kernel_resources(design.launch(prob, inp.args(), None, cfg, device))
+    for v, design, cfg in case.resolved(variants):
+        res = kernel_resources(design.launch(case.problem, case.inputs.args(), None, cfg, device))
         torch.cuda.synchronize()
         if res is None:
             continue

@@ -141,15 +141,15 @@ def warm(job: Job) -> tuple[Job, float, str]:
     import torch
 
     from ..api import gather_kv_b_proj
-    from ..inputs import build_inputs
     from . import bench
+    from .inputs import build_inputs
 
     t0 = time.perf_counter()
     errors = []
     try:
         if job.harness:
             from ..designs import DESIGNS
-            from ..designs.record import parse_config
+            from ..designs.design import parse_config
 
             configs = {k: parse_config(DESIGNS[k].config_type, v) for k, v in job.configs}
             pt = bench.Point(job.shape, job.contexts, job.weight_format, job.cache_dtype,

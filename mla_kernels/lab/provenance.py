@@ -24,8 +24,8 @@ from pathlib import Path
 import torch
 import triton
 
-from ..devices import live_device
-from ..files import REPO_ROOT, write_text_atomic
+from ..core.devices import live_device
+from .repo_files import REPO_ROOT, write_text_atomic
 
 PACKAGE = "mla_kernels"
 MANIFEST = REPO_ROOT / "provenance-manifest.json"

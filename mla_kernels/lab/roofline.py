@@ -6,8 +6,8 @@ outputs written once. Block tables, k_scale and prefix sums are left out (under 
 
 from __future__ import annotations
 
-from ..formats import FP8_BLOCK, MX_BLOCK
-from ..shapes import MLAShape, get_shape
+from ..core.formats import FP8_BLOCK, MX_BLOCK
+from ..core.shapes import MLAShape, get_shape
 
 CACHE_BYTES = {"bf16": 2, "fp8": 1, "fp8_fnuz": 1}
 

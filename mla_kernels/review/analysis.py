@@ -1,5 +1,5 @@
-"""What the notebooks do between measuring and plotting: batches, correctness checks, loading
-committed measurements, the tables a design review reads (the public change's, speedups,
+"""What the notebooks do between measuring and plotting: batches, loading committed
+measurements, the tables a design review reads (the public change's, speedups,
 fractions of the floor, weight formats, fractions of each device's attainable peak), and
 atomic writes.
 
@@ -14,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-import torch
 
-from ..devices import lookup_device
+from ..core.devices import lookup_device
 from ..lab.measurements import Measurement, contexts_str, write_csv_atomic
 
 __all__ = ["contexts_str", "write_csv_atomic"]  # re-exported for the notebooks
@@ -216,63 +215,11 @@ def reference_table(ref: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("ctx").reset_index(drop=True)
 
 
-# ------------------------------------------------------------------ correctness checks
-def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[str],
-                   cache_dtype: str = "fp8", weight_format: str = "fp8_row",
-                   block_size: int = 1, device: str | None = None, seed: int = 0
-                   ) -> list[dict[str, object]]:
-    """Run each variant on one random input set and compare it with the reference and with
-    the first variant (bit identity: max abs diff 0 means identical bits).
-
-    ``device`` defaults to the CPU under the Triton interpreter and to the GPU otherwise.
-    Designs this machine cannot run (a GPU-family design off its GPU) are left out.
-    """
-    from .. import build_inputs, gather_kv_b_proj
-    from ..api import target_device
-    from ..designs import DESIGNS
-    from ..lab.checks import check_outputs, expected
-    from ..problem import check_arguments, interpreting
-
-    if device is None:
-        device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
-    inp = build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache_dtype,
-                       weight_format=weight_format, device=device, seed=seed)
-    ref = expected(inp)
-    t = inp.total_tokens
-    prob = check_arguments(*inp.args())
-    dev = target_device(torch.device(device))
-    rows, first = [], None
-    for v in variants:
-        if v in DESIGNS and not DESIGNS[v].runs(prob, dev):
-            continue
-        from ..designs import resolve
-
-        design = resolve(v, prob, dev)[0].name
-        inp.poison_outputs()
-        gather_kv_b_proj(*inp.args(), variant=v)
-        res = check_outputs(inp, ref)
-        out = torch.cat((inp.k_prefix[:t].flatten(), inp.v_prefix[:t].flatten())).float()
-        if first is None:
-            first, diff = (v, out.clone()), 0.0
-        else:
-            d = (out - first[1]).abs()
-            # NaN where either wrote nothing: a difference, never "identical".
-            diff = float("nan") if torch.isnan(d).any() else float(d.max()) if d.numel() else 0.0
-        rows.append({"model": shape, "cache_dtype": cache_dtype, "weight_format": weight_format,
-                     "block_size": block_size, "contexts": contexts_str(contexts),
-                     "batch": len(contexts), "ctx": t, "variant": v, "design": design,
-                     "device": device,
-                     "max_rel_err": res["max_rel_err"], "correct": res["correct"],
-                     "compared_with": first[0], "max_abs_diff": diff,
-                     "bit_identical": diff == 0.0})
-    return rows
-
-
 # ------------------------------------------------------------------ tables
 def speedup_table(df: pd.DataFrame, before: str = "serial", after: str = "chunked",
                   identity: pd.DataFrame | None = None) -> pd.DataFrame:
     """The public change's table: ctx, before and after in ms, speedup; plus the max abs
-    diff between the two designs where ``identity`` (rows of check_variants, or measured
+    diff between the two designs where ``identity`` (rows of lab.checks.check_variants, or measured
     rows carrying ``max_abs_diff``) has it."""
     t = df.pivot_table(index="ctx", columns="variant", values="median_us", aggfunc="median")
     if before not in t.columns or after not in t.columns:
@@ -388,7 +335,7 @@ def peak_fractions(rows: pd.DataFrame,
 
 
 # ------------------------------------------------------------------ what a figure needs
-def present(data: pd.DataFrame | None, *, data_dir: str | os.PathLike, names: Sequence[str] = (),
+def require_rows(data: pd.DataFrame | None, *, data_dir: str | os.PathLike, names: Sequence[str] = (),
             require: dict[str, tuple[str, Sequence]] | None = None, **where) -> pd.DataFrame:
     """``select(data, **where)`` for a figure drawn from those rows, which must be there.
 
@@ -398,7 +345,7 @@ def present(data: pd.DataFrame | None, *, data_dir: str | os.PathLike, names: Se
     ``names``; else the first of select's filters that leaves no row (the parameter, its
     value, the values there); else the parameter whose asked values are absent.
     """
-    from ..files import REPO_ROOT
+    from ..lab.repo_files import REPO_ROOT
 
     root = Path(data_dir)
     shown = root.relative_to(REPO_ROOT) if root.is_relative_to(REPO_ROOT) else root

@@ -6,7 +6,7 @@ these into the value the notebook uses (a list parameter given one value or a st
 a list becomes a list; a relative path is taken from the repository root, wherever the
 kernel runs) or raises a ValueError naming the parameter, what it expects and what it got.
 
-``start`` is what a notebook calls first, on its globals: ``checked``, plus the two things a
+``checked_notebook`` is what a notebook calls first, on its globals: ``checked``, plus the two things a
 value alone does not tell. A name papermill injected that the notebook's parameters cell does
 not assign (a typo, or a parameter of another notebook) would be ignored: it is an error.
 ``mode="measure"`` with no GPU would measure nothing: an error naming ``mode``.
@@ -18,13 +18,13 @@ import ast
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..files import REPO_ROOT
-from ..formats import CACHE_DTYPES, WEIGHT_FORMATS
-from ..rules import choice, flag, int_in, ints, names, optional, path, positive_float
+from ..core.formats import CACHE_DTYPES, WEIGHT_FORMATS
+from ..core.value_rules import choice, flag, int_in, ints, names, optional, path, positive_float
+from ..lab.repo_files import REPO_ROOT
 
 
 def _shapes() -> list[str]:
-    from ..shapes import SHAPES
+    from ..core.shapes import SHAPES
 
     return sorted(SHAPES)
 
@@ -36,7 +36,7 @@ def _variants() -> list[str]:
 
 
 def _devices() -> list[str]:
-    from ..devices import DEVICES
+    from ..core.devices import DEVICES
 
     return sorted(DEVICES)
 
@@ -128,14 +128,14 @@ def injected(history: Sequence[str]) -> tuple[list[str], list[str]]:
 def check_measurable(mode: str, where: str = "") -> None:
     """``mode="measure"`` times kernels on a GPU: a ValueError naming ``mode`` where there is
     none (``where`` says which run asked for it)."""
-    from .. import devices
+    from ..core import devices
 
     if mode == "measure" and devices.live_device() is None:
         raise ValueError("mode: expected 'replot' on a machine with no GPU ('measure' times "
                          f"the kernels on one), got 'measure'{where}")
 
 
-def start(namespace: Mapping[str, Any]) -> dict[str, Any]:
+def checked_notebook(namespace: Mapping[str, Any]) -> dict[str, Any]:
     """A notebook's parameters as it uses them, from its globals (the cell right after the
     parameters cell calls it): every injected name one the parameters cell declares, every
     value ``checked``, and ``mode="measure"`` only with a GPU; else a ValueError naming the

@@ -33,8 +33,8 @@ from pathlib import Path
 
 import yaml
 
-from ..files import REPO_ROOT, atomic_path, write_text_atomic
-from ..rules import int_in, optional
+from ..core.value_rules import int_in, optional
+from ..lab.repo_files import REPO_ROOT, atomic_path, write_text_atomic
 
 CONFIG_DIR = REPO_ROOT / "configs"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"

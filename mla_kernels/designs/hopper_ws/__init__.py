@@ -16,9 +16,8 @@ measurements (docs/perf-notes.md, docs/log/); each part lives in its own module 
 
 from __future__ import annotations
 
-from ..record import Design
+from ..design import Design
 from .config import HopperWSConfig
-from .conversions import _E4M3_TO_BF16, _halves, _mx_chunk, _mx_item, _widen_bf16, _widen_e4m3
 from .kernel import hopper_ws_kernel
 from .plan import (
     fp8_route,
@@ -38,7 +37,6 @@ HOPPER_WS = Design("hopper_ws", "persistent, warp-specialised Gluon kernel: TMA 
                    serves=serves, row_extras=row_extras)
 DESIGNS = (HOPPER_WS,)
 
-__all__ = ["DESIGNS", "HOPPER_WS", "HopperWSConfig", "_E4M3_TO_BF16", "_halves", "_mx_chunk",
-           "_mx_item", "_widen_bf16", "_widen_e4m3", "fp8_route", "hopper_ws_grid",
+__all__ = ["DESIGNS", "HOPPER_WS", "HopperWSConfig", "fp8_route", "hopper_ws_grid",
            "hopper_ws_kernel", "hopper_ws_work", "lockstep_granule", "prepare_hopper_ws",
            "row_extras", "serves", "supports"]

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from triton.experimental.gluon import language as gl
 
-from ...rules import flag, int_in, one_of, optional
+from ...core.value_rules import flag, int_in, one_of, optional
+from ..design import DesignConfig
 from ..jit import SCALE_CODES
-from ..record import DesignConfig
 
 TILE = 128  # tokens per tile, output columns per item (one head-half), K per weight chunk
 BM = gl.constexpr(TILE)  # tokens per tile

@@ -25,7 +25,7 @@ and.b32 b, b, 0x80008000;
 or.b32 a, a, b;
 mul.rn.bf16x2 ${out}, a, k;
 """
-_E4M3_TO_BF16 = gl.constexpr(
+E4M3_TO_BF16 = gl.constexpr(
     "{\n.reg .b32 z, k, t, a, b;\nmov.b32 z, 0;\nmov.b32 k, 0x7B807B80;\n"
     + _E4M3_PAIR.format(sel="0x4140", out=0)  # values 0 and 1 of the word
     + _E4M3_PAIR.format(sel="0x4342", out=1)  # values 2 and 3
@@ -57,7 +57,7 @@ or.b32 $1, m, s;
 
 
 @gluon.jit
-def _as_words(slot):
+def as_words(slot):
     """A slot of 128 rows of 128 bytes ([128 x 128] e4m3: a ring slot or a latent chunk;
     [128 x 64] bf16: a slice of a bf16 latent tile) as [128 x 32] int32 words (the 128-byte swizzle places
     the same bytes either way)."""
@@ -66,16 +66,16 @@ def _as_words(slot):
 
 
 @gluon.jit
-def _widen_words(w):
+def widen_words(w):
     """[rows x n] int32 words of 4 e4m3 values as [rows x 2n] words of 2 bf16 values, in
-    order, exactly (_E4M3_TO_BF16)."""
-    lo, hi = gl.inline_asm_elementwise(_E4M3_TO_BF16, "=r,=r,r", [w],
+    order, exactly (E4M3_TO_BF16)."""
+    lo, hi = gl.inline_asm_elementwise(E4M3_TO_BF16, "=r,=r,r", [w],
                                        dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
     return gl.join(lo, hi).reshape([w.shape[0], 2 * w.shape[1]])
 
 
 @gluon.jit
-def _as_bf16(ring):
+def ring_as_bf16(ring):
     """The e4m3 ring as [STAGES, 128, 64] bf16 chunks (the same 16 KB a slot)."""
     return smem.reinterpret(ring, gl.bfloat16, [ring.shape[0], BN, BK // 2],
                             gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
@@ -83,7 +83,7 @@ def _as_bf16(ring):
 
 
 @gluon.jit
-def _mx_item(w32_ptr, ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
+def mx_item(w32_ptr, ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
     """An item's 128 weight rows, packed, a row a thread, in one round of loads: the words
     [128, NK, 16] (int32, 8 e2m1 values each, low nibble first, NK = K chunks rounded up to
     a power of two), the codes [128, NK] (int32, a K chunk's four e8m0 codes, one a byte),
@@ -115,8 +115,8 @@ def _mx_item(w32_ptr, ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
 
 
 @gluon.jit
-def _mx_chunk(words, packed, top, kb: gl.constexpr):
-    """K chunk ``kb`` of an item (``_mx_item``): its [128 x 16] words and each word's
+def mx_chunk(words, packed, top, kb: gl.constexpr):
+    """K chunk ``kb`` of an item (``mx_item``): its [128 x 16] words and each word's
     exponent offset d = code - top + 6 (picked out of registers: kb is a constant)."""
     l3: gl.constexpr = words.type.layout
     k = gl.arange(0, words.shape[1], layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
@@ -130,8 +130,8 @@ def _mx_chunk(words, packed, top, kb: gl.constexpr):
 
 
 @gluon.jit
-def _widen_e4m3(words, d):
-    """A chunk's words (``_mx_chunk``) as e4m3, each value its e2m1 value times 2^d (exact on
+def widen_e4m3(words, d):
+    """A chunk's words (``mx_chunk``) as e4m3, each value its e2m1 value times 2^d (exact on
     the e4m3 route): [128 x 32] int32 words of 4 values in K order, a row a thread; two
     words out of each packed one (_E2M1_TO_E4M3)."""
     lo, hi = gl.inline_asm_elementwise(_E2M1_TO_E4M3, "=r,=r,r,r", [words, d],
@@ -140,8 +140,8 @@ def _widen_e4m3(words, d):
 
 
 @gluon.jit
-def _halves(words, d):
-    """A chunk (``_mx_chunk``) as its two 64-value halves: ([128 x 8] words, [128 x 8]
+def halves(words, d):
+    """A chunk (``mx_chunk``) as its two 64-value halves: ([128 x 8] words, [128 x 8]
     exponent offsets) each (register renaming only)."""
     w0, w1 = gl.split(words.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
     d0, d1 = gl.split(d.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
@@ -149,8 +149,8 @@ def _halves(words, d):
 
 
 @gluon.jit
-def _widen_bf16(words, d):
-    """A half-chunk (``_halves``) as bf16, each value its e2m1 value times 2^d: [128 x 64],
+def widen_bf16(words, d):
+    """A half-chunk (``halves``) as bf16, each value its e2m1 value times 2^d: [128 x 64],
     a row a thread. Exact, but for values below float32's normal range, which are flushed
     to zero."""
     lay: gl.constexpr = gl.BlockedLayout([1, 8, 8], [32, 1, 1], [WIDEN_WARPS, 1, 1], [2, 1, 0])
@@ -167,7 +167,7 @@ def _widen_bf16(words, d):
 
 
 @gluon.jit
-def _pow2(f):
+def pow2(f):
     """2^f as float32 for integer f in [-252, 254] (two normal factors, an exact product)."""
     a = f >> 1
     return (((a + 127) << 23).to(gl.float32, bitcast=True)

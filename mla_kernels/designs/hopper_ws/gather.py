@@ -9,13 +9,13 @@ from triton.experimental.gluon.language.nvidia.hopper import async_copy, mbarrie
 
 from .compat import cp_async
 from .config import BK, BM, GATHER_WARPS
-from .conversions import _as_words, _widen_words
-from .handles import _publish
+from .conversions import as_words, widen_words
 from .schedule import tile_row0
+from .shared_buffers import publish_slot
 
 
 @gluon.jit
-def _latent_gatherer(p):
+def latent_gatherer(p):
     """Gathers each token tile's latent rows (and rope) into shared memory by cp.async, a
     barrier per K chunk (and one for an fp8 cache's rope).
 
@@ -32,7 +32,7 @@ def _latent_gatherer(p):
 
 @gluon.jit
 def _latent_copier(items, cache, tile_bufs, k_out_ptr):
-    """``_latent_gatherer`` where the tile holds the cache's own dtype."""
+    """``latent_gatherer`` where the tile holds the cache's own dtype."""
     LAT16: gl.constexpr = tile_bufs.LAT16
     KV_C: gl.constexpr = items.KV_C
     PE: gl.constexpr = items.PE
@@ -139,15 +139,15 @@ def _widen_chunk(tile_bufs, kb: gl.constexpr, phase, x_lo, x_hi, NS: gl.constexp
     if 2 * kb < NS:
         lat = tile_bufs.bufs
         mbarrier.wait(tile_bufs.empty.index(kb), phase)
-        _as_words(lat.index(2 * kb)).store(_widen_words(x_lo))
-        _as_words(lat.index(2 * kb + 1)).store(_widen_words(x_hi))
-        _publish(tile_bufs.ready.index(kb))
+        as_words(lat.index(2 * kb)).store(widen_words(x_lo))
+        as_words(lat.index(2 * kb + 1)).store(widen_words(x_hi))
+        publish_slot(tile_bufs.ready.index(kb))
 
 
 @gluon.jit
 def _latent_widener(items, cache, tile_bufs, k_out_ptr):
     """The gather partition of a bf16 weight over an fp8 cache: each token tile's fp8 latent
-    rows loaded into registers, widened exactly to bf16 (_widen_words) and stored as the
+    rows loaded into registers, widened exactly to bf16 (widen_words) and stored as the
     tile of bf16 K slices a bf16 cache's gather leaves, so the MMA warps run the bf16 cache's
     K loops (k_scale in their epilogue); the rope x k_scale stored from registers. Widened
     once a tile, where widening once an item would repeat the work for every item of it.

@@ -7,11 +7,11 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .config import BK, BM, BN, GATHER_WARPS, SCALE_E8M0, WIDEN_WARPS
-from .gather import _latent_gatherer
-from .handles import Handles, LatentTile, Outputs, WeightRing
-from .loaders import _mx_widener, _weight_loader
-from .mma import _mma_epilogue
+from .gather import latent_gatherer
+from .loaders import mx_widener, weight_loader
+from .mma import mma_epilogue
 from .schedule import Cache, Items
+from .shared_buffers import Handles, LatentTile, Outputs, WeightRing
 
 
 @gluon.jit
@@ -80,7 +80,7 @@ def hopper_ws_kernel(
         mbarrier.init(w_ready.index(s), count=1)
         mbarrier.init(w_empty.index(s), count=MMA_GROUPS)  # freed by each MMA group
     for kb in gl.static_range(NK + 1):
-        if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (_publish)
+        if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (publish_slot)
             mbarrier.init(lat_ready.index(kb), count=1)
         else:  # each gather thread's arrival, when its own cp.async copies have landed
             mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)
@@ -99,20 +99,20 @@ def hopper_ws_kernel(
     # set is its own call: a list of partitions cannot be held in a variable.
     if MMA_GROUPS == 2:
         gl.warp_specialize([
-            (_mma_epilogue, (p, 0, 2, LAT_REGS, num_warps)),
-            (_mma_epilogue, (p, 1, 2, LAT_REGS, num_warps)),
-            (_latent_gatherer, (p,)),
-            (_weight_loader, (p,)),
+            (mma_epilogue, (p, 0, 2, LAT_REGS, num_warps)),
+            (mma_epilogue, (p, 1, 2, LAT_REGS, num_warps)),
+            (latent_gatherer, (p,)),
+            (weight_loader, (p,)),
         ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])
     elif SCALE == SCALE_E8M0:
         gl.warp_specialize([
-            (_mma_epilogue, (p, 0, 1, False, num_warps)),
-            (_mx_widener, (p,)),
-            (_latent_gatherer, (p,)),
+            (mma_epilogue, (p, 0, 1, False, num_warps)),
+            (mx_widener, (p,)),
+            (latent_gatherer, (p,)),
         ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
-            (_mma_epilogue, (p, 0, 1, False, num_warps)),
-            (_weight_loader, (p,)),
-            (_latent_gatherer, (p,)),
+            (mma_epilogue, (p, 0, 1, False, num_warps)),
+            (weight_loader, (p,)),
+            (latent_gatherer, (p,)),
         ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])

@@ -8,11 +8,11 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 from .config import BK, MX_BIAS, WIDEN_WARPS
-from .conversions import _as_words, _halves, _mx_chunk, _mx_item, _widen_bf16, _widen_e4m3
+from .conversions import as_words, halves, mx_chunk, mx_item, widen_bf16, widen_e4m3
 
 
 @gluon.jit
-def _weight_loader(p):
+def weight_loader(p):
     """One warp: each item's 128 weight rows by TMA, a [128 x WK] chunk a ring slot."""
     ring = p.ring
     items = p.items
@@ -28,7 +28,7 @@ def _weight_loader(p):
 
 
 @gluon.jit
-def _mx_widener(p):
+def mx_widener(p):
     """MXFP4's weight partition (four warps, in place of the TMA loader): reads the packed
     e2m1 bytes and e8m0 scales of each item's 128 weight rows from global memory and writes
     them into the ring widened, as [128 x 128] e4m3 chunks when every row fits (MX_SPAN),
@@ -49,7 +49,7 @@ def _mx_widener(p):
         # Every load of the item at once. Each chunk's hand-over fences shared memory for
         # wgmma (fence.proxy.async: MEMBAR.ALL.CTA), which also waits for every load in
         # flight: loads issued chunk by chunk would each wait out L2's latency there.
-        words, packed, top, fits = _mx_item(w32_ptr, p.ws_ptr, w_row, KV_C, p.WS_LD)
+        words, packed, top, fits = mx_item(w32_ptr, p.ws_ptr, w_row, KV_C, p.WS_LD)
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
         ring.wait_free(c)
@@ -60,15 +60,15 @@ def _mx_widener(p):
         # chunk only with three slots or more (WIDEN_MIN_STAGES).
         if fits:
             for kb in gl.static_range(0, NK, 2):
-                chunk, d = _mx_chunk(words, packed, top, kb)
-                e4m3 = _widen_e4m3(chunk, d)
+                chunk, d = mx_chunk(words, packed, top, kb)
+                e4m3 = widen_e4m3(chunk, d)
                 s = ring.wait_free(c)
-                _as_words(ring.slots.index(s)).store(e4m3)
+                as_words(ring.slots.index(s)).store(e4m3)
                 if kb + 1 < NK:
-                    chunk, d = _mx_chunk(words, packed, top, kb + 1)
-                    e4m3 = _widen_e4m3(chunk, d)
+                    chunk, d = mx_chunk(words, packed, top, kb + 1)
+                    e4m3 = widen_e4m3(chunk, d)
                     s1 = ring.wait_free(c + 1)
-                    _as_words(ring.slots.index(s1)).store(e4m3)
+                    as_words(ring.slots.index(s1)).store(e4m3)
                     ring.publish2(s, s1)
                     c += 2
                 else:
@@ -77,11 +77,11 @@ def _mx_widener(p):
         else:
             ring16 = ring.as_bf16()
             for kb in gl.static_range(NK):
-                chunk, d = _mx_chunk(words, packed, top, kb)
-                w_lo, d_lo, w_hi, d_hi = _halves(chunk, d)
+                chunk, d = mx_chunk(words, packed, top, kb)
+                w_lo, d_lo, w_hi, d_hi = halves(chunk, d)
                 s = ring16.wait_free(c)
-                ring16.slots.index(s).store(_widen_bf16(w_lo, d_lo))
+                ring16.slots.index(s).store(widen_bf16(w_lo, d_lo))
                 s1 = ring16.wait_free(c + 1)
-                ring16.slots.index(s1).store(_widen_bf16(w_hi, d_hi))
+                ring16.slots.index(s1).store(widen_bf16(w_hi, d_hi))
                 ring16.publish2(s, s1)
                 c += 2

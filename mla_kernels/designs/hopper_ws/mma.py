@@ -16,7 +16,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from .compat import Buffer, bundle, partition_sync, tma_io
 from .config import BK, BM, BN, SCALE_BLOCK, SCALE_E8M0, SCALE_ROW
-from .conversions import _as_words, _pow2
+from .conversions import as_words, pow2
 from .schedule import tile_row0
 
 
@@ -168,7 +168,7 @@ def _take_latent_chunk(lat, a_regs, kb: gl.constexpr, WG: gl.constexpr, NWG: gl.
     released to the gatherer: every warp of the group has read it (the partition's barrier)
     before the one arrival."""
     HM: gl.constexpr = BM // NWG
-    fresh = _as_words(lat.bufs.index(kb)).slice(WG * HM, HM, dim=0).load(a_regs[kb].type.layout)
+    fresh = as_words(lat.bufs.index(kb)).slice(WG * HM, HM, dim=0).load(a_regs[kb].type.layout)
     partition_sync()
     mbarrier.arrive(lat.empty.index(kb), count=1)
     if kb == 0:
@@ -268,7 +268,7 @@ def _mx_item_product(ring, lat, item, grp, acc, c, start, NK: gl.constexpr,
     """An MXFP4 item of the run from ``start``: its route read from its ``info`` entry, its
     K loop as fp8 x fp8 (e4m3 chunks) or bf16 x bf16 (bf16 chunks, the latent widened in
     registers), and its output x each column's 2^F x k_scale. Returns (acc, out, c)."""
-    # The item's first chunk is published with its info entry (_mx_widener).
+    # The item's first chunk is published with its info entry (mx_widener).
     ring.wait_full(c)
     entry = ring.info.index((item.it - start) % (ring.STAGES + 1))
     if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
@@ -279,7 +279,7 @@ def _mx_item_product(ring, lat, item, grp, acc, c, start, NK: gl.constexpr,
         acc16, c, _ = _item_k_loop(ring.as_bf16(), lat, item, acc16, c, NK, 2, a16_layout)
         acc = gl.convert_layout(acc16, grp.acc_layout)
     # Each column's 2^F x k_scale, read behind the last wgmma.
-    scale = _pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 1) * grp.k_scale
+    scale = pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 1) * grp.k_scale
     acc = _item_done(ring, lat, acc, c, item.last, NK)
     return acc, (acc * scale[None, :]).to(out_ty), c
 
@@ -370,7 +370,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.const
 
 
 @gluon.jit
-def _mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
+def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
                   num_warps: gl.constexpr):
     """The MMA and epilogue warps: every item of the run, on rows [R0, R0 + HM) of each
     token tile. With two groups (``mma_groups=2``) each takes half of every tile's rows, both

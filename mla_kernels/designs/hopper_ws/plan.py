@@ -10,12 +10,12 @@ import torch
 import triton
 from triton.experimental.gluon import language as gl
 
-from ...devices import DeviceSpec
-from ...formats import as_uint8
-from ...problem import GatherArgs, Problem
-from ..host import no_launch
+from ...core.devices import DeviceSpec
+from ...core.formats import as_uint8
+from ...core.problem import GatherArgs, Problem
 from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher
+from ..portable_plan import no_launch
 from .config import MX_SPAN, TILE, WIDEN_MIN_STAGES, HopperWSConfig
 from .kernel import hopper_ws_kernel
 from .schedule import lockstep_granule

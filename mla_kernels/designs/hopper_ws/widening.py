@@ -29,8 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ...formats import as_uint8
-from ...problem import Problem
+from ...core.formats import as_uint8
+from ...core.problem import Problem
 from ..launch import JitLauncher
 
 ROWS = 16  # weight rows a program widens

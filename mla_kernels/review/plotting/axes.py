@@ -15,13 +15,13 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from ...files import atomic_path
+from ...lab.repo_files import atomic_path
 from ..analysis import positive
 from .style import TIMING_LONG, TIMINGS
 
 
 # ------------------------------------------------------------------ labels and axes
-def _timings_text(chosen: Sequence[tuple[str, str]]) -> str:
+def timings_text(chosen: Sequence[tuple[str, str]]) -> str:
     ts = [t for t in TIMINGS if any(p[1] == t for p in chosen)]
     return "; ".join(TIMING_LONG[t] for t in ts)
 
@@ -66,7 +66,7 @@ def footer(fig: Figure, df: pd.DataFrame, extra: str | None = None):
     bottom left of the figure; ``extra`` is appended (other sources of the figure)."""
     text = run_label(df) + (f"; {extra}" if extra else "")
     area = getattr(fig, "_mla_footer", None)
-    if area is not None:  # the strip _new_figure keeps below the panels and their legend
+    if area is not None:  # the strip new_figure keeps below the panels and their legend
         return area.text(0.004, 0.5, text, ha="left", va="center", fontsize=10, color="0.3",
                          gid="footer")
     return fig.text(0.005, 0.003, text, ha="left", va="bottom", fontsize=10, color="0.3",
@@ -106,7 +106,7 @@ def set_ctx_axis(ax, contexts: Iterable[float],
     return ctx
 
 
-def _plain_log_y(ax) -> None:
+def plain_log_y(ax) -> None:
     """Log y axis with plain numbers (0.5, 2, 300), which read faster than 3x10^2."""
     ax.set_yscale("log")
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _pos: f"{y:g}"))
@@ -117,7 +117,7 @@ def _plain_log_y(ax) -> None:
 _NICE = (1, 1.5, 2, 3, 4, 5, 7)
 
 
-def _plain_log_x(ax, lo: float, hi: float) -> None:
+def plain_log_x(ax, lo: float, hi: float) -> None:
     ax.set_xscale("log")
     ticks = [m * 10.0 ** e for e in range(int(math.floor(math.log10(lo))),
                                           int(math.ceil(math.log10(hi))) + 1) for m in _NICE]
@@ -128,7 +128,7 @@ def _plain_log_x(ax, lo: float, hi: float) -> None:
     ax.set_xlim(lo, hi)
 
 
-def _fig_legend(fig: Figure, axes: Sequence, ncol: int = 4) -> None:
+def fig_legend(fig: Figure, axes: Sequence, ncol: int = 4) -> None:
     """One legend below all panels: every labelled artist once."""
     seen, handles, labels = set(), [], []
     for ax in axes:
@@ -142,7 +142,7 @@ def _fig_legend(fig: Figure, axes: Sequence, ncol: int = 4) -> None:
                    fontsize=11, frameon=False)
 
 
-def _new_figure(figsize) -> tuple[Figure, object]:
+def new_figure(figsize) -> tuple[Figure, object]:
     """A figure and the subfigure the panels go in; below it a strip for ``footer``, so the
     footer never runs into a legend under the panels."""
     fig = plt.figure(figsize=figsize, layout="constrained")
@@ -152,16 +152,16 @@ def _new_figure(figsize) -> tuple[Figure, object]:
     return fig, body
 
 
-def _suptitle(fig: Figure, text: str) -> None:
+def figure_title(fig: Figure, text: str) -> None:
     fig.suptitle(text, x=0.005, ha="left", fontsize=16, fontweight="bold")
 
 
-def _ref_device(raw: pd.DataFrame, default: str) -> str:
+def ref_device(raw: pd.DataFrame, default: str) -> str:
     return column_values(raw, "device", default)
 
 
 # ------------------------------------------------------------------ marker size by context
-def _ctx_sizes(contexts: Iterable[float], lo: float = 5.0, hi: float = 15.0) -> dict[int, float]:
+def ctx_sizes(contexts: Iterable[float], lo: float = 5.0, hi: float = 15.0) -> dict[int, float]:
     """Marker size per context: small at the shortest, large at the longest (log scale)."""
     ctx = sorted({int(c) for c in contexts})
     if len(ctx) < 2:
@@ -170,7 +170,7 @@ def _ctx_sizes(contexts: Iterable[float], lo: float = 5.0, hi: float = 15.0) -> 
     return {c: lo + (hi - lo) * (math.log(c) - a) / (b - a) for c in ctx}
 
 
-def _size_legend(ax, sizes: Mapping[int, float], loc: str = "lower right", title="context"):
+def size_legend(ax, sizes: Mapping[int, float], loc: str = "lower right", title="context"):
     ctx = sorted(sizes)
     if len(ctx) > 6:  # a few sizes tell the scale
         idx = sorted({round(i * (len(ctx) - 1) / 4) for i in range(5)})

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .axes import _new_figure, _plain_log_y, _suptitle, _timings_text, column_values, describe, footer
-from .series import _rows_of, choose_series
+from .axes import column_values, describe, figure_title, footer, new_figure, plain_log_y, timings_text
+from .series import choose_series, rows_of
 from .style import DEFAULT_LIMIT, design_color, series_label, set_style
 from .tables import format_rows, format_table
 
@@ -35,11 +35,11 @@ def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
     ncols = len(chosen)
     heat_w, bars_w = 1.15 * ncols + 1.5, 0.75 * ncols + 2.0
     if n == 1:  # one heat map and the bars side by side
-        fig, body = _new_figure((heat_w + bars_w + 2.0, 8.5))
+        fig, body = new_figure((heat_w + bars_w + 2.0, 8.5))
         gs = body.add_gridspec(1, 2, width_ratios=[heat_w, bars_w])
         bars_at = gs[0, 1]
     else:  # heat maps side by side, the bars (a group per format and cache) below them
-        fig, body = _new_figure((max(n * heat_w, 4 * n * 0.25 * ncols + 2.0) + 1.0, 15.5))
+        fig, body = new_figure((max(n * heat_w, 4 * n * 0.25 * ncols + 2.0) + 1.0, 15.5))
         gs = body.add_gridspec(2, n, height_ratios=[1.15, 1])
         bars_at = gs[1, :]
     cmap = plt.get_cmap("viridis").with_extremes(bad="#f2f2f2")
@@ -48,7 +48,7 @@ def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
         t = fracs[cache]
         dots = {}
         for v, tm in chosen:
-            r = _rows_of(d, (v, tm))
+            r = rows_of(d, (v, tm))
             r = r[r["cache_dtype"] == cache]
             dots.update({(wf, v): dt for wf, dt in zip(r["weight_format"], r["dot_dtype"],
                                                        strict=True)})
@@ -87,7 +87,7 @@ def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
         ax_b.bar(xs, hs, width=width * 0.92, color=design_color(v), label=series_label(v, tm),
                  gid=f"{v}/{tm}", edgecolor="white", lw=0.5,
                  hatch="//" if tm == "flushed" else None)
-    _plain_log_y(ax_b)
+    plain_log_y(ax_b)
     labels = [wf if len(caches) == 1 else f"{wf}\n{cache} cache" for cache, wf in groups]
     ax_b.set_xticks(range(len(groups)), labels)
     ax_b.set_xlim(-0.6, len(groups) - 0.4)
@@ -98,8 +98,8 @@ def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
     if chosen:
         ax_b.legend(loc="upper right", ncol=2, fontsize=10, frameon=True, framealpha=0.9)
         ax_b.set_ylim(top=ax_b.get_ylim()[1] * 4)  # room for the legend above the bars
-    _suptitle(fig, f"gather_kv_b_proj on {column_values(d, 'device')}: weight formats at {ctx} "
+    figure_title(fig, f"gather_kv_b_proj on {column_values(d, 'device')}: weight formats at {ctx} "
                    f"tokens\n{describe(d, skip=('weight_format', 'cache_dtype'))}; "
-                   f"{_timings_text(chosen)}")
+                   f"{timings_text(chosen)}")
     footer(fig, d)
     return fig

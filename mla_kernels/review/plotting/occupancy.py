@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from .axes import _fig_legend, _new_figure, _plain_log_y, _suptitle, ctx_label, describe, footer, set_ctx_axis
+from .axes import ctx_label, describe, fig_legend, figure_title, footer, new_figure, plain_log_y, set_ctx_axis
 from .style import design_color, set_style
 
 _DEVICE_MARKERS = ("o", "s", "^", "D")
@@ -74,7 +74,7 @@ def plot_occupancy(df: pd.DataFrame, *, label: str | None = None) -> Figure:
     """
     set_style()
     d = _occupancy_series(df, label)
-    fig, body = _new_figure((20, 8.5))
+    fig, body = new_figure((20, 8.5))
     ax, ax_p = body.subplots(1, 2)
     devices = list(pd.unique(d["device"]))
     for name in pd.unique(d["_series"]):
@@ -97,15 +97,15 @@ def plot_occupancy(df: pd.DataFrame, *, label: str | None = None) -> Figure:
     ax.set_ylim(0, 105)
     ax.set_ylabel("compute units busy in the first wave (%)")
     ax.set_title("Share of compute units busy", loc="left")
-    _plain_log_y(ax_p)
+    plain_log_y(ax_p)
     ax_p.axhline(1.0, color="0.35", lw=1.4, ls=(0, (8, 3)), zorder=1,
                  label="one program per compute unit (reference)")
     ax_p.set_ylabel("working programs per compute unit (log scale)")
     ax_p.set_title("Programs per compute unit", loc="left")
     for a in (ax, ax_p):
         set_ctx_axis(a, d["ctx"])
-    _fig_legend(body, (ax, ax_p), ncol=3)
-    _suptitle(fig, "How much of the device one launch occupies (model of the launch grid)\n"
+    fig_legend(body, (ax, ax_p), ncol=3)
+    figure_title(fig, "How much of the device one launch occupies (model of the launch grid)\n"
                    f"{describe(d)}; on {', '.join(devices)}")
     footer(fig, d, "occupancy model of each design's launch grid (computed, not measured)")
     return fig

@@ -7,29 +7,29 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ...devices import lookup_device
+from ...core.devices import lookup_device
 from ...lab import roofline
 from ..analysis import peak_fractions, positive, timed_points
 from .axes import (
-    _ctx_sizes,
-    _new_figure,
-    _plain_log_x,
-    _plain_log_y,
-    _ref_device,
-    _size_legend,
-    _suptitle,
-    _timings_text,
     column_values,
+    ctx_sizes,
+    figure_title,
     footer,
+    new_figure,
+    plain_log_x,
+    plain_log_y,
+    ref_device,
+    size_legend,
+    timings_text,
 )
-from .roofs import _copy_roof, _draw_roofs, _matrix_roofs, _roofline_rows, _roofline_series
-from .series import _reference_list
+from .roofs import copy_roof, draw_roofs, matrix_roofs, roofline_rows, roofline_series
+from .series import reference_list
 from .style import (
     CEILING_COLOR,
     DEFAULT_LIMIT,
     PEAK_COLOR,
     REFERENCE_COLOR,
-    _ref_style,
+    ref_style,
     series_label,
     set_style,
     variant_style,
@@ -64,9 +64,9 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     ``ctx``, ``dot_dtype``, ``copy_tbps``, ``mm_tflops``), e.g. ``roofline.csv``'s.
     """
     set_style()
-    d, chosen, shown = _roofline_rows(df, series, limit)
+    d, chosen, shown = roofline_rows(df, series, limit)
     ours = column_values(d, "device", "")
-    refs = _reference_list({"first table": reference, "as merged": merged},
+    refs = reference_list({"first table": reference, "as merged": merged},
                            default_name="public change")
     # The public change's calls placed by the byte/FLOP model: {(table, which): rows}.
     ref_pts = {(name, which): timed_points(shape, ref["ctx"], ref[f"{which}_us"], cache_dtype,
@@ -74,11 +74,11 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
                for name, ref, _raw in refs for which in ("before", "after")}
     ref_dev = reference_device
     for _name, _ref, raw in refs:
-        ref_dev = _ref_device(raw, reference_device)
+        ref_dev = ref_device(raw, reference_device)
     dot = roofline.dot_dtype(cache_dtype, weight_format)
 
     devices = [n for n in (ours, ref_dev if refs else "") if n]
-    fig, body = _new_figure((20, 15))
+    fig, body = new_figure((20, 15))
     gs = body.add_gridspec(2, max(1, len(devices)), height_ratios=[1.1, 1])
     panels = {n: body.add_subplot(gs[0, i]) for i, n in enumerate(devices)}
     ax_b = body.add_subplot(gs[1, :])
@@ -86,7 +86,7 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
     all_ai = list(shown["ai"]) + [a for p in ref_pts.values() for a in p["flop_per_byte"]]
     a0, a1 = (min(all_ai), max(all_ai)) if all_ai else (380.0, 380.0)
     contexts = set(shown["ctx"].astype(int)) | {c for p in ref_pts.values() for c in p["ctx"]}
-    sizes = _ctx_sizes(contexts, 6, 14)
+    sizes = ctx_sizes(contexts, 6, 14)
     fractions = []  # (device, group label, colour, marker, ctx, fraction, against)
     for name, ax in panels.items():
         spec = lookup_device(name)
@@ -96,16 +96,16 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
         keep = {dot} | (set(shown["dot_dtype"]) if mine and not shown.empty else set())
         ds = {dt: spec.peak(dt) for dt in sorted(keep)} if spec is not None else {}
         ds = {k: v for k, v in ds.items() if positive(v)}
-        bw = _copy_roof(d, None) if mine else None
-        roofs = {k: v for k, v in _matrix_roofs(d, None).items() if k in keep} if mine else {}
+        bw = copy_roof(d, None) if mine else None
+        roofs = {k: v for k, v in matrix_roofs(d, None).items() if k in keep} if mine else {}
         ridges = [v / b for v, b in ((ds.get(dot), ds_bw), (roofs.get(dot), bw))
                   if positive(v) and positive(b)]
         lo, hi = min([a0] + ridges) / 2.2, max([a1] + ridges) * 2.2
         x = np.geomspace(lo, hi, 400)
         if roofs and bw:
-            _draw_roofs(ax, x, bw, roofs, kind="measured", color=CEILING_COLOR, ls="-", lw=2.5,
+            draw_roofs(ax, x, bw, roofs, kind="measured", color=CEILING_COLOR, ls="-", lw=2.5,
                         ridge_dtypes=[dot])
-        _draw_roofs(ax, x, ds_bw, ds, kind="datasheet", color=PEAK_COLOR, ls="--", lw=1.8,
+        draw_roofs(ax, x, ds_bw, ds, kind="datasheet", color=PEAK_COLOR, ls="--", lw=1.8,
                     ridge_dtypes=[dot], below=True)
         ax.axvspan(a0 / 1.01, a1 * 1.01, color="0.8", alpha=0.7, zorder=0, lw=0,
                    label=f"this operation: {a0:.0f}-{a1:.0f} FLOP/B")
@@ -115,7 +115,7 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
         pts_y = []
         if mine:
             for v, t in chosen:
-                p = _roofline_series(ax, d, (v, t), sizes, lw=1.2)
+                p = roofline_series(ax, d, (v, t), sizes, lw=1.2)
                 if p.empty:
                     continue
                 st = variant_style(v, t)
@@ -127,7 +127,7 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
             for i, (rname, _ref, _raw) in enumerate(refs):
                 for which in ("before", "after"):
                     pts = ref_pts[(rname, which)].sort_values("ctx", kind="stable")
-                    st = _ref_style(i, which)
+                    st = ref_style(i, which)
                     label = f"public change, {rname}: {which}"
                     ax.plot(pts["flop_per_byte"].tolist(), pts["achieved_tflops"].tolist(),
                             **{**st, "lw": 1.2}, label=label, gid=f"reference/{rname}/{which}",
@@ -136,8 +136,8 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
                     fr = peak_fractions(pts, {"datasheet": (ds_bw, ds)})
                     fractions += _marks(fr, name, f"{name}: {label}", REFERENCE_COLOR,
                                         st["marker"])
-        _plain_log_x(ax, lo, hi)
-        _plain_log_y(ax)
+        plain_log_x(ax, lo, hi)
+        plain_log_y(ax)
         tops = list(ds.values()) + list(roofs.values()) + pts_y
         ax.set_ylim(min(pts_y or [10.0]) / 2, max(tops + [1.0]) * 1.8)
         ax.set_xlabel("arithmetic intensity (FLOP per minimum byte, log scale)")
@@ -185,10 +185,10 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
                    "hollow: measured roofs; marker size: context)", loc="left")
     ax_b.grid(axis="y", visible=False)
     if sizes:
-        _size_legend(ax_b, sizes, loc="lower right")
-    _suptitle(fig, f"gather_kv_b_proj against each device's own peaks: "
+        size_legend(ax_b, sizes, loc="lower right")
+    figure_title(fig, f"gather_kv_b_proj against each device's own peaks: "
                    f"{', '.join(devices)}\n{shape}, {cache_dtype} cache, {weight_format} weight; "
-                   f"ours in {_timings_text(chosen) or 'no rows'}")
+                   f"ours in {timings_text(chosen) or 'no rows'}")
     footer(fig, d, f"{ref_dev}: the public change's published tables "
                    f"({', '.join(n for n, _, _ in refs)})" if refs else None)
     return fig

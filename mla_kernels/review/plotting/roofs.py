@@ -9,23 +9,23 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from ...devices import lookup_device
+from ...core.devices import lookup_device
 from ..analysis import attainable_tbps, positive
 from .axes import (
-    _ctx_sizes,
-    _fig_legend,
-    _new_figure,
-    _plain_log_x,
-    _plain_log_y,
-    _size_legend,
-    _suptitle,
-    _timings_text,
     column_values,
+    ctx_sizes,
     describe,
+    fig_legend,
+    figure_title,
     footer,
+    new_figure,
+    plain_log_x,
+    plain_log_y,
     set_ctx_axis,
+    size_legend,
+    timings_text,
 )
-from .series import _rows_of, _series_rows, choose_series, tidy
+from .series import choose_series, rows_of, series_rows, tidy
 from .style import (
     ATTAINABLE_COLOR,
     CEILING_COLOR,
@@ -38,7 +38,7 @@ from .style import (
 )
 
 
-def _matrix_roofs(d: pd.DataFrame, mm_tflops: float | dict[str, float] | None
+def matrix_roofs(d: pd.DataFrame, mm_tflops: float | dict[str, float] | None
                   ) -> dict[str, float]:
     """{dot dtype: measured matmul TFLOP/s}: given, or the rows' median per ``dot_dtype``."""
     if isinstance(mm_tflops, Mapping):
@@ -54,7 +54,7 @@ def _matrix_roofs(d: pd.DataFrame, mm_tflops: float | dict[str, float] | None
     return {str(k): float(v) for k, v in roofs.items() if positive(v)}
 
 
-def _copy_roof(d: pd.DataFrame, bw_tbps: float | None) -> float | None:
+def copy_roof(d: pd.DataFrame, bw_tbps: float | None) -> float | None:
     if bw_tbps is None and "copy_tbps" in d.columns and not d.empty:
         bw_tbps = float(d["copy_tbps"].median())
     return bw_tbps if positive(bw_tbps) else None
@@ -65,7 +65,7 @@ def _datasheet(d: pd.DataFrame, device: str | None = None):
     return lookup_device(name) if name else None
 
 
-def _draw_roofs(ax, x: np.ndarray, bw: float | None, roofs: Mapping[str, float], *,
+def draw_roofs(ax, x: np.ndarray, bw: float | None, roofs: Mapping[str, float], *,
                 kind: str, color: str, ls: str, lw: float, ridge_dtypes: Iterable[str] = (),
                 label_ridges: bool = True, below: bool = False,
                 ridge_label_y: float = 0.5) -> dict[str, float]:
@@ -105,22 +105,22 @@ def _draw_roofs(ax, x: np.ndarray, bw: float | None, roofs: Mapping[str, float],
 
 
 # ------------------------------------------------------------------ roofline
-def _roofline_rows(df: pd.DataFrame, series, limit: int
+def roofline_rows(df: pd.DataFrame, series, limit: int
                    ) -> tuple[pd.DataFrame, list[tuple[str, str]], pd.DataFrame]:
     """A roofline's rows: ``tidy``'s copy with each row's arithmetic intensity (``ai``, FLOP
     per minimum byte), the series to draw (``choose_series``) and their rows."""
     d = tidy(df)
     d["ai"] = d["flops"] / d["min_bytes"]
     chosen = choose_series(d, series, limit=limit)
-    return d, chosen, _series_rows(d, chosen)
+    return d, chosen, series_rows(d, chosen)
 
 
-def _roofline_series(ax, d: pd.DataFrame, series: tuple[str, str], sizes: Mapping[int, float],
+def roofline_series(ax, d: pd.DataFrame, series: tuple[str, str], sizes: Mapping[int, float],
                      lw: float, **line) -> pd.DataFrame:
     """One series on a roofline: its points joined in context order, a marker sized by each
     point's context (the small ones drawn over the large). Returns its rows, by context."""
     v, t = series
-    p = _rows_of(d, series).sort_values("ctx")
+    p = rows_of(d, series).sort_values("ctx")
     if p.empty:
         return p
     st = variant_style(v, t)
@@ -149,19 +149,19 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
     ``peak_tbps`` / ``peak_tflops`` or, with ``datasheet``, the device registry.
     """
     set_style()
-    d, chosen, shown = _roofline_rows(df, series, limit)
-    bw = _copy_roof(d, bw_tbps)
-    roofs = _matrix_roofs(d, mm_tflops)
+    d, chosen, shown = roofline_rows(df, series, limit)
+    bw = copy_roof(d, bw_tbps)
+    roofs = matrix_roofs(d, mm_tflops)
     spec = _datasheet(d) if datasheet else None
     if peak_tbps is None and spec is not None:
         peak_tbps = spec.peak_tbps
     if peak_tflops is None and spec is not None:
         peak_tflops = {dt: spec.peak(dt) for dt in (roofs or {"fp8": 0})}
     ds_roofs = {k: float(v) for k, v in (peak_tflops or {}).items() if positive(v)}
-    fig, body = _new_figure((21, 8.5))
+    fig, body = new_figure((21, 8.5))
     ax, ax_f = body.subplots(1, 2, width_ratios=[1.3, 1])
 
-    sizes = _ctx_sizes(shown["ctx"]) if not shown.empty else {}
+    sizes = ctx_sizes(shown["ctx"]) if not shown.empty else {}
     dtypes = sorted(set(shown["dot_dtype"])) if "dot_dtype" in shown.columns else []
     # The roofs of the dot dtypes drawn (a bf16 roof without a bf16 series is noise).
     roofs = {k: v for k, v in roofs.items() if k in dtypes} or roofs
@@ -173,10 +173,10 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
     # Zoomed to the points and the ridges: the slanted and the flat roofs both show.
     lo, hi = min(xs) / 1.3, max(xs) * 1.35
     x = np.geomspace(lo, hi, 400)
-    _draw_roofs(ax, x, bw, roofs, kind="measured", color=CEILING_COLOR, ls="-", lw=2.5,
+    draw_roofs(ax, x, bw, roofs, kind="measured", color=CEILING_COLOR, ls="-", lw=2.5,
                 ridge_dtypes=dtypes)
     if positive(peak_tbps) or ds_roofs:
-        _draw_roofs(ax, x, peak_tbps, ds_roofs, kind="datasheet", color=PEAK_COLOR, ls="--",
+        draw_roofs(ax, x, peak_tbps, ds_roofs, kind="datasheet", color=PEAK_COLOR, ls="--",
                     lw=1.6, ridge_dtypes=dtypes, below=True)
     if not shown.empty:
         a0, a1 = float(shown["ai"].min()), float(shown["ai"].max())
@@ -184,7 +184,7 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
                    label=f"this operation: {a0:.0f}-{a1:.0f} FLOP per minimum byte "
                          "(rises with context)")
     for v, t in chosen:
-        p = _roofline_series(ax, d, (v, t), sizes, lw=1.4, mec=variant_style(v, t)["mec"],
+        p = roofline_series(ax, d, (v, t), sizes, lw=1.4, mec=variant_style(v, t)["mec"],
                              mew=0.6)
         if p.empty:
             continue
@@ -192,8 +192,8 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
         r = p.groupby("ctx")["roof_fraction"].median()
         ax_f.plot(r.index, r.values, **st, label=series_label(v, t), gid=f"{v}/{t}")
     ax.set_xscale("log")
-    _plain_log_x(ax, lo, hi)
-    _plain_log_y(ax)
+    plain_log_x(ax, lo, hi)
+    plain_log_y(ax)
     tops = list(roofs.values()) + list(ds_roofs.values()) + list(shown["achieved_tflops"])
     lows = list(shown["achieved_tflops"]) or [min(tops, default=1.0) / 10]
     ax.set_ylim(min(lows) / 1.8, max(tops + [1.0]) * 1.6)
@@ -201,15 +201,15 @@ def plot_roofline(df: pd.DataFrame, *, bw_tbps: float | None = None,
     ax.set_ylabel("achieved TFLOP/s (log scale)")
     ax.set_title("Roofline (marker size: context)", loc="left")
     if sizes:
-        _size_legend(ax, sizes, loc="lower right")
+        size_legend(ax, sizes, loc="lower right")
     ax_f.axhline(1.0, color=CEILING_COLOR, lw=1.5, zorder=1)
     ax_f.set_ylim(0, 1.08 * max([1.0] + list(shown.get("roof_fraction", []))))
     ax_f.set_ylabel("fraction of the floor (floor time / time)")
     ax_f.set_title("Fraction of the floor (1 = on the measured roof)", loc="left")
     set_ctx_axis(ax_f, shown["ctx"] if not shown.empty else [])
-    _fig_legend(body, (ax,), ncol=4)
-    _suptitle(fig, f"gather_kv_b_proj on {column_values(d, 'device')}: roofline and fraction of "
-                   f"the floor\n{describe(d)}; {_timings_text(chosen)}")
+    fig_legend(body, (ax,), ncol=4)
+    figure_title(fig, f"gather_kv_b_proj on {column_values(d, 'device')}: roofline and fraction of "
+                   f"the floor\n{describe(d)}; {timings_text(chosen)}")
     footer(fig, d)
     return fig
 
@@ -231,19 +231,19 @@ def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
     set_style()
     d = tidy(df)
     chosen = choose_series(d, series, limit=limit)
-    copy_tbps = _copy_roof(d, copy_tbps)
+    copy_tbps = copy_roof(d, copy_tbps)
     if write_tbps is None and "write_tbps" in d.columns and not d.empty:
         write_tbps = float(d["write_tbps"].median())
-    roofs = _matrix_roofs(d, mm_tflops)
+    roofs = matrix_roofs(d, mm_tflops)
     spec = _datasheet(d)
     if peak_tbps is None and spec is not None:
         peak_tbps = spec.peak_tbps
-    fig, body = _new_figure((16, 8.5))
+    fig, body = new_figure((16, 8.5))
     ax = body.subplots()
     contexts: set[int] = set()
     best = None
     for v, t in chosen:
-        r = _rows_of(d, (v, t)).groupby("ctx")["achieved_tbps"].median()
+        r = rows_of(d, (v, t)).groupby("ctx")["achieved_tbps"].median()
         if r.empty:
             continue
         contexts |= set(r.index.astype(int))
@@ -251,7 +251,7 @@ def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
                 gid=f"{v}/{t}")
         if best is None or r.iloc[-1] > best[2].iloc[-1]:
             best = (v, t, r)
-    shown = _series_rows(d, chosen)
+    shown = series_rows(d, chosen)
     top = [float(shown["achieved_tbps"].max()) if not shown.empty else 1e-3]
     ceilings = {}
     if positive(copy_tbps) and not shown.empty:
@@ -284,7 +284,7 @@ def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
             top.append(float(val))
     if best is not None:
         v, t, r = best
-        dt = _rows_of(d, (v, t))["dot_dtype"].iloc[0]
+        dt = rows_of(d, (v, t))["dot_dtype"].iloc[0]
         if dt in ceilings and r.index[-1] in ceilings[dt].index:
             frac = r.iloc[-1] / ceilings[dt][r.index[-1]]
             ax.annotate(f"{v}: {r.iloc[-1]:.2f} TB/s\n= {frac:.2f} of the ceiling",
@@ -295,7 +295,7 @@ def plot_bandwidth(df: pd.DataFrame, *, peak_tbps: float | None = None,
     ax.set_ylabel("achieved bandwidth (TB/s, minimum bytes / time)")
     set_ctx_axis(ax, contexts)
     ax.set_title(f"Bandwidth reached on {column_values(d, 'device')}\n{describe(d)}; "
-                 f"{_timings_text(chosen)}", loc="left", fontsize=14)
-    _fig_legend(body, (ax,), ncol=2)
+                 f"{timings_text(chosen)}", loc="left", fontsize=14)
+    fig_legend(body, (ax,), ncol=2)
     footer(fig, d)
     return fig

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import reference_table
-from .style import DEFAULT_LIMIT, TIMINGS, _series_order, _variant_order, base_variant, is_torch
+from .style import DEFAULT_LIMIT, TIMINGS, base_variant, is_torch, series_order, variant_order
 
 
 def tidy(df: pd.DataFrame) -> pd.DataFrame:
@@ -33,7 +33,7 @@ def present_series(df: pd.DataFrame) -> list[tuple[str, str]]:
         return []
     d = tidy(df)
     pairs = {(str(v), str(t)) for v, t in zip(d["variant"], d["timing"], strict=True)}
-    return sorted(pairs, key=_series_order)
+    return sorted(pairs, key=series_order)
 
 
 def device_timing(df: pd.DataFrame, variant: str) -> str | None:
@@ -79,13 +79,13 @@ def default_series(df: pd.DataFrame, *, before: str | None = None, limit: int = 
     if df.empty:
         return []
     d = tidy(df)
-    variants = sorted(pd.unique(d["variant"]), key=_variant_order)
+    variants = sorted(pd.unique(d["variant"]), key=variant_order)
     designs = [(v, device_timing(d, v)) for v in variants if not is_torch(v)]
     torch_paths = [(v, device_timing(d, v)) for v in variants if is_torch(v)]
     chosen_torch = list(torch_paths) if torch == "all" else []
     if torch_paths and not chosen_torch:
         speed = _speed(d, torch_paths)
-        chosen_torch = [min(torch_paths, key=lambda p: (speed[p], _series_order(p)))]
+        chosen_torch = [min(torch_paths, key=lambda p: (speed[p], series_order(p)))]
     room = max(1, limit - reserved - len(chosen_torch))
     if len(designs) > room:
         speed = _speed(d, designs)
@@ -94,7 +94,7 @@ def default_series(df: pd.DataFrame, *, before: str | None = None, limit: int = 
                       key=lambda p: (p[0] != "auto", -speed[p]))
         gone = set(drop[: len(designs) - room])
         designs = [p for p in designs if p not in gone]
-    return sorted(designs + chosen_torch, key=_series_order)
+    return sorted(designs + chosen_torch, key=series_order)
 
 
 def choose_series(df: pd.DataFrame, series=None, *, before: str | None = None,
@@ -137,20 +137,20 @@ def choose_series(df: pd.DataFrame, series=None, *, before: str | None = None,
             if t is not None:
                 out.append((str(item), t))
     keep = set(have)
-    return sorted(dict.fromkeys(p for p in out if p in keep), key=_series_order)
+    return sorted(dict.fromkeys(p for p in out if p in keep), key=series_order)
 
 
-def _rows_of(d: pd.DataFrame, s: tuple[str, str]) -> pd.DataFrame:
+def rows_of(d: pd.DataFrame, s: tuple[str, str]) -> pd.DataFrame:
     return d[(d["variant"] == s[0]) & (d["timing"] == s[1])]
 
 
-def _series_rows(d: pd.DataFrame, chosen: Sequence[tuple[str, str]]) -> pd.DataFrame:
+def series_rows(d: pd.DataFrame, chosen: Sequence[tuple[str, str]]) -> pd.DataFrame:
     """The rows of the series drawn, series by series (none drawn: no rows, d's columns)."""
-    return pd.concat([_rows_of(d, s) for s in chosen]) if chosen else d.iloc[:0]
+    return pd.concat([rows_of(d, s) for s in chosen]) if chosen else d.iloc[:0]
 
 
 # ------------------------------------------------------------------ reference tables
-def _reference_list(reference, default_name: str = "public change"
+def reference_list(reference, default_name: str = "public change"
                     ) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
     """[(name, normalized table, the table as given)] from a frame, a {name: frame} map or a
     list of frames."""

@@ -101,16 +101,16 @@ def series_label(v: str, timing: str) -> str:
     return f"{base_variant(v)}, {TIMING_NAME.get(timing, timing)}"
 
 
-def _variant_order(v: str) -> tuple[int, int, str]:
+def variant_order(v: str) -> tuple[int, int, str]:
     b = base_variant(v)
     if b in DESIGN_ORDER:
         return (0, DESIGN_ORDER.index(b), b)
     return (2, 0, b) if is_torch(b) else (1, 0, b)
 
 
-def _series_order(s: tuple[str, str]) -> tuple:
+def series_order(s: tuple[str, str]) -> tuple:
     t = TIMINGS.index(s[1]) if s[1] in TIMINGS else len(TIMINGS)
-    return (*_variant_order(s[0]), t, s[1])
+    return (*variant_order(s[0]), t, s[1])
 
 
 # The public change's series.
@@ -118,7 +118,7 @@ _REF_MARKERS = (("s", "^"), ("D", "v"), ("o", "P"))
 _REF_LINES = ("-", (0, (4, 1.5, 1, 1.5)), (0, (1, 1)))
 
 
-def _ref_style(i: int, which: str) -> dict[str, object]:
+def ref_style(i: int, which: str) -> dict[str, object]:
     """The public change's series: black, a hollow marker for 'before' and a filled one
     for 'after'; a second table another pair of markers and a dash-dot line."""
     m = _REF_MARKERS[i % len(_REF_MARKERS)]

@@ -7,8 +7,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from . import axes
-from .series import _reference_list, _rows_of, choose_series, device_timing, tidy
-from .style import CEILING_COLOR, DEFAULT_LIMIT, _ref_style, series_label, set_style, variant_style
+from .series import choose_series, device_timing, reference_list, rows_of, tidy
+from .style import CEILING_COLOR, DEFAULT_LIMIT, ref_style, series_label, set_style, variant_style
 
 
 def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "serial",
@@ -26,14 +26,14 @@ def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "seria
     """
     set_style()
     d = tidy(df)
-    refs = _reference_list(reference)
+    refs = reference_list(reference)
     chosen = choose_series(d, series, before=before, limit=limit, reserved=2 * len(refs),
                            keep=(after,) if after else ())
-    fig, body = axes._new_figure((22, 8))
+    fig, body = axes.new_figure((22, 8))
     ax_t, ax_s, ax_f = body.subplots(1, 3)
     contexts: set[int] = set()
     for v, t in chosen:
-        r = _rows_of(d, (v, t)).groupby("ctx")[["median_us", "floor_us"]].median()
+        r = rows_of(d, (v, t)).groupby("ctx")[["median_us", "floor_us"]].median()
         if r.empty:
             continue
         contexts |= set(r.index.astype(int))
@@ -41,24 +41,24 @@ def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "seria
         ax_t.plot(r.index, r["median_us"], **kw)
         ax_f.plot(r.index, r["floor_us"] / r["median_us"], **kw)
         if v != before:
-            bt = t if not _rows_of(d, (before, t)).empty else device_timing(d, before)
-            base = _rows_of(d, (before, bt)).groupby("ctx")["median_us"].median()
+            bt = t if not rows_of(d, (before, t)).empty else device_timing(d, before)
+            base = rows_of(d, (before, bt)).groupby("ctx")["median_us"].median()
             sp = (base / r["median_us"]).dropna()
             if not sp.empty:
                 ax_s.plot(sp.index, sp.values, **kw)
     for i, (name, ref, raw) in enumerate(refs):
-        dev = axes._ref_device(raw, reference_device)
+        dev = axes.ref_device(raw, reference_device)
         contexts |= set(ref["ctx"].astype(int))
         for which in ("before", "after"):
-            ax_t.plot(ref["ctx"], ref[f"{which}_us"], **_ref_style(i, which),
+            ax_t.plot(ref["ctx"], ref[f"{which}_us"], **ref_style(i, which),
                       label=f"{name} on {dev}: {which}", gid=f"reference/{name}/{which}")
-        ax_s.plot(ref["ctx"], ref["speedup"], **{**_ref_style(i, "after"), "marker": "h"},
+        ax_s.plot(ref["ctx"], ref["speedup"], **{**ref_style(i, "after"), "marker": "h"},
                   label=f"{name} on {dev}: after vs before", gid=f"reference/{name}/speedup")
 
-    axes._plain_log_y(ax_t)
+    axes.plain_log_y(ax_t)
     ax_t.set_ylabel("time per call (µs, median, log scale)")
     ax_t.set_title("Time per call", loc="left")
-    axes._plain_log_y(ax_s)
+    axes.plain_log_y(ax_s)
     ax_s.axhline(1.0, color="0.45", lw=1.2, label=f"{before} (speedup 1)", zorder=1)
     ax_s.set_ylabel(f"speedup over {before} (x, log scale)")
     ax_s.set_title(f"Speedup over {before}", loc="left")
@@ -71,10 +71,10 @@ def plot_context_sweep(df: pd.DataFrame, reference=None, *, before: str = "seria
     ax_f.set_title("Fraction of the floor", loc="left")
     for ax in (ax_t, ax_s, ax_f):
         axes.set_ctx_axis(ax, contexts)
-    axes._fig_legend(body, (ax_t, ax_s, ax_f), ncol=4)
+    axes.fig_legend(body, (ax_t, ax_s, ax_f), ncol=4)
     dev = axes.column_values(d, "device")
-    axes._suptitle(fig, f"gather_kv_b_proj on {dev}: time, speedup and fraction of the floor against "
-                   f"context\n{axes.describe(d)}; {axes._timings_text(chosen)}")
-    axes.footer(fig, d, "; ".join(f"{axes._ref_device(raw, reference_device)}: the {name}'s published "
+    axes.figure_title(fig, f"gather_kv_b_proj on {dev}: time, speedup and fraction of the floor against "
+                   f"context\n{axes.describe(d)}; {axes.timings_text(chosen)}")
+    axes.footer(fig, d, "; ".join(f"{axes.ref_device(raw, reference_device)}: the {name}'s published "
                              "table" for name, _, raw in refs) or None)
     return fig

@@ -1,0 +1,76 @@
+"""What variant="auto" runs: a committed table of the best measured design and launch config
+per (device, weight format, cache dtype, page size), and the portable fallback.
+
+Data only: entries name a design and its config fields; ``designs.resolve`` turns them into
+a design and its typed config (and falls back where the named design cannot run the
+problem: hopper_ws off an sm_90 GPU, or outside its shapes). Importing nothing from the
+designs keeps the two free of a cycle. An entry is one (design, fields) pair, or a list of
+(minimum output rows, design, fields), largest minimum first, where the best design changes
+with the context.
+
+Source: the performance matrix of the committed run data/h200/2026-11-30-e3b5fbb6f059/
+(perf_matrix_a.csv, perf_matrix_b.csv; Kimi-K3 TP8, single sequences 4096 to 109440 tokens,
+every weight format on fp8 and bf16 caches, fp8 per-row at pages 1 to 128), scored on one
+launch replayed from a CUDA graph. The tiled configs with 128-row tiles and 8 warps come
+from data/exploration/h200/tune_2026-11-29.csv (32000 tokens). MXFP4 on an fp8 cache,
+served by hopper_ws since, from the MXFP4 matrix of a later commit
+(data/exploration/h200/mxfp4/2026-11-30-*/perf_matrix_mxfp4.csv). The bf16-cache entries
+from the run data/h200/2026-11-30-b3ba14ac1f0b/ (hopper_ws on bf16 caches, fp8 and MXFP4
+weights widened to a bf16 copy first: fastest at every length). fp8 per row over an fp8
+cache from 16384 rows: hopper_ws with two MMA groups, a 6-deep ring and the latent in
+registers, from the rounds in data/exploration/h200/2026-12-01-hopper-ws-fp8-row-rounds/ (timed at 4096,
+32000, 109440 tokens, 64 x 4096 and DeepSeek-V3 TP1; nothing between 4096 and 32000) and
+checked by the run data/h200/2026-12-01-4db5f2888635/, where auto runs it. tests/designs/test_tuning.py
+asserts that at every point of the latest committed run (now that one) and of the MXFP4
+runs, what this table picks is within 5% of the best design timed there.
+"""
+
+from __future__ import annotations
+
+ANY = "*"
+_TILED_128_8 = {"block_m": 128, "num_warps": 8, "num_stages": 2}
+
+# (device, weight format, cache dtype, page size) -> (design, config fields), or a list of
+# (minimum output rows, design, config fields), largest minimum first.
+TUNED: dict[tuple[str, str, str, object], object] = {
+    # An fp8 cache: the warp-specialised design serves fp8 per row, per block and bf16.
+    # fp8 per row from 16384 rows: two MMA groups, a 6-deep ring, the latent in registers
+    # (data/exploration/h200/2026-12-01-hopper-ws-fp8-row-rounds/: 3-8% under the default from 32000 tokens,
+    # 2% over it at 4096; nothing timed between).
+    ("H200", "fp8_row", "fp8", ANY): [
+        (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True}),
+        (0, "hopper_ws", {"ring_depth": 4})],
+    ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
+    ("H200", "bf16", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
+    # MXFP4 on an fp8 cache: the warp-specialised design, widening in the kernel
+    # (data/exploration/h200/mxfp4/; before it, tiled_tma from 16k tokens on
+    # and 128-row tiles below).
+    ("H200", "mxfp4", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
+    # A bf16 cache: the warp-specialised design's bf16 latent tile, every weight a bf16
+    # one (fp8 and MXFP4 widened to a bf16 copy ahead of the kernel).
+    ("H200", "fp8_row", "bf16", ANY): ("hopper_ws", {"ring_depth": 4}),
+    ("H200", "fp8_block", "bf16", ANY): ("hopper_ws", {"ring_depth": 4}),
+    ("H200", "bf16", "bf16", ANY): ("hopper_ws", {"ring_depth": 4}),
+    ("H200", "mxfp4", "bf16", ANY): ("hopper_ws", {"ring_depth": 4}),
+}
+
+# The best portable design on every format measured: tiled, split, 64-row tiles.
+FALLBACK: tuple[str, dict] = ("tiled", {"block_m": 64, "num_warps": 4, "split": True})
+
+
+def lookup(device: str, weight_format: str, cache_dtype: str, block_size: int,
+           rows: int = 0) -> tuple[str, dict]:
+    """The most specific entry for this problem class on this device (``rows``: the output
+    rows, the call's largest possible token count), else FALLBACK."""
+    for key in ((device, weight_format, cache_dtype, block_size),
+                (device, weight_format, cache_dtype, ANY),
+                (device, weight_format, ANY, block_size),
+                (device, weight_format, ANY, ANY)):
+        if key in TUNED:
+            entry = TUNED[key]
+            if isinstance(entry, tuple):
+                return entry
+            for min_rows, design, fields in entry:
+                if rows >= min_rows:
+                    return design, fields
+    return FALLBACK

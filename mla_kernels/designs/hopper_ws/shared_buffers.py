@@ -1,0 +1,140 @@
+"""What the partitions share, bundled: the weight ring, the latent tile, the outputs, and all
+of it in one ``Handles`` that every partition takes; and the hand-over of a written slot.
+
+Bundles are Gluon aggregates (``compat.bundle``). This module keeps its annotations evaluated
+(no ``from __future__ import annotations``): triton 3.6 checks each field against them.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
+
+from .compat import Buffer, Descriptor, bundle, partition_sync, tma_io
+from .conversions import ring_as_bf16
+from .schedule import Cache, Items
+
+
+@gluon.jit
+def ring_phase(n, DEPTH: gl.constexpr):
+    """The phase of the ``n``-th use of a ring of DEPTH slots at its slot's barriers: which
+    pass over the ring it is, mod 2."""
+    return (n // DEPTH) & 1
+
+
+@gluon.jit
+def publish_slot(bar):
+    """Hand a slot written by this partition's threads to the MMA warps: each thread's
+    stores made visible to the async proxy (wgmma), all threads done, one arrival."""
+    fence_async_shared()
+    partition_sync()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def publish_slots(bar0, bar1):
+    """``publish_slot`` for two slots at once (one fence and one barrier)."""
+    publish_slot(bar0)
+    mbarrier.arrive(bar1, count=1)
+
+
+@bundle
+class WeightRing:
+    """The weight ring: STAGES slots of 128 rows x 128 bytes, a ready and an empty barrier
+    a slot, and MXFP4's ``info`` ring (each item's route and row factors; a stand-in
+    otherwise). Chunk ``c`` of a program's stream takes slot c % STAGES."""
+
+    slots: Buffer
+    ready: Buffer
+    empty: Buffer
+    info: Buffer
+    STAGES: gl.constexpr
+
+    @gluon.jit
+    def wait_free(self, c):
+        """The slot of chunk ``c``, once its last reader has released it. A slot's first
+        fill waits on the phase before the barrier's first, which passes."""
+        s = c % self.STAGES
+        mbarrier.wait(self.empty.index(s), ring_phase(c, self.STAGES) ^ 1)
+        return s
+
+    @gluon.jit
+    def wait_full(self, c):
+        """The slot of chunk ``c``, once the chunk has landed in it."""
+        s = c % self.STAGES
+        mbarrier.wait(self.ready.index(s), ring_phase(c, self.STAGES))
+        return s
+
+    @gluon.jit
+    def release(self, c):
+        """Chunk ``c`` is read: its slot may be refilled (one arrival of the MMA group's)."""
+        mbarrier.arrive(self.empty.index(c % self.STAGES), count=1)
+
+    @gluon.jit
+    def fill(self, desc, s, row, col):
+        """Slot ``s`` filled by TMA with the block of ``desc`` at (row, col); it lands on the
+        slot's ready barrier."""
+        mbarrier.expect(self.ready.index(s), desc.block_type.nbytes)
+        tma_io.load(desc, [row, col], self.ready.index(s), self.slots.index(s))
+
+    @gluon.jit
+    def publish(self, s):
+        """Slot ``s``, written by this partition's threads, to the MMA warps."""
+        publish_slot(self.ready.index(s))
+
+    @gluon.jit
+    def publish2(self, s0, s1):
+        """Slots ``s0`` and ``s1`` to the MMA warps in one hand-over."""
+        publish_slots(self.ready.index(s0), self.ready.index(s1))
+
+    @gluon.jit
+    def as_bf16(self):
+        """The same ring with its slots viewed as [128 x 64] bf16 chunks."""
+        return WeightRing(ring_as_bf16(self.slots), self.ready, self.empty, self.info, self.STAGES)
+
+
+@bundle
+class LatentTile:
+    """One token tile's latent in shared memory: ``bufs``, NK fp8 K chunks [128 x 128], or
+    with LAT16 (a bf16 weight) 2 NK bf16 K slices [128 x 64]; ``pe``, the rope's fp8 rows
+    (a stand-in with LAT16, whose rope skips shared memory); a ready and an empty barrier
+    per K chunk and a last pair for the rope. The tile is refilled once its last reader has
+    released it, chunk by chunk."""
+
+    bufs: Buffer
+    pe: Buffer
+    ready: Buffer
+    empty: Buffer
+    LAT16: gl.constexpr
+
+
+@bundle
+class Outputs:
+    """k_out and v_out: their pointers and TMA descriptors (K-nope blocks, the rope, V
+    blocks), and the shared buffers items are staged in (one or two, and the rope's)."""
+
+    k_ptr: gl.tensor
+    v_ptr: gl.tensor
+    k_desc: Descriptor
+    pe_desc: Descriptor
+    v_desc: Descriptor
+    bufs: Buffer
+    pe: Buffer
+
+
+@bundle
+class Handles:
+    """Everything a partition reads: the schedule, the cache, the weight (its descriptor
+    or pointers, its scale, how it is chunked), the ring, the latent tile and the outputs.
+    A partition that leaves a handle unused does not capture it."""
+
+    items: Items
+    cache: Cache
+    w_desc: Descriptor
+    w_ptr: gl.tensor
+    ws_ptr: gl.tensor
+    WK: gl.constexpr  # K of a weight chunk: 128 fp8 values or 64 bf16 ones
+    SCALE: gl.constexpr  # how the weight's scale applies (config.SCALE_*)
+    WS_LD: gl.constexpr  # the scale's row stride (block and e8m0 scales)
+    ring: WeightRing
+    tile: LatentTile
+    out: Outputs

@@ -1,0 +1,16 @@
+"""Diagnostics: one-off measurements behind the perf notes, each run on the GPU as
+``python3 -m mla_kernels.lab.diagnostics.<name>`` (``--help`` says how; those with a CPU
+``--check`` compile or interpret their kernels with no GPU), rows to ``reports/diag/``.
+
+- ``mma_rate``: the tensor cores' rate at hopper_ws's tile shape, with no loads;
+- ``write_bound``: what writing the outputs alone costs (``fill_``, an empty launch);
+- ``gather_write_bound``: a plain Triton gather-and-store kernel's time over the same bytes;
+- ``launch_shape``: what a Gluon launch's shape (shared memory, partitions) costs, empty;
+- ``trace_hopper_ws``: per-program timestamps of one hopper_ws launch (on a patched tree);
+- ``profile_hopper_ws``: one hopper_ws launch for Nsight Compute.
+
+The diagnostic builds of hopper_ws (patches of the kernel as it was at the commit each names,
+and the shell scripts that timed them) are kept in the history, not in the tree: they apply
+to those commits only. ``git show b14c487:scripts/diag/`` lists them and
+``git show b14c487:scripts/diag/<name>`` prints one.
+"""

@@ -1,0 +1,39 @@
+"""What the diagnostics' command lines share: where their rows go.
+
+Imported by the diagnostics beside it, each run as
+``python3 -m mla_kernels.lab.diagnostics.<name>``.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+DEFAULT_FOLDER = Path("reports/diag")  # inside the repository; git ignores reports/
+
+
+def parser(doc: str, rows: str) -> argparse.ArgumentParser:
+    """An argument parser described by ``doc``'s first paragraph, with ``--out FOLDER``, the
+    folder ``rows`` (the file the script writes) goes to."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_FOLDER, metavar="FOLDER",
+                    help=f"folder for {rows} (default {DEFAULT_FOLDER}/; created)")
+    return ap
+
+
+def write_rows(df, out: Path, name: str) -> Path:
+    """``df`` as ``out/name``, the folder created first."""
+    out.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out / name, index=False)
+    return out / name
+
+
+def check_or_measure(doc: str, rows: str, check, measure, check_help: str, add=None) -> None:
+    """The command line of a diagnostic with a CPU ``--check`` beside its measurement:
+    ``check()`` with ``--check``, else ``measure(args)``; ``add(parser)`` adds its own
+    arguments."""
+    ap = parser(doc, rows)
+    if add is not None:
+        add(ap)
+    ap.add_argument("--check", action="store_true", help=check_help)
+    a = ap.parse_args()
+    check() if a.check else measure(a)

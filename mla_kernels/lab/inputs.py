@@ -1,0 +1,271 @@
+"""Random input sets for any shape, context list, block size, cache dtype and weight format.
+
+Tests, benchmarks and notebooks all build their inputs here. Scales are deliberately far
+from 1 (weight scales 1e-3..1e2, e8m0 exponents 2^-8..2^4, k_scale != 1) so a kernel that
+drops or misplaces a scale fails the tolerance.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass, field, make_dataclass
+
+import torch
+
+from ..core.formats import (
+    E8M0_NAN,
+    FP8_BLOCK,
+    FP8_MAX,
+    MX_BLOCK,
+    WEIGHT_FORMATS,
+    cache_torch_dtype,
+    dequantize_weight,
+)
+from ..core.problem import OUT_DTYPES, GatherArgs
+from ..core.shapes import MLAShape, get_shape
+from ..core.value_rules import Reject, Rule, choice, flag, int_in
+
+# The call's nine arguments as settable fields, named and typed once, by GatherArgs.
+CallArguments = make_dataclass("CallArguments",
+                               [(n, GatherArgs.__annotations__[n]) for n in GatherArgs._fields])
+
+
+@dataclass
+class GatherInputs(CallArguments):
+    """Everything one call of gather_kv_b_proj takes (the nine arguments, by name), plus
+    what built it."""
+
+    shape: MLAShape
+    contexts: tuple[int, ...]
+    block_size: int
+    cache_dtype: str
+    weight_format: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def total_tokens(self) -> int:
+        return sum(self.contexts)
+
+    def args(self) -> GatherArgs:
+        """The arguments of gather_kv_b_proj, in order and by name."""
+        return GatherArgs(*(getattr(self, n) for n in GatherArgs._fields))
+
+    def reference(self, **kw) -> tuple[torch.Tensor, torch.Tensor]:
+        from ..core.reference import gather_kv_b_proj_reference
+
+        return gather_kv_b_proj_reference(self.args(), num_heads=self.shape.num_heads,
+                                          v_head_dim=self.shape.v_head_dim, **kw)
+
+    def poison_outputs(self) -> None:
+        """Fill the outputs with NaN so an unwritten row shows."""
+        self.k_prefix.fill_(float("nan"))
+        self.v_prefix.fill_(float("nan"))
+
+
+def _log_uniform(gen: torch.Generator, size, lo: float, hi: float) -> torch.Tensor:
+    u = torch.rand(size, generator=gen, dtype=torch.float64)
+    lo_t, hi_t = torch.log(torch.tensor(lo, dtype=torch.float64)), torch.log(
+        torch.tensor(hi, dtype=torch.float64))
+    return torch.exp(lo_t + u * (hi_t - lo_t)).float()
+
+
+def random_fp8_codes(gen: torch.Generator, size, dtype: torch.dtype) -> torch.Tensor:
+    """fp8 codes spread over the format's range (never all zero)."""
+    vals = torch.randn(size, generator=gen) * (FP8_MAX[dtype] / 8)
+    return vals.clamp(-FP8_MAX[dtype], FP8_MAX[dtype]).to(dtype)
+
+
+def random_weight(gen: torch.Generator, n: int, k: int, weight_format: str,
+                  fp8_dtype: torch.dtype = torch.float8_e4m3fn,
+                  scale_range: tuple[float, float] = (1e-3, 1e2),
+                  e8m0_range: tuple[int, int] = (-7, 4),
+                  e8m0_full_span: bool = False,
+                  ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A stored weight of the format with random codes and scales, laid out as the contract
+    (docs/contract.md) states. MXFP4's exponents are drawn from ``e8m0_range``; with
+    ``e8m0_full_span`` every row holds both ends of it (its first two groups)."""
+    if weight_format == "bf16":
+        return (torch.randn(n, k, generator=gen) * 0.05).to(torch.bfloat16), None
+    if weight_format == "fp8_row":
+        return random_fp8_codes(gen, (n, k), fp8_dtype), _log_uniform(gen, (n,), *scale_range)
+    if weight_format == "fp8_block":
+        nb, kb = -(-n // FP8_BLOCK), -(-k // FP8_BLOCK)
+        return random_fp8_codes(gen, (n, k), fp8_dtype), _log_uniform(gen, (nb, kb), *scale_range)
+    if weight_format == "mxfp4":
+        codes = torch.randint(0, 16, (n, k), generator=gen, dtype=torch.uint8)
+        packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).contiguous()
+        lo, hi = e8m0_range
+        exps = torch.randint(lo + 127, hi + 128, (n, k // MX_BLOCK), generator=gen,
+                             dtype=torch.int32).to(torch.uint8)
+        if e8m0_full_span:
+            exps[:, 0], exps[:, 1 % exps.shape[1]] = lo + 127, hi + 127
+        return packed, exps
+    raise ValueError(f"weight_format: expected bf16, fp8_row, fp8_block or mxfp4, got {weight_format!r}")
+
+
+def _whole(v) -> bool:
+    return isinstance(v, numbers.Integral) and not isinstance(v, bool)
+
+
+def _contexts(v) -> tuple[int, ...]:
+    if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not all(
+            _whole(c) and c >= 0 for c in v):
+        raise Reject
+    return tuple(int(c) for c in v)
+
+
+def _finite_positive(v) -> bool:
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+def _scale_range(v) -> tuple[float, float]:
+    if not (isinstance(v, Sequence) and len(v) == 2 and all(_finite_positive(x) for x in v)
+            and v[0] <= v[1]):
+        raise Reject
+    return float(v[0]), float(v[1])
+
+
+# e8m0 codes are exponent + 127 in [0, 254]; 255 is NaN.
+_E8M0_LO, _E8M0_HI = -127, E8M0_NAN - 1 - 127
+
+
+def _e8m0_range(v) -> tuple[int, int]:
+    if not (isinstance(v, Sequence) and len(v) == 2 and all(_whole(x) for x in v)
+            and _E8M0_LO <= v[0] <= v[1] <= _E8M0_HI):
+        raise Reject
+    return int(v[0]), int(v[1])
+
+
+def _seed(v) -> int:
+    if not _whole(v):
+        raise Reject
+    return int(v)
+
+
+def _k_scale(v) -> float | None:
+    if v is not None and not _finite_positive(v):
+        raise Reject
+    return None if v is None else float(v)
+
+
+def _out_dtype(v) -> torch.dtype:
+    if v not in OUT_DTYPES:
+        raise Reject
+    return v
+
+
+def _device(v) -> torch.device:
+    try:
+        d = torch.device(v)
+    except (RuntimeError, TypeError):
+        raise Reject from None
+    if d.type not in ("cpu", "cuda") or (d.type == "cuda" and not torch.cuda.is_available()):
+        raise Reject
+    if d.type == "cuda" and d.index is not None and d.index >= torch.cuda.device_count():
+        raise Reject
+    return d
+
+
+_BUILD_RULES: dict[str, Rule] = {
+    "contexts": Rule("a sequence of ints >= 0", _contexts),
+    "block_size": int_in(1),
+    "weight_format": choice(WEIGHT_FORMATS),
+    "device": Rule(lambda: "'cpu' or a CUDA device this machine has"
+                   + ("" if torch.cuda.is_available() else " (it has none)"), _device),
+    "seed": Rule("an int", _seed),
+    "spare_indices": int_in(0),
+    "spare_rows": int_in(0),
+    "spare_blocks": int_in(0),
+    "k_scale": Rule("None or a finite number > 0", _k_scale),
+    "weight_scale_range": Rule("(lo, hi) with 0 < lo <= hi, both finite", _scale_range),
+    "out_dtype": Rule(f"one of {[str(d) for d in OUT_DTYPES]}", _out_dtype),
+    "e8m0_range": Rule(f"(lo, hi) ints with {_E8M0_LO} <= lo <= hi <= {_E8M0_HI} (e8m0 "
+                       "codes 0-254)", _e8m0_range),
+    "e8m0_full_span": flag(),
+}
+
+
+def build_inputs(
+    shape: str | MLAShape,
+    contexts: Sequence[int],
+    *,
+    block_size: int = 1,
+    cache_dtype: str = "fp8",
+    weight_format: str = "fp8_row",
+    device: str | torch.device = "cpu",
+    seed: int = 0,
+    spare_indices: int = 3,
+    spare_rows: int = 5,
+    spare_blocks: int = 7,
+    k_scale: float | None = None,
+    weight_scale_range: tuple[float, float] = (1e-3, 1e2),
+    out_dtype: torch.dtype = torch.bfloat16,
+    e8m0_range: tuple[int, int] = (-7, 4),
+    e8m0_full_span: bool = False,
+) -> GatherInputs:
+    """A full random input set on ``device``.
+
+    An MXFP4 weight's power-of-two exponents are drawn from ``e8m0_range`` (inclusive); with
+    ``e8m0_full_span`` every weight row holds both ends of it. The default spans 12 binades,
+    the widest whose rows hopper_ws widens to e4m3 (a real checkpoint's rows span a few);
+    ``(-8, 4)`` with ``e8m0_full_span`` puts every row on its bf16 route.
+
+    Blocks are allocated in shuffled order (plus ``spare_blocks`` never used), ``kv_indices``
+    has ``spare_indices`` extra entries, and the outputs ``spare_rows`` extra rows.
+    Outputs are poisoned with NaN.
+    """
+    given = dict(contexts=contexts, block_size=block_size, weight_format=weight_format,
+                 device=device, seed=seed, spare_indices=spare_indices, spare_rows=spare_rows,
+                 spare_blocks=spare_blocks, k_scale=k_scale,
+                 weight_scale_range=weight_scale_range, out_dtype=out_dtype,
+                 e8m0_range=e8m0_range, e8m0_full_span=e8m0_full_span)
+    # Every argument checked before anything is drawn: a ValueError names the first bad one.
+    checked = {name: _BUILD_RULES[name](name, value) for name, value in given.items()}
+    shp = get_shape(shape)
+    contexts, device = checked["contexts"], checked["device"]
+    weight_scale_range, e8m0_range = checked["weight_scale_range"], checked["e8m0_range"]
+    gen = torch.Generator().manual_seed(seed)
+    cdt = cache_torch_dtype(cache_dtype)
+    fp8_dtype = cdt if cdt in FP8_MAX else torch.float8_e4m3fn
+
+    blocks_per_seq = [-(-c // block_size) for c in contexts]
+    num_used = sum(blocks_per_seq)
+    num_blocks = num_used + spare_blocks
+    perm = torch.randperm(num_blocks, generator=gen)[:num_used].to(torch.int32)
+    kv_indices = torch.cat((perm, torch.randint(0, num_blocks, (spare_indices,), generator=gen,
+                                                dtype=torch.int32)))
+    kv_indptr = torch.zeros(len(contexts) + 1, dtype=torch.int32)
+    kv_indptr[1:] = torch.cumsum(torch.tensor(blocks_per_seq, dtype=torch.int64), 0)
+    cs = torch.zeros(len(contexts) + 1, dtype=torch.int32)
+    cs[1:] = torch.cumsum(torch.tensor(contexts, dtype=torch.int64), 0)
+
+    if cdt in FP8_MAX:
+        k_buffer = random_fp8_codes(gen, (num_blocks, block_size, shp.latent_dim), cdt)
+        scale_val = k_scale if k_scale is not None else float(_log_uniform(gen, (1,), 2e-3, 5e-2))
+        k_scale_t = torch.tensor([scale_val], dtype=torch.float32)
+    else:
+        k_buffer = torch.randn(num_blocks, block_size, shp.latent_dim, generator=gen).to(cdt)
+        k_scale_t = None if k_scale is None else torch.tensor([k_scale], dtype=torch.float32)
+
+    weight, wscale = random_weight(gen, shp.weight_rows, shp.kv_c_dim, weight_format, fp8_dtype,
+                                   scale_range=weight_scale_range, e8m0_range=e8m0_range,
+                                   e8m0_full_span=e8m0_full_span)
+    rows = sum(contexts) + spare_rows
+    k_prefix = torch.full((rows, shp.num_heads, shp.k_head_dim), float("nan"), dtype=out_dtype)
+    v_prefix = torch.full((rows, shp.num_heads, shp.v_head_dim), float("nan"), dtype=out_dtype)
+
+    def dev(t):
+        return None if t is None else t.to(device)
+
+    return GatherInputs(
+        dev(k_buffer), dev(k_scale_t), dev(kv_indptr), dev(kv_indices), dev(cs),
+        dev(weight), dev(wscale), dev(k_prefix), dev(v_prefix),
+        shape=shp, contexts=contexts, block_size=block_size, cache_dtype=cache_dtype,
+        weight_format=weight_format, meta={"seed": seed},
+    )
+
+
+def dequantized_weight(inp: GatherInputs) -> torch.Tensor:
+    return dequantize_weight(inp.kv_proj_weight, inp.kv_proj_scale, inp.weight_format)

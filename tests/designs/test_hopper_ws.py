@@ -1,0 +1,742 @@
+"""The Gluon design (hopper_ws) on a Hopper GPU against the torch reference, and where it is
+offered. Correctness runs need the GPU (it is compiled, never interpreted); the CPU checks
+its availability rules and, in test_compile.py, that it compiles for sm_90.
+
+Weights it runs over an fp8 cache: fp8 per-row (the original path), fp8 per 128x128 block,
+bf16 with no scale, a per-row or a per-block scale (float32 or bf16 scales; the latent tile
+widened to bf16 as it is gathered), and MXFP4 widened in the kernel to e4m3 or, item by
+item where a row's scales span too much, bf16. Over a bf16 cache: every one of them, an fp8
+or MXFP4 weight widened to a bf16 copy ahead of the kernel (weight_widening)."""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from test_kernels import run_and_check
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+import mla_kernels as mk
+from mla_kernels.core.devices import DEVICES, INTERPRETER
+from mla_kernels.designs import DESIGNS, resolve
+from mla_kernels.designs.hopper_ws import HopperWSConfig, fp8_route, lockstep_granule, supports
+from mla_kernels.designs.hopper_ws.conversions import (
+    E4M3_TO_BF16,
+    halves,
+    mx_chunk,
+    mx_item,
+    widen_bf16,
+    widen_e4m3,
+)
+from mla_kernels.designs.jit import SCALE_CODES
+from mla_kernels.lab.checks import check_outputs
+
+KIMI = "kimi-k3-tp8"
+
+
+def _hopper() -> bool:
+    return (torch.cuda.is_available() and not torch.version.hip
+            and torch.cuda.get_device_capability()[0] == 9)
+
+
+hopper = pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
+    (KIMI, [4096], 1),  # whole tiles only
+    (KIMI, [1000], 1),  # the last tile shifted back to end at the last token
+    (KIMI, [100], 1),  # fewer tokens than a tile: the one partial tile (masked stores)
+    (KIMI, [5, 0, 60], 16),
+    (KIMI, [37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
+    (KIMI, [513, 2048, 70], 64),
+    (KIMI, [32000], 1),
+    ("deepseek-v3-tp8", [2000, 77], 1),
+    ("deepseek-v3-tp1", [700], 1),  # 256 items a tile
+])
+def test_matches_reference(shape, contexts, block_size, device, seed):
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("batch", [2, 127, 128, 129, 300])
+@pytest.mark.parametrize(("fmt", "cache", "config"), [
+    ("fp8_row", "fp8", None),
+    ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
+    ("bf16", "fp8", None),  # the gather partition that widens the latent tile
+    ("fp8_row", "bf16", None),  # a bf16 latent tile's gather
+], ids=["fp8_row", "registers", "bf16_weight", "bf16_cache"])
+def test_many_sequences_either_side_of_the_search_in_registers(batch, fmt, cache, config,
+                                                               device, seed):
+    # Up to 128 sequences the gather partitions search a tile's sequences in registers
+    # (cs and kv_indptr loaded once); past that, by dependent loads. Short sequences, some
+    # empty, so that tiles straddle many of them.
+    g = torch.Generator().manual_seed(seed)
+    contexts = torch.randint(1, 24, (batch,), generator=g)
+    contexts[torch.randperm(batch, generator=g)[: batch // 8]] = 0
+    inp = mk.build_inputs(KIMI, contexts.tolist(), block_size=16, cache_dtype=cache,
+                          weight_format=fmt, device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=config)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 4])
+def test_program_runs_and_ring_depth(programs, stages, device, seed):
+    # Runs that start and end mid-tile and mid-head; a ring shallower than one item.
+    inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+
+
+def _lockstep_cases() -> dict[int, tuple[int, int]]:
+    """For each run granule the kernel can choose for 256 items a tile (DeepSeek-V3 TP1),
+    and for none, the smallest (tiles, programs) that choose it."""
+    cases: dict[int, tuple[int, int]] = {}
+    for programs in range(3, 40):
+        for tiles in range(programs // 2 + 1, 3 * programs):
+            cases.setdefault(lockstep_granule(256, tiles, programs), (tiles, programs))
+    return cases
+
+
+def test_lockstep_granule_rule():
+    # Whole tiles for DeepSeek-V3 TP1 at 32000 tokens on 132 programs (250 tiles: 2 a
+    # program at most against 1.89 on average, within 1/16), half tiles at 109440 (855
+    # tiles: whole ones would cost 8%); never for Kimi-K3 TP8's 24 items a tile, nor where
+    # the programs split tiles among themselves.
+    assert lockstep_granule(256, 250, 132) == 256
+    assert lockstep_granule(256, 855, 132) == 128
+    assert lockstep_granule(24, 250, 132) == 0
+    assert lockstep_granule(256, 60, 132) == 0
+    cases = _lockstep_cases()
+    assert set(cases) == {256, 128, 64, 32, 0}
+    for g, (tiles, programs) in cases.items():
+        if g:
+            n_g = tiles * 256 // g
+            assert 256 % g == 0 and -(-n_g // programs) * programs * 16 <= n_g * 17
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("granule", [256, 128, 64, 32, 0])
+def test_lockstep_runs_cover_every_item(granule, device, seed):
+    # A run of each granule (and equal runs), chosen through the program count; the last
+    # tile shifted back, an empty sequence beside. Poisoned outputs show a missed item.
+    tiles, programs = _lockstep_cases()[granule]
+    inp = mk.build_inputs("deepseek-v3-tp1", [tiles * 128 - 37, 0], block_size=1,
+                          cache_dtype="fp8", weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(programs=programs))
+
+
+@pytest.mark.gpu
+@hopper
+def test_fp16_outputs(device, seed):
+    inp = mk.build_inputs(KIMI, [600], cache_dtype="fp8", weight_format="fp8_row",
+                          device=device, seed=seed, out_dtype=torch.float16,
+                          weight_scale_range=(1e-3, 1e-1))  # within fp16 range
+    run_and_check(inp, "hopper_ws")
+
+
+# ------------------------------------------------ two MMA groups, rings 5-6 deep
+# Two MMA warpgroups each take 64 of a tile's 128 rows of every item (fp8 per-row weight,
+# fp8 cache); a ring of 5 or 6 weight chunks takes the second staging buffer's room; with
+# latent_in_registers each group holds its rows of a tile's latent as wgmma's A operand in
+# registers, and the tile's shared buffer is refilled at once.
+TWO_GROUPS = HopperWSConfig(mma_groups=2, ring_depth=6)
+LATENT_REGS = HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
+    (KIMI, [4096], 1),
+    (KIMI, [1000], 1),  # the last tile shifted back
+    (KIMI, [100], 1),  # the one partial tile: each group's rows stored masked
+    (KIMI, [37, 0, 300, 129, 1], 16),
+    (KIMI, [513, 2048, 70], 64),
+    ("deepseek-v3-tp1", [700], 1),  # lockstep runs
+])
+@pytest.mark.parametrize("config", [TWO_GROUPS, LATENT_REGS], ids=["shared", "registers"])
+def test_two_mma_groups_match_reference(shape, contexts, block_size, config, device, seed):
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=config)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 4, 6])
+@pytest.mark.parametrize("regs", [False, True])
+def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, regs, device, seed):
+    # One program runs every tile in turn: with the latent in registers, each tile's buffer
+    # is refilled while the last tile's items still run on the registers.
+    inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(
+        ring_depth=stages, programs=programs, mma_groups=2, latent_in_registers=regs))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block", "mxfp4"])
+@pytest.mark.parametrize("stages", [5, 6])
+def test_deep_rings_over_an_fp8_cache(fmt, stages, device, seed):
+    # One staging buffer: each item waits for the last one's stores before staging.
+    inp = mk.build_inputs(KIMI, [900, 333, 100], block_size=1, cache_dtype="fp8",
+                          weight_format=fmt, device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=7))
+
+
+@pytest.mark.parametrize(("fmt", "cache", "config", "field"), [
+    ("fp8_block", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("bf16", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("mxfp4", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("fp8_row", "bf16", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("bf16", "fp8", HopperWSConfig(ring_depth=5), "ring_depth"),
+    ("fp8_row", "bf16", HopperWSConfig(ring_depth=6), "ring_depth"),
+    ("fp8_row", "fp8", HopperWSConfig(latent_in_registers=True), "latent_in_registers"),
+    ("fp8_block", "fp8", HopperWSConfig(latent_in_registers=True), "latent_in_registers"),
+])
+def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cache, config,
+                                                                        field):
+    # Refused when the launch is prepared, before anything is written: two groups only for
+    # fp8 per-row over an fp8 cache, rings past 4 only beside an fp8 latent tile.
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel
+    from mla_kernels.lab.occupancy import problem_for
+
+    inp = mk.build_inputs(KIMI, [300], cache_dtype=cache, weight_format=fmt)
+    prob = problem_for(KIMI, [300], cache, fmt, 1)
+    with pytest.raises(ValueError, match=rf"config\.{field}: expected .*, got"):
+        compile_main_kernel("hopper_ws", inp, prob, config, HOPPER, 90)
+
+
+def test_config_fields_checked():
+    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
+                dict(latent_in_registers=1), dict(latent_in_registers="yes")):
+        with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers)"
+                                             ": expected"):
+            HopperWSConfig(**bad)
+
+
+# ------------------------------------------------ block-scaled fp8 and bf16 weights
+# (weight format, scale kind, scale dtype): every path beside fp8_row with a float32 scale.
+# A scale kind of None is the format's own (bf16: none, fp8_block: block).
+NEW_PATHS = [
+    ("fp8_block", None, torch.float32),
+    ("fp8_block", None, torch.bfloat16),
+    ("fp8_row", None, torch.bfloat16),  # the fp8_row kernel reading a bf16 row scale
+    ("bf16", None, None),
+    ("bf16", "row", torch.float32),
+    ("bf16", "row_n1", torch.bfloat16),  # a [N, 1] per-row scale
+    ("bf16", "block", torch.float32),
+    ("bf16", "block", torch.bfloat16),
+]
+
+
+# Batch layouts every weight path runs: (contexts, page size).
+LAYOUTS = [
+    ([37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
+    ([1000], 1),  # the last tile shifted back to end at the last token
+    ([100], 1),  # fewer tokens than a tile: the one partial tile (masked stores)
+    ([513, 0, 2048, 70], 64),
+    ([200, 0, 517, 128], 128),
+]
+
+
+def _path_id(path):
+    fmt, kind, dtype = path
+    return "-".join([fmt, kind or "own", str(dtype).replace("torch.", "")])
+
+
+def _inputs(shape, contexts, block_size, path, device, seed, cache="fp8", **kw):
+    """Inputs over an fp8 (or ``cache``) cache with the path's weight and scale. A bf16
+    weight's scale is drawn log-uniform in [1e-3, 1e2] (as build_inputs draws fp8 weight
+    scales), from the test's seed; a bf16 scale is rounded from it (the reference reads the
+    rounded values)."""
+    fmt, kind, dtype = path
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache,
+                          weight_format=fmt, device=device, seed=seed, **kw)
+    if fmt == "bf16" and kind is not None:
+        n, k = inp.kv_proj_weight.shape
+        size = {"row": (n,), "row_n1": (n, 1), "block": (-(-n // 128), -(-k // 128))}[kind]
+        lo, hi = kw.get("weight_scale_range", (1e-3, 1e2))
+        g = torch.Generator().manual_seed(seed + 1)
+        u = torch.rand(size, generator=g, dtype=torch.float64)
+        inp.kv_proj_scale = torch.exp(math.log(lo) + u * (math.log(hi) - math.log(lo))).float()
+    if inp.kv_proj_scale is not None and dtype is not None:
+        inp.kv_proj_scale = inp.kv_proj_scale.to(device=device, dtype=dtype)
+    return inp
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", NEW_PATHS, ids=_path_id)
+@pytest.mark.parametrize(("contexts", "block_size"), LAYOUTS)
+def test_new_paths_match_reference(path, contexts, block_size, device, seed):
+    inp = _inputs(KIMI, contexts, block_size, path, device, seed)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [NEW_PATHS[0], NEW_PATHS[3], NEW_PATHS[7]], ids=_path_id)
+@pytest.mark.parametrize(("shape", "contexts"), [
+    ("deepseek-v3-tp8", [2000, 0, 77]),
+    ("deepseek-v3-tp1", [700]),  # 256 items a tile
+    (KIMI, [32000]),
+])
+def test_new_paths_at_model_shapes(path, shape, contexts, device, seed):
+    inp = _inputs(shape, contexts, 1, path, device, seed)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [NEW_PATHS[1], NEW_PATHS[3], NEW_PATHS[4], NEW_PATHS[7]],
+                         ids=_path_id)
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_new_paths_program_runs_and_ring_depth(path, programs, stages, device, seed):
+    # Runs that start and end mid-tile and mid-head; with a bf16 weight an item takes 8
+    # ring slots, so even a 4-deep ring wraps within one item. Every depth: a pipelined
+    # TMA-loaded bf16 weight beside a register-widened operand was seen wrong in some
+    # configurations only (with tl.dot, on the H200).
+    inp = _inputs(KIMI, [900, 333], 1, path, device, seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [NEW_PATHS[0], NEW_PATHS[5]], ids=_path_id)
+def test_new_paths_fp16_outputs(path, device, seed):
+    inp = _inputs(KIMI, [600], 1, path, device, seed, out_dtype=torch.float16,
+                  weight_scale_range=(1e-3, 1e-1))  # within fp16 range
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+def test_block_scales_far_apart_along_k(device, seed):
+    # Neighbouring K blocks of a row 1e5 apart, both ways round: the accumulator goes from
+    # one block's scale to the next by their ratio (1e5 or 1e-5); applied upside down or at
+    # the wrong K step, it is off by up to 1e10.
+    inp = _inputs(KIMI, [300], 1, NEW_PATHS[0], device, seed)
+    s = inp.kv_proj_scale
+    s[:, 0::2], s[:, 1::2] = 1e2, 1e-3
+    s[1::2] = s[1::2].flip(1)
+    run_and_check(inp, "hopper_ws")
+
+
+# ------------------------------------------------ a bf16 cache
+# Every weight format over a bf16 cache: the bf16 latent tile is wgmma's A operand as it is;
+# the weight TMA-loaded, bf16 as given or widened exactly into a bf16 copy ahead of the
+# kernel (fp8 per row or per block with their own scales; MXFP4 with a power-of-two row
+# scale); the rope stored from registers.
+CACHE16_PATHS = [
+    ("fp8_row", None, torch.float32),
+    ("fp8_row", None, torch.bfloat16),
+    ("fp8_block", None, torch.float32),
+    ("fp8_block", None, torch.bfloat16),
+    ("bf16", None, None),
+    ("bf16", "row", torch.float32),
+    ("bf16", "block", torch.float32),
+    ("mxfp4", None, None),
+]
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", CACHE16_PATHS, ids=_path_id)
+@pytest.mark.parametrize(("contexts", "block_size"), LAYOUTS)
+def test_bf16_cache_matches_reference(path, contexts, block_size, device, seed):
+    inp = _inputs(KIMI, contexts, block_size, path, device, seed, cache="bf16")
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [CACHE16_PATHS[0], CACHE16_PATHS[2], CACHE16_PATHS[4],
+                                  CACHE16_PATHS[7]], ids=_path_id)
+@pytest.mark.parametrize(("shape", "contexts"), [
+    ("deepseek-v3-tp8", [2000, 0, 77]),
+    ("deepseek-v3-tp1", [700]),  # 256 items a tile
+    (KIMI, [32000]),
+])
+def test_bf16_cache_at_model_shapes(path, shape, contexts, device, seed):
+    inp = _inputs(shape, contexts, 1, path, device, seed, cache="bf16")
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [CACHE16_PATHS[0], CACHE16_PATHS[3], CACHE16_PATHS[5],
+                                  CACHE16_PATHS[7]], ids=_path_id)
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_bf16_cache_program_runs_and_ring_depth(path, programs, stages, device, seed):
+    # Runs that start and end mid-tile and mid-head (each program stores the rope of its
+    # own heads only); an item takes 8 ring slots, so every depth wraps within one item.
+    inp = _inputs(KIMI, [900, 333], 1, path, device, seed, cache="bf16")
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", [CACHE16_PATHS[0], CACHE16_PATHS[5]], ids=_path_id)
+def test_bf16_cache_fp16_outputs(path, device, seed):
+    # The rope is rounded from bf16 to fp16 on its way from the cache.
+    inp = _inputs(KIMI, [600, 0, 77], 1, path, device, seed, cache="bf16",
+                  out_dtype=torch.float16, weight_scale_range=(1e-3, 1e-1))
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+def test_bf16_cache_block_scales_far_apart_along_k(device, seed):
+    inp = _inputs(KIMI, [300], 1, CACHE16_PATHS[2], device, seed, cache="bf16")
+    s = inp.kv_proj_scale
+    s[:, 0::2], s[:, 1::2] = 1e2, 1e-3
+    s[1::2] = s[1::2].flip(1)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+def test_bf16_cache_ignores_k_scale(device, seed):
+    # A bf16 cache has nothing to dequantise: k_scale None, or any value, changes nothing.
+    inp = _inputs(KIMI, [300, 0, 129], 16, CACHE16_PATHS[0], device, seed, cache="bf16")
+    inp.k_scale = None
+    run_and_check(inp, "hopper_ws")
+    inp.k_scale = torch.full((1,), 7.0, device=device)
+    run_and_check(inp, "hopper_ws")
+
+
+def test_widened_weights_run_the_bf16_weight_s_kernel():
+    # Over a bf16 cache an fp8 or MXFP4 weight is widened into a bf16 copy ahead of the
+    # kernel, which is then the bf16 weight's (its TMA ring takes two slots too); with an
+    # fp8 weight the scale is its own, with MXFP4 a float32 row scale.
+    from mla_kernels.designs.hopper_ws import HOPPER_WS
+    from mla_kernels.designs.hopper_ws.widening import WidenedWeight
+
+    for fmt in ("fp8_row", "fp8_block", "mxfp4"):
+        inp = mk.build_inputs(KIMI, [10], cache_dtype="bf16", weight_format=fmt)
+        launch = HOPPER_WS.prepare(_prob(fmt=fmt, cache="bf16"), inp.args(), None,
+                                   HopperWSConfig(ring_depth=2), DEVICES["H200"])
+        assert isinstance(launch, WidenedWeight), fmt
+        consts = launch.main.consts
+        assert consts["LAT16"] and not consts["CACHE_FP8"] and consts["WK"] == 64, fmt
+        want = {"fp8_row": "row", "fp8_block": "block", "mxfp4": "row"}[fmt]
+        assert consts["SCALE"] == SCALE_CODES[want] and consts["STAGES"] == 2, fmt
+        assert launch.shape == (inp.kv_proj_weight.shape[0], 512)
+        assert launch.factor_shape == ((inp.kv_proj_weight.shape[0],) if fmt == "mxfp4"
+                                       else None)
+    # A bf16 weight over either cache is launched as it is, over a bf16 latent tile.
+    for cache in ("bf16", "fp8"):
+        inp = mk.build_inputs(KIMI, [10], cache_dtype=cache, weight_format="bf16")
+        launch = HOPPER_WS.prepare(_prob(fmt="bf16", cache=cache), inp.args(), None,
+                                   HopperWSConfig(), DEVICES["H200"])
+        assert not isinstance(launch, WidenedWeight)
+        assert launch.consts["LAT16"] and launch.consts["CACHE_FP8"] == (cache == "fp8")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("fmt", ["fp8_row", "mxfp4"])
+def test_widened_weight_in_a_cuda_graph_reads_the_weight_at_replay(fmt, device, seed):
+    # The copy is made by every call, inside the graph too: a weight changed in place
+    # between replays is the one the replay multiplies.
+    inp = mk.build_inputs(KIMI, [700, 0, 129], block_size=16, cache_dtype="bf16",
+                          weight_format=fmt, device=device, seed=seed)
+    mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws")  # warm up: compile, cache the plan
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws")
+    for round_ in range(2):
+        if round_:
+            other = mk.build_inputs(KIMI, [1], cache_dtype="bf16", weight_format=fmt,
+                                    device=device, seed=seed + 1)
+            inp.kv_proj_weight.copy_(other.kv_proj_weight)
+            inp.kv_proj_scale.copy_(other.kv_proj_scale)
+        inp.poison_outputs()
+        graph.replay()
+        torch.cuda.synchronize()
+        res = check_outputs(inp)
+        assert res["correct"], (round_, res["max_rel_err"], f"seed {seed}")
+
+
+# ------------------------------------------------ MXFP4, widened in the kernel
+# Weight draws: every row within 12 binades (all items on the e4m3 route), every row holding
+# 13 (all on the bf16 route), and one item in three widened to bf16.
+MX_DRAWS = ("e4m3", "bf16", "mixed")
+
+
+def _mx_inputs(shape, contexts, block_size, draw, device, seed, **kw):
+    wide = draw == "bf16"
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format="mxfp4", device=device, seed=seed,
+                          e8m0_range=(-8, 4) if wide else (-7, 4), e8m0_full_span=wide, **kw)
+    if draw == "mixed":
+        # Row 5 of every third item spans -8 to 4: 13 binades.
+        items = inp.kv_proj_scale.view(-1, 128, inp.kv_proj_scale.shape[1])
+        items[1::3, 5, 2], items[1::3, 5, 3] = 127 - 8, 127 + 4
+    route = fp8_route(inp.kv_proj_scale)
+    assert {"e4m3": bool(route.all()), "bf16": not route.any(),
+            "mixed": bool(route.any() and not route.all())}[draw], route
+    return inp
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("draw", MX_DRAWS)
+@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
+    (KIMI, [37, 0, 300, 129, 1], 16),  # ragged, an empty sequence, tiles across sequences
+    (KIMI, [1000], 1),
+    (KIMI, [100], 1),  # the one partial tile
+    (KIMI, [513, 0, 2048, 70], 64),
+    (KIMI, [4096], 1),
+    ("deepseek-v3-tp1", [700], 1),  # 256 items a tile
+])
+def test_mxfp4_matches_reference(draw, shape, contexts, block_size, device, seed):
+    inp = _mx_inputs(shape, contexts, block_size, draw, device, seed)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [3, 4])
+def test_mxfp4_program_runs_and_ring_depth(programs, stages, device, seed):
+    # Routes change item by item (4 or 8 chunks an item) within runs that start and end
+    # mid-tile; the info ring of stages + 1 entries wraps.
+    inp = _mx_inputs(KIMI, [900, 333], 1, "mixed", device, seed)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+
+
+def test_mxfp4_refuses_a_two_slot_ring():
+    # Chunks go over in pairs, the first held while the second's slot frees: two slots
+    # would deadlock. Refused when the plan is made, before anything is launched.
+    from mla_kernels.designs.hopper_ws import HOPPER_WS
+
+    inp = mk.build_inputs(KIMI, [10], cache_dtype="fp8", weight_format="mxfp4")
+    with pytest.raises(ValueError, match="config.ring_depth: expected 3 or more"):
+        HOPPER_WS.prepare(_prob(fmt="mxfp4"), inp.args(), None, HopperWSConfig(ring_depth=2),
+                          DEVICES["H200"])
+
+
+@pytest.mark.gpu
+@hopper
+def test_mxfp4_fp16_outputs(device, seed):
+    inp = _mx_inputs(KIMI, [600], 1, "mixed", device, seed, out_dtype=torch.float16)
+    run_and_check(inp, "hopper_ws")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.skipif(not hasattr(torch, "float4_e2m1fn_x2"), reason="torch without fp4 dtypes")
+def test_mxfp4_as_torch_fp4_and_e8m0_dtypes(device, seed):
+    inp = _mx_inputs(KIMI, [300, 0, 129], 16, "mixed", device, seed)
+    inp.kv_proj_weight = inp.kv_proj_weight.view(torch.float4_e2m1fn_x2)
+    inp.kv_proj_scale = inp.kv_proj_scale.view(torch.float8_e8m0fnu)
+    run_and_check(inp, "hopper_ws")
+
+
+@gluon.jit
+def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.constexpr,
+                 WS_LD: gl.constexpr):
+    """One program per 128-row item: hopper_ws's widening helpers' outputs, to global memory:
+    every K chunk widened both ways (whatever the item's route), the rows' largest codes
+    and the item's route."""
+    w_row = gl.program_id(0) * 128
+    w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    words, packed, top, fits = mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
+    lw: gl.constexpr = gl.BlockedLayout([1, 32], [32, 1], [4, 1], [1, 0])
+    lb: gl.constexpr = gl.BlockedLayout([1, 64], [32, 1], [4, 1], [1, 0])
+    rw = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lw))
+    cw = gl.arange(0, 32, layout=gl.SliceLayout(0, lw))
+    rb = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lb))
+    cb = gl.arange(0, 64, layout=gl.SliceLayout(0, lb))
+    gl.store(top_ptr + rw, gl.convert_layout(top, gl.SliceLayout(1, lw)))
+    gl.store(fits_ptr + gl.program_id(0), fits.to(gl.int32))
+    for kb in gl.static_range(KV_C // 128):
+        chunk, d = mx_chunk(words, packed, top, kb)
+        e4m3 = gl.convert_layout(widen_e4m3(chunk, d), lw)
+        gl.store(e4m3_ptr + rw[:, None] * (KV_C // 4) + kb * 32 + cw[None, :], e4m3)
+        w_lo, d_lo, w_hi, d_hi = halves(chunk, d)
+        lo = gl.convert_layout(widen_bf16(w_lo, d_lo), lb)
+        hi = gl.convert_layout(widen_bf16(w_hi, d_hi), lb)
+        gl.store(bf16_ptr + rb[:, None] * KV_C + kb * 128 + cb[None, :], lo)
+        gl.store(bf16_ptr + rb[:, None] * KV_C + kb * 128 + 64 + cb[None, :], hi)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("kv_c", [512, 384, 128])
+def test_mxfp4_widening_is_exact(kv_c, seed):
+    # Each row's codes within 12 binades of a base anywhere in [-110, 100], and every code
+    # of e2m1 (both zeros included); items of rows 13 binades wide besides. On the e4m3
+    # route the widened value times 2^F (F = the row's largest code - 133) is the
+    # dequantised weight, bit for bit; on the bf16 route too.
+    from mla_kernels.core.formats import dequantize_mxfp4
+
+    g = torch.Generator().manual_seed(seed)
+    n = 512
+    packed = torch.randint(0, 256, (n, kv_c // 2), generator=g, dtype=torch.uint8)
+    base = torch.randint(127 - 110, 127 + 100, (n, 1), generator=g)
+    codes = base + torch.randint(0, 12, (n, kv_c // 32), generator=g)
+    codes[256:384, 0] = base[256:384, 0] + 12  # the third item: 13 binades, bf16 only
+    codes = codes.to(torch.uint8)
+    w, ws = packed.cuda(), codes.cuda()
+    e4m3 = torch.empty(n, kv_c, dtype=torch.uint8, device="cuda")
+    bf16 = torch.empty(n, kv_c, dtype=torch.bfloat16, device="cuda")
+    top = torch.empty(n, dtype=torch.int32, device="cuda")
+    fits = torch.empty(n // 128, dtype=torch.int32, device="cuda")
+    _widen_probe[(n // 128,)](w, ws, e4m3.view(torch.int32), bf16, top, fits, KV_C=kv_c,
+                              WS_LD=kv_c // 32, num_warps=4)
+    deq = dequantize_mxfp4(packed, codes).double()
+    assert torch.equal(top.cpu(), codes.int().amax(1))
+    assert fits.cpu().bool().tolist() == fp8_route(codes).tolist() == [True, True, False, True]
+    factor = torch.exp2(codes.double().amax(1, keepdim=True) - 133)
+    on_e4m3 = fp8_route(codes).repeat_interleave(128)
+    widened8 = e4m3.cpu().view(torch.float8_e4m3fn)[on_e4m3].double()
+    assert torch.equal(widened8 * factor[on_e4m3], deq[on_e4m3]), f"seed {seed}"
+    assert torch.equal(bf16.cpu().double() * factor, deq), f"seed {seed}"
+    # Bit for bit, negative zeros included.
+    assert torch.equal(e4m3.cpu()[on_e4m3],
+                       (deq[on_e4m3] / factor[on_e4m3]).float().to(torch.float8_e4m3fn)
+                       .view(torch.uint8))
+    assert torch.equal(bf16.cpu().view(torch.int16),
+                       (deq / factor).float().to(torch.bfloat16).view(torch.int16))
+
+
+@gluon.jit
+def _e4m3_probe(src_ptr, dst_ptr):
+    """The bf16-weight path's latent widening (E4M3_TO_BF16) of 64 words of 4 e4m3 codes."""
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [2], [0])
+    i = gl.arange(0, 64, layout=lay)
+    lo, hi = gl.inline_asm_elementwise(E4M3_TO_BF16, "=r,=r,r", [gl.load(src_ptr + i)],
+                                       dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
+    gl.store(dst_ptr + 2 * i, lo)
+    gl.store(dst_ptr + 2 * i + 1, hi)
+
+
+@pytest.mark.gpu
+@hopper
+def test_bf16_path_latent_widening_is_exact():
+    # Every e4m3 code, bit for bit against torch's conversion (negative zero and the
+    # subnormals included); the NaN codes come out as +-480 (the contract leaves a NaN in a
+    # row a token reads to the caller).
+    codes = torch.arange(256, dtype=torch.uint8, device="cuda")
+    out = torch.empty(128, dtype=torch.int32, device="cuda")
+    _e4m3_probe[(1,)](codes.view(torch.int32), out, num_warps=2)
+    got = out.view(torch.bfloat16).cpu()
+    want = codes.cpu().view(torch.float8_e4m3fn).to(torch.bfloat16)
+    nan = torch.isnan(want)
+    assert nan.sum() == 2
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+    assert got[nan].tolist() == [480.0, -480.0]
+
+
+def test_fp8_route_rule():
+    codes = torch.full((384, 16), 120, dtype=torch.uint8)
+    codes[5, 3] = 120 + 11  # 12 binades: still e4m3
+    codes[200, 0] = 120 - 12  # 13 binades: the second item widens to bf16
+    assert fp8_route(codes).tolist() == [True, False, True]
+    assert fp8_route(codes.view(torch.float8_e8m0fnu)).tolist() == [True, False, True]
+    # Over a bf16 cache none: the weight is widened to a bf16 copy ahead of the kernel.
+    assert fp8_route(codes, cache_is_fp8=False).tolist() == [False, False, False]
+
+
+def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16, **kw):
+    from mla_kernels.lab.occupancy import problem_for
+
+    return replace(problem_for(shape, [10], cache, fmt, 1), out_dtype=out_dtype, **kw)
+
+
+def test_supported_problems():
+    assert supports(_prob())
+    assert supports(_prob(shape="deepseek-v3-tp1", out_dtype=torch.float16))
+    assert supports(_prob(fmt="mxfp4"))
+    for fmt in ("fp8_row", "fp8_block", "bf16", "mxfp4"):  # a bf16 cache, every weight
+        assert supports(_prob(fmt=fmt, cache="bf16")), fmt
+        assert supports(_prob(fmt=fmt, cache="bf16", out_dtype=torch.float16)), fmt
+    for kw in (dict(out_dtype=torch.float32), dict(fmt="bf16", out_dtype=torch.float32),
+               dict(cache="bf16", out_dtype=torch.float32)):
+        assert not supports(_prob(**kw)), kw
+    assert not supports(replace(_prob(), pe_dim=32))
+    assert not supports(replace(_prob(), v_dim=64))
+
+
+def test_supported_weights_and_scales():
+    for kv_c in (128, 256, 384):
+        assert supports(replace(_prob(), kv_c_dim=kv_c))
+    for fmt, kind in (("fp8_block", "block"), ("bf16", "none"), ("bf16", "row"),
+                      ("bf16", "block")):
+        for dtype in ((None,) if kind == "none" else (None, torch.bfloat16)):
+            prob = _prob(fmt=fmt, weight_scale=kind, scale_dtype=dtype)
+            assert supports(prob), (fmt, kind, dtype)
+            assert supports(replace(prob, out_dtype=torch.float16)), (fmt, kind, dtype)
+            assert supports(_prob(shape="deepseek-v3-tp1", fmt=fmt, weight_scale=kind,
+                                  scale_dtype=dtype))
+            assert DESIGNS["hopper_ws"].runs(prob, DEVICES["H200"])
+            for dev in (INTERPRETER, DEVICES["MI355X"]):
+                assert not DESIGNS["hopper_ws"].runs(prob, dev)
+    assert supports(_prob(scale_dtype=torch.bfloat16))  # fp8_row with a bf16 row scale
+
+
+def test_refused_weights_and_shapes():
+    refused = [
+        _prob(fmt="bf16", weight_scale="row", cache="fp8_fnuz"),
+        replace(_prob(fmt="fp8_row", cache="bf16"), kv_c_dim=640),  # 160 KB of latent
+        replace(_prob(fmt="bf16", cache="bf16"), aligned16=False),
+        _prob(fmt="fp8_block", scale_dtype=torch.float16),  # not a scale dtype the call takes
+        _prob(fmt="fp8_block", weight_scale="row"),  # a format/scale pair that cannot occur
+        _prob(fmt="bf16", weight_scale="e8m0"),
+        _prob(fmt="fp8_block", weight_dtype=torch.float8_e4m3fnuz),
+        replace(_prob(fmt="bf16", weight_scale="block"), kv_c_dim=320),  # K blocks of 128
+        replace(_prob(), kv_c_dim=640),  # the latent tile and a 4-deep ring overflow smem
+        replace(_prob(fmt="fp8_block"), kv_c_dim=1024),
+        replace(_prob(fmt="fp8_block"), nope_dim=192, v_dim=256),
+        replace(_prob(fmt="bf16"), pe_dim=32),
+        replace(_prob(fmt="bf16"), aligned16=False),  # TMA needs 16-byte aligned bases
+        replace(_prob(fmt="fp8_block"), aligned16=False),
+    ]
+    for prob in refused:
+        assert not supports(prob), prob
+
+
+def test_offered_on_sm90_only():
+    assert DESIGNS["hopper_ws"].runs(_prob(), DEVICES["H200"])
+    for dev in (INTERPRETER, DEVICES["MI355X"]):
+        assert not DESIGNS["hopper_ws"].runs(_prob(), dev)
+        with pytest.raises(ValueError, match="variant: expected one of"):
+            resolve("hopper_ws", _prob(), dev)
+
+
+def test_new_formats_resolve_on_h200():
+    # By name on the H200 model, over either cache; off sm_90 refused.
+    for fmt in ("fp8_block", "bf16"):
+        for cache in ("fp8", "bf16"):
+            design, _ = resolve("hopper_ws", _prob(fmt=fmt, cache=cache), DEVICES["H200"])
+            assert design.name == "hopper_ws"
+            with pytest.raises(ValueError, match="variant: expected one of"):
+                resolve("hopper_ws", _prob(fmt=fmt, cache=cache), DEVICES["MI355X"])
+
+
+def test_auto_falls_back_when_the_tuned_design_cannot_run_it():
+    from mla_kernels.core import tuning
+
+    design, cfg = resolve("auto", _prob(), INTERPRETER)
+    assert design.name == tuning.FALLBACK[0]
+    assert cfg == design.config(tuning.FALLBACK[1])
+    # The table names hopper_ws for fp8 per-row on an fp8 cache; float32 outputs it cannot
+    # store: the portable fallback.
+    design, _ = resolve("auto", _prob(out_dtype=torch.float32), DEVICES["H200"])
+    assert design.name == tuning.FALLBACK[0]

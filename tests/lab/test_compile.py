@@ -1,0 +1,247 @@
+"""Compile-only checks for a Hopper target, with no GPU: the designs fit an SM's shared
+memory, the serial design keeps an fp8 head's weight resident (not a bf16 one), and the
+tiled design's fp8 dot is a native wgmma. Runs in a child process with the interpreter
+off, since this process may have decorated the kernels for the interpreter."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import triton
+
+from mla_kernels.designs.chunk_loop import RESIDENT_WEIGHT_BYTES
+from mla_kernels.lab.compile_check import HOPPER_SMEM
+
+# Every test here compiles for sm_90 (most in a child process): the slow tier.
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def reports():
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-m", "mla_kernels.lab.compile_check", "--variant", "serial",
+                          "tiled", "--weight-format", "fp8_row", "bf16"],
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return {(r["variant"], r["weight_format"]): r for r in rows}
+
+
+def test_every_compiled_design_fits_hopper_shared_memory(reports):
+    assert len(reports) == 4
+    for key, r in reports.items():
+        assert r["shared_bytes"] <= HOPPER_SMEM, (key, r)
+
+
+def test_serial_weight_residency(reports):
+    # fp8 head (128 KB) hoisted and held; bf16 head (256 KB) re-read per chunk instead.
+    assert reports[("serial", "fp8_row")]["shared_bytes"] >= 128 * 1024
+    assert reports[("serial", "bf16")]["shared_bytes"] < RESIDENT_WEIGHT_BYTES
+
+
+def test_tiled_fp8_dot_is_wgmma(reports):
+    assert reports[("tiled", "fp8_row")]["wgmma"] > 0
+    assert reports[("tiled", "fp8_row")]["mma_sync"] == 0
+
+
+def test_hopper_ws_compiles_for_sm90():
+    # The Gluon design: three warp groups, within an SM's shared memory and registers,
+    # fp8 wgmma only, no spills (its accumulator lives in the 256-register default group).
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-m", "mla_kernels.lab.compile_check", "--variant",
+                          "hopper_ws"], capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (r,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert r["shared_bytes"] <= HOPPER_SMEM
+    assert r["num_warps"] == 12
+    assert r["wgmma"] > 0 and r["mma_sync"] == 0
+    assert r["spill_bytes"] == 0
+
+
+def test_hopper_ws_lockstep_runs_compile_for_sm90():
+    # 128 heads (256 items a tile): the run-granule choice of _item_range is compiled in,
+    # and costs no registers (no spills).
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    code = ("import json; from mla_kernels.lab.compile_check import compile_design; "
+            "print(json.dumps(compile_design('hopper_ws', 'deepseek-v3-tp1')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (r,) = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert r["shared_bytes"] <= HOPPER_SMEM and r["spill_bytes"] == 0 and r["wgmma"] == 32
+
+
+# The hopper_ws paths beside fp8_row over an fp8 cache: (weight format, scale kind, scale
+# dtype, ring depth, cache). compile_check's command line draws each format's own scale; a
+# bf16 weight's row or block scale and bf16 scales are set here, on the inputs and the
+# Problem, before compiling.
+HOPPER_WS_PATHS = [
+    ("fp8_block", "block", "float32", 4, "fp8"),
+    ("fp8_block", "block", "bfloat16", 2, "fp8"),
+    ("bf16", "none", None, 4, "fp8"),
+    ("bf16", "row", "float32", 4, "fp8"),
+    ("bf16", "row", "bfloat16", 2, "fp8"),
+    ("bf16", "block", "float32", 4, "fp8"),
+    ("bf16", "block", "bfloat16", 3, "fp8"),
+    ("mxfp4", "e8m0", None, 4, "fp8"),
+    ("mxfp4", "e8m0", None, 3, "fp8"),
+    # A bf16 cache: a 128 KB bf16 latent tile, bf16 x bf16 wgmma for every weight (fp8 and
+    # MXFP4 weights widened to a bf16 copy first, so their kernel is the bf16 weight's with
+    # their scale: the last kernel launched is the one compiled here).
+    ("fp8_row", "row", "float32", 4, "bf16"),
+    ("fp8_row", "row", "bfloat16", 3, "bf16"),
+    ("fp8_block", "block", "float32", 4, "bf16"),
+    ("bf16", "none", None, 4, "bf16"),
+    ("bf16", "row", "float32", 2, "bf16"),
+    ("bf16", "block", "bfloat16", 4, "bf16"),
+    ("mxfp4", "e8m0", None, 4, "bf16"),
+]
+
+_COMPILE_PATHS = textwrap.dedent(r"""
+    import json, re, sys
+    from dataclasses import replace
+    import torch
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel, ptxas_report
+    from mla_kernels.designs.hopper_ws import HopperWSConfig
+    from mla_kernels.lab.inputs import build_inputs
+    from mla_kernels.lab.occupancy import problem_for
+
+    for fmt, kind, dtype, depth, cache, *groups in json.loads(sys.argv[1]):
+        inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt)
+        prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1)
+        n, k = inp.kv_proj_weight.shape
+        if fmt == "bf16" and kind != "none":
+            inp.kv_proj_scale = torch.ones((n,) if kind == "row" else (-(-n // 128), -(-k // 128)))
+        if dtype is not None:
+            inp.kv_proj_scale = inp.kv_proj_scale.to(getattr(torch, dtype))
+        prob = replace(prob, weight_scale=kind,
+                       scale_dtype=None if dtype in (None, "float32") else getattr(torch, dtype))
+        cfg = HopperWSConfig(ring_depth=depth, mma_groups=groups[0] if groups else 1,
+                             latent_in_registers=len(groups) > 1 and groups[1])
+        _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
+        ptx = kernel.asm["ptx"]
+        print(json.dumps({"path": [fmt, kind, dtype, depth, cache, *groups],
+                          "shared_bytes": int(kernel.metadata.shared),
+                          "num_warps": int(kernel.metadata.num_warps),
+                          "wgmma": re.findall(r"wgmma\.mma_async\S*", ptx),
+                          "mma_sync": len(re.findall(r"\bmma\.sync", ptx)),
+                          **ptxas_report(ptx, 90)}))
+""")
+
+TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])
+
+
+def _compile_paths(paths: list[tuple]) -> list[dict]:
+    """_COMPILE_PATHS's report of each path, compiled for sm_90 in a fresh process."""
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(paths)],
+                         capture_output=True, text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert [tuple(r["path"]) for r in rows] == paths
+    return rows
+
+
+def test_hopper_ws_new_paths_compile_for_sm90():
+    # Block-scaled fp8, bf16 and MXFP4 weights: the same three warp groups within an SM's
+    # shared memory, native wgmma of the right operand type only (fp8 x fp8; bf16 x bf16
+    # over a bf16 latent tile, widened by the gather warps over an fp8 cache; MXFP4 either,
+    # by item), no spills (the gather warps hold a whole tile's words in registers, the
+    # block path's renormalisation lives beside the accumulator; the exceptions below).
+    for r in _compile_paths(HOPPER_WS_PATHS):
+        fmt, cache = r["path"][0], r["path"][4]
+        assert r["shared_bytes"] <= HOPPER_SMEM, r
+        assert r["num_warps"] == 12, r
+        kinds = set(r["wgmma"])
+        # An item's K = 512: 4 chunks of 4 x k32 fp8 steps, or 8 of 4 x k16 bf16 steps, each
+        # as two m64 instructions.
+        if fmt == "bf16" or cache == "bf16":  # over a bf16 cache every weight runs bf16
+            assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}, r
+            assert len(r["wgmma"]) == 64, r
+        elif fmt == "mxfp4":  # both routes, chosen item by item
+            assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3",
+                             "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}, r
+            assert len(r["wgmma"]) == 32 + 64, r
+        else:
+            assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"}, r
+            assert len(r["wgmma"]) == 32, r
+        assert r["mma_sync"] == 0, r
+        # MXFP4: ptxas keeps a few values in local memory: under triton 3.6 one pointer and
+        # one int every partition derives from the arguments (cs_ptr + batch), across the
+        # partitions' register reallocation, loaded once a partition (16 bytes); newer
+        # ptxas also some of the widener's per-item values (up to 56 bytes, a few loads an
+        # item of ~1,500 instructions). Read from the SASS (MXFP4 on hopper_ws:
+        # docs/log/2026-11-30-mxfp4-fast-path.md). Elsewhere none under 3.9 and newer. Under
+        # 3.6 (the H200's) ptxas also spills on the bf16-tile paths (a bf16 weight or a
+        # bf16 cache) with a block scale or a ring shallower than 4 (up to 328 bytes: the
+        # MMA warps' ring indices and scale vector, the gather warps' per-tile row offsets;
+        # read from the SASS); at 8ad2c70
+        # a bf16 cache's row-scaled path spilled 144 bytes at depth 3 already. The
+        # unscaled and row-scaled paths at auto's depth of 4, which the matrix times, do not.
+        allowed = 64 if fmt == "mxfp4" and cache == "fp8" else 0
+        kind, depth = r["path"][1], r["path"][3]
+        if (TRITON_VERSION < (3, 7) and (fmt == "bf16" or cache == "bf16")
+                and (kind == "block" or depth < 4)):
+            allowed = 400
+        assert r["spill_bytes"] <= allowed, r
+
+
+# Two MMA groups (fp8 per-row over an fp8 cache, the latent in registers or not) and rings
+# of 5-6 chunks over an fp8 latent tile: (weight format, scale kind, scale dtype, ring depth,
+# cache, MMA groups[, latent in registers]).
+HOPPER_WS_OPTIONS = [
+    ("fp8_row", "row", "float32", 6, "fp8", 2, True),
+    ("fp8_row", "row", "bfloat16", 4, "fp8", 2, True),
+    ("fp8_row", "row", "float32", 6, "fp8", 2),
+    ("fp8_row", "row", "bfloat16", 2, "fp8", 2),
+    ("fp8_row", "row", "float32", 6, "fp8", 1),
+    ("fp8_block", "block", "float32", 5, "fp8", 1),
+    ("mxfp4", "e8m0", None, 6, "fp8", 1),
+]
+
+
+def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
+    # Two groups: four warpgroups (16 warps), each MMA group's 64 rows as 16 m64 wgmma an
+    # item (32 in the kernel, as one group's 128 rows), no spills at 200 registers a group.
+    # Rings of 5-6 chunks fit the SM's shared memory with one staging buffer.
+    for r in _compile_paths(HOPPER_WS_OPTIONS):
+        fmt, groups = r["path"][0], r["path"][5]
+        assert r["shared_bytes"] <= HOPPER_SMEM, r
+        assert r["num_warps"] == (16 if groups == 2 else 12), r
+        assert r["mma_sync"] == 0, r
+        assert len(r["wgmma"]) == (32 + 64 if fmt == "mxfp4" else 32), r
+        # MXFP4's few values in local memory, as in test_hopper_ws_new_paths_compile_for_sm90;
+        # under triton 3.6 a ring past 4 also keeps one pointer there, stored at the kernel's
+        # start and loaded once a partition (8 bytes; read from the SASS).
+        allowed = 64 if fmt == "mxfp4" else 8 if TRITON_VERSION < (3, 7) else 0
+        if r["path"][6:] == [True]:
+            # The latent in registers: 64 of a group's 200 registers. Under 3.6 (the H200's
+            # triton, where it was timed) 8 bytes at depth 6 and none at 4; under 3.9 a few
+            # of the partition's scalars (44 bytes), some beside the last chunk's wgmma (SASS).
+            allowed = 8 if TRITON_VERSION < (3, 7) else 64
+        assert r["spill_bytes"] <= allowed, r
+
+
+def test_the_mma_rate_kernel_compiles_to_its_wgmma_chains_for_sm90():
+    # The kernel the tensor-core floor is measured with: every case compiles for sm_90 with
+    # no GPU, fits an SM's shared memory, and issues wgmma (K = 512 in m64 steps per group).
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import json
+        from mla_kernels.lab.diagnostics import mma_rate
+        print(json.dumps(mma_rate.check()))
+        """)], capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = {(r["dot_dtype"], r["num_warps"]): r for r in json.loads(out.stdout.splitlines()[-1])}
+    assert set(rows) == {("fp8", 4), ("fp8", 8), ("bf16", 4), ("bf16", 8)}
+    for (dot, warps), r in rows.items():
+        assert 0 < r["shared_bytes"] <= HOPPER_SMEM
+        k_steps = 512 // (32 if dot == "fp8" else 16)  # one wgmma takes 32 fp8 / 16 bf16 K
+        assert r["wgmma"] == k_steps * (2 if warps == 4 else 1)  # 128 rows: 2 m64 a group

@@ -1,0 +1,128 @@
+"""The commit a run stamps is derived and checked: from git in a checkout, from the manifest
+in a copy without the history, never typed."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from mla_kernels.lab import provenance as prov
+
+ROOT = Path(__file__).parents[2]
+GIT = shutil.which("git")
+needs_git = pytest.mark.skipif(GIT is None, reason="git is not installed")
+
+# Stamps typed by hand before commits were derived: the first seven characters name the
+# commit measured, the rest was made up (the runs' READMEs say so). Kept as measured.
+TYPED_BY_HAND = {"f9a93138e5e0": "f9a9313", "3c5725f8b0b4": "3c5725f", "a8be341e0f0b": "a8be341"}
+LABELS_OF_EARLY_EXPLORATION = {"explore", "tune"}  # 2026-11-29/30 exploration files
+
+
+def _git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    root = tmp_path / "repo"
+    (root / "mla_kernels" / "lab").mkdir(parents=True)
+    (root / "mla_kernels" / "__init__.py").write_text("x = 1\n")
+    (root / "mla_kernels" / "lab" / "bench.py").write_text("y = 2\n")
+    _git(root, "init", "-q")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
+    _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    return root
+
+
+def test_blob_hash_is_git_s():
+    assert prov.blob_hash(b"x = 1\n") == "7d4290a117a4ddcc11daae7ea675841033830c8f"
+
+
+@needs_git
+def test_a_checkout_stamps_head_and_marks_changes(checkout):
+    head = _git(checkout, "rev-parse", "--short=12", "HEAD")
+    assert prov.commit_stamp(checkout) == head
+    (checkout / "mla_kernels" / "lab" / "bench.py").write_text("y = 3\n")
+    assert prov.commit_stamp(checkout) == f"{head}+dirty"
+    _git(checkout, "checkout", "-q", "--", ".")
+    (checkout / "mla_kernels" / "extra.py").write_text("z = 1\n")  # untracked code runs too
+    assert prov.commit_stamp(checkout) == f"{head}+dirty"
+
+
+@needs_git
+def test_a_copy_without_history_stamps_its_manifest_s_commit_only_when_it_matches(checkout,
+                                                                                  tmp_path):
+    head = _git(checkout, "rev-parse", "HEAD")
+    manifest = prov.write_manifest(checkout / prov.MANIFEST.name, root=checkout)
+    assert manifest["commit"] == head and set(manifest["files"]) == {
+        "mla_kernels/__init__.py", "mla_kernels/lab/bench.py"}
+    copy = tmp_path / "copy"
+    shutil.copytree(checkout, copy, ignore=shutil.ignore_patterns(".git"))
+    assert prov.commit_stamp(copy) == head[:12]
+    (copy / "mla_kernels" / "lab" / "bench.py").write_text("y = 3\n")
+    assert prov.commit_stamp(copy) == f"{head[:12]}+unmatched"
+    (copy / prov.MANIFEST.name).unlink()
+    assert prov.commit_stamp(copy) == "unknown"
+    (copy / prov.MANIFEST.name).write_text(json.dumps({"commit": head}))  # no file list
+    assert prov.commit_stamp(copy) == "unknown"
+
+
+@needs_git
+def test_a_copy_with_an_older_git_stamps_the_manifest_it_matches(checkout):
+    # A copy of a later tree over an earlier .git: git alone would say "<old>+dirty".
+    old = _git(checkout, "rev-parse", "--short=12", "HEAD")
+    (checkout / "mla_kernels" / "lab" / "bench.py").write_text("y = 3\n")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+    new = _git(checkout, "rev-parse", "HEAD")
+    prov.write_manifest(checkout / prov.MANIFEST.name, root=checkout)
+    _git(checkout, "reset", "-q", "--soft", old)  # the files stay those of `new`
+    assert prov.commit_stamp(checkout) == new[:12]
+    (checkout / "mla_kernels" / "lab" / "bench.py").write_text("y = 4\n")  # neither
+    assert prov.commit_stamp(checkout) == f"{old}+dirty"
+
+
+def test_a_label_is_appended_not_substituted(monkeypatch):
+    monkeypatch.setenv("MLA_RUN_LABEL", "trace")
+    monkeypatch.setenv("MLA_COMMIT", "0123456789ab")  # no longer read: commits are derived
+    stamp = prov.git_commit()
+    assert stamp.endswith("+trace") and not stamp.startswith("0123456789ab")
+
+
+def test_writing_a_manifest_outside_a_checkout_names_the_argument(tmp_path):
+    with pytest.raises(ValueError, match="--manifest: expected a git checkout"):
+        prov.write_manifest(tmp_path / "m.json", root=tmp_path)
+
+
+def _no_history() -> bool:
+    """No git, no repository (a copy of the tree), or a shallow clone."""
+    if GIT is None:
+        return True
+    try:
+        return _git(ROOT, "rev-parse", "--is-shallow-repository") == "true"
+    except subprocess.CalledProcessError:
+        return True
+
+
+@pytest.mark.skipif(_no_history(), reason="needs the repository's history")
+def test_every_committed_row_names_a_commit_of_this_repository():
+    stamps = set()
+    for path in sorted((ROOT / "data").rglob("*.csv")):
+        head = pd.read_csv(path, nrows=0).columns
+        if "commit" in head:
+            stamps |= set(pd.read_csv(path, usecols=["commit"])["commit"].dropna().astype(str))
+    assert stamps
+    missing = []
+    for stamp in sorted(stamps):
+        base = stamp.split("+")[0]
+        if base in LABELS_OF_EARLY_EXPLORATION:
+            continue
+        rev = TYPED_BY_HAND.get(base, base)
+        ok = subprocess.run(["git", "rev-parse", "-q", "--verify", f"{rev}^{{commit}}"],
+                            cwd=ROOT, capture_output=True).returncode == 0
+        if not ok:
+            missing.append(stamp)
+    assert missing == [], f"stamps that name no commit: {missing}"

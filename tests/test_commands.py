@@ -1,0 +1,118 @@
+"""The command lines keep working. Every command is a module of the package, run as
+``python -m mla_kernels.<layer>.<module>``, except the H200 run's driver and its steps under
+``scripts/`` (README, "Commands").
+
+- Every module with a ``__main__`` block answers ``--help`` (its arguments parse before any
+  GPU work), and the README's table of commands names each one.
+- The diagnostics with a CPU mode run it: ``launch_shape --check`` compiles its kernels for
+  sm_90, ``gather_write_bound --check`` checks every grid under the interpreter.
+- The scripts under ``scripts/`` answer ``--help``, the shell scripts parse, and the run's
+  driver refuses an unknown step before anything runs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+PY_SCRIPTS = sorted(SCRIPTS.glob("*.py"))
+SH_SCRIPTS = sorted(SCRIPTS.glob("*.sh"))
+
+
+def command_modules() -> list[str]:
+    """The package's modules that run as a command (a ``__main__`` block)."""
+    out = []
+    for p in sorted((ROOT / "mla_kernels").rglob("*.py")):
+        if re.search(r'^if __name__ == "__main__":', p.read_text(), re.M):
+            out.append(".".join(p.relative_to(ROOT).with_suffix("").parts))
+    return out
+
+
+COMMANDS = command_modules()
+
+
+def test_commands_are_found_and_the_readme_lists_them():
+    assert "mla_kernels.review.report" in COMMANDS and "mla_kernels.lab.compile_check" in COMMANDS
+    readme = (ROOT / "README.md").read_text()
+    assert [m for m in COMMANDS if f"python -m {m}" not in readme] == []
+    assert [p.name for p in PY_SCRIPTS + SH_SCRIPTS if f"scripts/{p.name}" not in readme] == []
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_command_help(module: str, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [module, "--help"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_module(module, run_name="__main__")
+    assert stop.value.code in (0, None)
+    assert "usage:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("script", PY_SCRIPTS, ids=[p.name for p in PY_SCRIPTS])
+def test_python_script_help(script: Path, monkeypatch, capsys):
+    monkeypatch.syspath_prepend(str(script.parent))  # as `python3 <script>` puts it first
+    monkeypatch.setattr(sys, "argv", [str(script), "--help"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(script), run_name="__main__")
+    assert stop.value.code in (0, None)
+    assert "usage:" in capsys.readouterr().out
+
+
+def test_perf_matrix_lists_points(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["perf_matrix.py", "--list", "--points", "kimi/fp8_row/fp8/p1/*"])
+    with pytest.raises(SystemExit) as stop:
+        runpy.run_path(str(SCRIPTS / "perf_matrix.py"), run_name="__main__")
+    assert stop.value.code == 0
+    assert "kimi/fp8_row/fp8/p1/32000" in capsys.readouterr().out
+
+
+def _run(args: list[str], interpret: bool, timeout: int) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get(
+        "PYTHONPATH")])), TRITON_INTERPRET="1" if interpret else "0")
+    return subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_launch_shape_compiles_for_sm90():
+    r = _run(["-m", "mla_kernels.lab.diagnostics.launch_shape", "--check"], interpret=False,
+             timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [line for line in r.stdout.splitlines() if "shared" in line]
+    assert len(lines) == 5, r.stdout
+    assert "shared  221184" in lines[2], lines  # "+ smem": the 221 KB hopper_ws holds
+
+
+@pytest.mark.slow
+def test_gather_write_bound_cpu_check():
+    r = _run(["-m", "mla_kernels.lab.diagnostics.gather_write_bound", "--check"], interpret=True,
+             timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "WRONG" not in r.stdout and r.stdout.count(": ok") >= 20, r.stdout[-2000:]
+
+
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+
+
+@needs_bash
+@pytest.mark.parametrize("script", SH_SCRIPTS, ids=[p.name for p in SH_SCRIPTS])
+def test_shell_script_parses(script: Path):
+    r = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+
+
+@needs_bash
+def test_device_run_refuses_an_unknown_step_before_anything_runs(tmp_path: Path):
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(SCRIPTS / "device_run.sh"), "--out", str(out), "abc1234",
+                        "nonsense"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown step nonsense" in r.stdout
+    assert not out.exists()

@@ -1,0 +1,96 @@
+"""``scripts/device_run.sh``'s command line, with stand-ins for ``python3``: the usage on no
+arguments, ``-h`` or ``--help`` (exit 2, nothing created or installed), ``--plan`` from the
+latest committed run's ``steps.csv``, and each step timed into ``steps.csv``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "scripts"
+needs_bash = pytest.mark.skipif(shutil.which("bash") is None, reason="bash is not installed")
+
+
+
+def _stubbed(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A working folder whose scripts/ is the repository's, and a PATH whose python3 and
+    nvidia-smi only log their arguments (to calls.log)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "scripts").symlink_to(SCRIPTS)
+    stubs = tmp_path / "bin"
+    stubs.mkdir()
+    for name in ("python3", "nvidia-smi"):
+        stub = stubs / name
+        stub.write_text(f'#!/bin/sh\necho "{name} $*" >> "{tmp_path}/calls.log"\n')
+        stub.chmod(0o755)
+    return work, dict(os.environ, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}", SHA="abc1234")
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@needs_bash
+@pytest.mark.parametrize("args", [[], ["-h"], ["--help"], ["--out", "x"], ["--out", "x", "--help"]],
+                         ids=["no arguments", "-h", "--help", "--out alone", "--out then --help"])
+def test_device_run_usage_exits_2_and_leaves_the_tree_as_it_was(args: list[str], tmp_path: Path):
+    work, env = _stubbed(tmp_path)
+    before = _tree(work)
+    r = subprocess.run(["bash", "scripts/device_run.sh", *args], cwd=work, env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "usage: bash scripts/device_run.sh" in r.stderr, r
+    assert _tree(work) == before  # no reports/ folder, nothing installed
+    assert not (tmp_path / "calls.log").exists()  # neither pip nor anything else was run
+
+
+@needs_bash
+def test_device_run_plan_reads_the_latest_committed_steps(tmp_path: Path):
+    work, env = _stubbed(tmp_path)
+    for run, secs in (("2026-01-01-aaaaaaaaaaaa", 999), ("2026-01-02-bbbbbbbbbbbb", 41.6)):
+        (work / "data" / "h200" / run).mkdir(parents=True)
+        (work / "data" / "h200" / run / "steps.csv").write_text(
+            f"step,seconds,status\ninstall,12.2,0\nmatrix,{secs},0\nreport,50,1\n")
+    before = _tree(work)
+    r = subprocess.run(["bash", "scripts/device_run.sh", "--plan", "matrix", "report", "host"],
+                       cwd=work, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = {ln.split()[0]: ln for ln in r.stdout.splitlines()[1:]}
+    assert "42 s" in lines["matrix"] and "measured" in lines["matrix"]  # the latest run's
+    assert "12 s" in lines["install"]
+    # A step that failed there, or one it did not run, is planned at its limit.
+    assert "limit" in lines["report"] and "240 s" in lines["report"]
+    assert "limit" in lines["host"] and "150 s" in lines["host"]
+    assert lines["total"].split()[1] == str(12 + 42 + 240 + 150)
+    assert _tree(work) == before and not (tmp_path / "calls.log").exists()
+    r = subprocess.run(["bash", "scripts/device_run.sh", "--plan", "nonsense"], cwd=work,
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unknown step nonsense" in r.stdout
+
+
+@needs_bash
+def test_device_run_times_each_step_into_steps_csv(tmp_path: Path):
+    # python3 stubbed: the install, the provenance stamp (printed as the commit) and every
+    # step "run"; each step's seconds and exit status are recorded, and run's total.
+    work, env = _stubbed(tmp_path)
+    (tmp_path / "bin" / "python3").write_text(
+        f'#!/bin/sh\necho "python3 $*" >> "{tmp_path}/calls.log"\n'
+        'case "$*" in *provenance*) echo abc1234 ;; *host_cost*) exit 3 ;; esac\n')
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", "scripts/device_run.sh", "--out", str(out), "abc1234"],
+                       cwd=work, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr  # the host step failed
+    rows = [ln.split(",") for ln in (out / "steps.csv").read_text().splitlines()]
+    assert rows[0] == ["step", "seconds", "status"]
+    assert [s for s, _, _ in rows[1:]] == ["install", "precompile", "matrix", "budget",
+                                          "report", "host", "run"]
+    assert all(float(t) >= 0 for _, t, _ in rows[1:])
+    assert {s: st for s, _, st in rows[1:]}["host"] != "0"
+    assert rows[-1][2] == "1" and rows[1][2] == "0"
+    calls = (tmp_path / "calls.log").read_text()
+    assert "mla_kernels.lab.precompile" in calls and "--full-timing" in calls
