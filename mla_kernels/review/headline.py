@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from ..files import REPO_ROOT, write_text_atomic
+from ..lab.repo_files import REPO_ROOT, write_text_atomic
 
 START = "<!-- headline:start -->"
 END = "<!-- headline:end -->"

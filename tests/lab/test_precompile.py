@@ -5,7 +5,7 @@ from pathlib import Path
 
 from mla_kernels.lab import matrix, precompile
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_matrix_point_and_design_is_one_harness_job():

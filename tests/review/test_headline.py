@@ -10,7 +10,7 @@ import pytest
 
 from mla_kernels.review import headline
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 
 
 def test_the_readme_headline_is_the_latest_committed_runs():
