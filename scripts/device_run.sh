@@ -12,7 +12,7 @@ Steps (default: run):
   budget     one point with every row at the full timing (budget_check.csv)
   report     the papermill batch, --config h200 (report_h200.tar.gz)
   host       host cost of a cached call (host_cost.csv, host_profile.txt, eager_layers.csv)
-  tests      the GPU tests' quick tier (-m smoke): pytest_gpu.log
+  tests      the GPU tests' quick tier (-m smoke, in TESTS_SHARDS processes): pytest_gpu.log
   tests-all  the whole GPU test suite: pytest_gpu_all.log
   ab         this tree against AB_OLD=<label>=<path> (ab_timing.csv)
 The tree's package files must match provenance-manifest.json's <commit> (written in the
@@ -47,6 +47,34 @@ check_steps() {
   for s in "$@"; do
     [[ " $STEPS " == *" $s "* ]] || { echo "step: expected one of $STEPS, got $s (unknown step $s)"; exit 2; }
   done
+}
+
+# The quick tier in TESTS_SHARDS pytest processes at once (default 6), each a contiguous run
+# of the collected tests, so kernels of one design and format compile in one shard while the
+# shards compile side by side; their logs, in order, make one log. Status: the worst shard's.
+run_sharded() {
+  local lim=$1 log=$2 n=${TESTS_SHARDS:-6} ids total k pids=() rc=0 r shard
+  ids=$(python3 -m pytest -q --co -p no:cacheprovider -m smoke tests ${TESTS_K:+-k "$TESTS_K"} \
+        2>/dev/null | grep '::')
+  total=$(printf '%s\n' "$ids" | grep -c '::')
+  [[ $total -gt 0 ]] || { echo "tests: no test collected"; return 1; }
+  for ((k = 0; k < n; k++)); do
+    printf '%s\n' "$ids" | awk -v n="$n" -v k="$k" -v t="$total" \
+      'int((NR - 1) * n / t) == k' > "$log.ids$k"
+    [[ -s $log.ids$k ]] || continue
+    mapfile -t shard < "$log.ids$k"  # node ids may hold spaces: one argument a line
+    timeout "$lim" python3 -m pytest -q -p no:cacheprovider "${shard[@]}" > "$log.$k" 2>&1 &
+    pids+=("$k:$!")
+  done
+  for p in "${pids[@]}"; do
+    wait "${p#*:}"; r=$?; [[ $r -gt $rc ]] && rc=$r
+  done
+  : > "$log"
+  for p in "${pids[@]}"; do
+    k=${p%%:*}; { echo "==== shard $k of $n"; cat "$log.$k"; } >> "$log"; rm -f "$log.$k" "$log.ids$k"
+  done
+  grep -E "passed|failed|error" "$log" | tail -$n
+  return $rc
 }
 
 [[ $# -eq 0 || $1 == -h || $1 == --help ]] && usage
@@ -118,8 +146,7 @@ for step in $(expand $steps); do
                   --archive "$out/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
     host)       timeout "$lim" python3 scripts/host_cost.py "$out" \
                   ${HOST_BEFORE:+--before "$HOST_BEFORE"} 2>&1 | tail -40 ;;
-    tests)      timeout "$lim" python3 -m pytest -q -p no:cacheprovider -m smoke tests \
-                  ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$out/pytest_gpu.log" | tail -12 ;;
+    tests)      run_sharded "$lim" "$out/pytest_gpu.log"; (exit $?) ;;
     tests-all)  timeout "$lim" python3 -m pytest -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} \
                   tests/designs tests/call tests/core/test_validation.py tests/lab/test_checks.py 2>&1 | tee "$out/pytest_gpu_all.log" | tail -12 ;;
     ab)         timeout "$lim" python3 scripts/ab_timing.py "$out/ab_timing.csv" \

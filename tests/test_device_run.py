@@ -94,3 +94,29 @@ def test_device_run_times_each_step_into_steps_csv(tmp_path: Path):
     assert rows[-1][2] == "1" and rows[1][2] == "0"
     calls = (tmp_path / "calls.log").read_text()
     assert "mla_kernels.lab.precompile" in calls and "--full-timing" in calls
+
+
+@needs_bash
+def test_device_run_splits_the_quick_tier_into_shards_covering_each_test_once(tmp_path: Path):
+    # python3 stubbed: collection prints eleven node ids (one with spaces, as parametrized
+    # ids have); each shard's pytest logs the ids it got, one a line; shard 2 fails.
+    work, env = _stubbed(tmp_path)
+    ids = [f"tests/t.py::test_{i}[{{'a': [{i}, 2]}}]" for i in range(11)]
+    (tmp_path / "ids").write_text("\n".join(ids) + "\n")
+    (tmp_path / "bin" / "python3").write_text(
+        f'#!/bin/bash\ncase "$*" in\n  *provenance*) echo abc1234 ;;\n'
+        f'  *--co*) echo "collected"; cat "{tmp_path}/ids" ;;\n'
+        f'  *pytest*) shift 5; for a in "$@"; do echo "ran $a"; done\n'
+        f'    [[ "$*" == *test_5* ]] && {{ echo "1 failed"; exit 1; }}; echo "2 passed" ;;\n'
+        f'esac\nexit 0\n')
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", "scripts/device_run.sh", "--out", str(out), "abc1234", "tests"],
+                       cwd=work, env=dict(env, TESTS_SHARDS="4"), capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 1, r.stdout + r.stderr  # the worst shard's status
+    log = (out / "pytest_gpu.log").read_text()
+    ran = [ln[4:] for ln in log.splitlines() if ln.startswith("ran ")]
+    assert ran == ids  # every test once, in order, its id whole
+    assert log.count("==== shard") == 4 and "1 failed" in log
+    assert sorted(p.name for p in out.iterdir()) == ["pytest_gpu.log", "steps.csv"]
+    assert (out / "steps.csv").read_text().splitlines()[-1].startswith("tests,")

@@ -14,12 +14,11 @@ from dataclasses import dataclass, field
 import torch
 
 from ..api import gather_kv_b_proj
-from ..core.devices import device_spec
-from ..core.problem import check_arguments
 from ..core.reference import token_rows
 from ..core.shapes import get_shape
 from ..designs import DesignConfig, resolve
 from . import roofline
+from .cases import build_case
 from .checks import check_outputs, expected
 from .inputs import GatherInputs, build_inputs
 from .measurements import Measurement, contexts_str
@@ -237,9 +236,10 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
         s = get_shape(pt.shape)
         tokens = sum(pt.contexts)
         draw = WEIGHT_DRAWS[pt.weight_draw]
-        base = build_inputs(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
-                            weight_format=pt.weight_format, device="cuda", seed=seed,
-                            spare_indices=0, spare_rows=0, spare_blocks=0, **draw)
+        case = build_case(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
+                          weight_format=pt.weight_format, device="cuda", seed=seed,
+                          spare_indices=0, spare_rows=0, spare_blocks=0, **draw)
+        base, prob, dev = case.inputs, case.problem, case.device
         ref = expected(base)
         # Enough input sets (at most 8) to span twice the L2 together, rotated between calls.
         per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
@@ -249,7 +249,6 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
                                       device="cuda", seed=seed + 1 + i, spare_indices=0,
                                       spare_rows=0, spare_blocks=0, **draw)
                 for i in range(n_sets - 1)]
-        prob, dev = check_arguments(*base.args()), device_spec(base.k_buffer.device)
         for name, dot, make in candidates(pt, torch_paths):
             design, cfg, extras = "", pt.configs.get(name), {}
             try:
