@@ -24,34 +24,27 @@ import os
 import sys
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from .bench import Point
 
 
 @dataclass(frozen=True)
 class Job:
-    """A problem and its designs, either run through the timing harness as a matrix or
+    """A point and its designs, either run through the timing harness as a matrix or
     notebook point times them (``harness``: ``bench.run_points``, inputs without spare
     rows), or each launched once on ``build_inputs``' default inputs, as the correctness
     checks and resource reads launch them."""
 
-    shape: str
-    contexts: tuple[int, ...]
-    weight_format: str
-    cache_dtype: str
-    block_size: int
-    variants: tuple[str, ...]
-    weight_draw: str = ""
+    point: Point
     harness: bool = True
-    graph8: bool = False
-    configs: tuple[tuple[str, str], ...] = ()  # (design, config repr), as the point's
 
     def group(self) -> tuple:
         """Jobs of one group most likely share their kernels: the first compiles them."""
-        return (self.variants, self.shape, self.weight_format, self.cache_dtype,
-                self.block_size, self.weight_draw, self.configs)
-
-
+        p = self.point
+        return (p.variants, p.shape, p.weight_format, p.cache_dtype, p.block_size,
+                p.weight_draw, repr(sorted(p.configs.items())))
 
 
 def matrix_jobs(patterns: Sequence[str] | None = None) -> list[Job]:
@@ -59,9 +52,8 @@ def matrix_jobs(patterns: Sequence[str] | None = None) -> list[Job]:
     per design (so the compiles of one point spread over the workers)."""
     from .matrix import select
 
-    return [Job(pt.shape, tuple(pt.contexts), pt.weight_format, pt.cache_dtype,
-                pt.block_size, (v,), pt.weight_draw, graph8=pt.graph8,
-                configs=tuple(sorted((k, repr(c)) for k, c in pt.configs.items() if k == v)))
+    return [Job(replace(pt, variants=(v,),
+                        configs={k: c for k, c in pt.configs.items() if k == v}))
             for pt in select(patterns).values() for v in pt.variants]
 
 
@@ -83,7 +75,7 @@ def report_jobs(config_path: str | os.PathLike) -> list[Job]:
 
         def add(contexts: Iterable[int], harness: bool, variants=variants, key=key) -> None:
             shape, fmt, cache, page = key
-            jobs.append(Job(shape, tuple(contexts), fmt, cache, page, tuple(variants),
+            jobs.append(Job(Point(shape, tuple(contexts), fmt, cache, page, tuple(variants)),
                             harness=harness))
         if notebook.startswith("01"):
             add((256,), False)
@@ -108,8 +100,8 @@ def host_jobs(variants: Sequence[str], contexts: Sequence[int] = (256, 4096),
     and the eager-layers variants at theirs (Kimi-K3 TP8, fp8 per-row over an fp8 cache,
     page 1, no spare rows: the harness's inputs, timed at no point)."""
     k = ("kimi-k3-tp8", "fp8_row", "fp8", 1)
-    return ([Job(k[0], (c,), *k[1:], tuple(variants)) for c in contexts]
-            + [Job(k[0], (c,), *k[1:], tuple(layers)) for c in layer_contexts])
+    return ([Job(Point(k[0], (c,), *k[1:], tuple(variants))) for c in contexts]
+            + [Job(Point(k[0], (c,), *k[1:], tuple(layers))) for c in layer_contexts])
 
 
 def schedule(jobs: Iterable[Job]) -> tuple[list[Job], list[Job]]:
@@ -122,13 +114,13 @@ def schedule(jobs: Iterable[Job]) -> tuple[list[Job], list[Job]]:
         if j in seen:
             continue
         seen.add(j)
-        if j.group() in first or j.variants == ("auto",):
+        if j.group() in first or j.point.variants == ("auto",):
             rest.append(j)
         else:
             first[j.group()] = j
     def by_cost(j: Job) -> tuple:  # the Gluon design compiles slowest: its groups first
-        return (j.variants == ("auto",), "hopper_ws" not in j.variants, -len(j.variants),
-                -sum(j.contexts))
+        v = j.point.variants
+        return (v == ("auto",), "hopper_ws" not in v, -len(v), -sum(j.point.contexts))
     return sorted(first.values(), key=by_cost), sorted(rest, key=by_cost)
 
 
@@ -147,23 +139,17 @@ def warm(job: Job) -> tuple[Job, float, str]:
     t0 = time.perf_counter()
     errors = []
     try:
+        pt = job.point
         if job.harness:
-            from ..designs import DESIGNS
-            from ..designs.design import parse_config
-
-            configs = {k: parse_config(DESIGNS[k].config_type, v) for k, v in job.configs}
-            pt = bench.Point(job.shape, job.contexts, job.weight_format, job.cache_dtype,
-                             job.block_size, job.variants, configs=configs,
-                             weight_draw=job.weight_draw, graph8=job.graph8)
             rows = bench.run_points([pt], ceilings=_NO_CEILINGS, torch_paths=False,
                                     design_graphs=True, progress=False,
                                     budget=lambda _: (0, 1))
             errors = [f"{r.variant}: {r.error}" for r in rows if r.error]
         else:
-            inp = build_inputs(job.shape, list(job.contexts), block_size=job.block_size,
-                               cache_dtype=job.cache_dtype, weight_format=job.weight_format,
+            inp = build_inputs(pt.shape, list(pt.contexts), block_size=pt.block_size,
+                               cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
                                device="cuda", seed=0)
-            for v in job.variants:
+            for v in pt.variants:
                 try:
                     gather_kv_b_proj(*inp.args(), variant=v)
                 except Exception as e:  # a design that cannot run this problem here
@@ -199,8 +185,9 @@ def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tupl
                 f"{time.perf_counter() - t0:.0f} s", flush=True)
     for job, _, error in done:
         if error:
-            log(f"precompile: {job.shape} {job.weight_format}/{job.cache_dtype}/"
-                f"p{job.block_size} {list(job.contexts)[:4]}: {error}", flush=True)
+            p = job.point
+            log(f"precompile: {p.shape} {p.weight_format}/{p.cache_dtype}/p{p.block_size} "
+                f"{list(p.contexts)[:4]}: {error}", flush=True)
     return done
 
 

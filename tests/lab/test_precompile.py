@@ -4,6 +4,7 @@ host-cost script (no GPU: the plan, not the compiles)."""
 from pathlib import Path
 
 from mla_kernels.lab import matrix, precompile
+from mla_kernels.lab.bench import Point
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -12,12 +13,15 @@ def test_every_matrix_point_and_design_is_one_harness_job():
     jobs = precompile.matrix_jobs()
     want = {(name, v) for name, pt in matrix.points().items() for v in pt.variants}
     assert len(jobs) == len(want)
-    assert all(j.harness and len(j.variants) == 1 for j in jobs)
-    graph8 = {(j.shape, j.contexts, j.weight_format) for j in jobs if j.graph8}
+    assert all(j.harness and len(j.point.variants) == 1 for j in jobs)
+    assert {(j.point.shape, j.point.contexts, j.point.variants[0]) for j in jobs} \
+        == {(p.shape, p.contexts, v) for p in matrix.points().values() for v in p.variants}
+    graph8 = {(j.point.shape, j.point.contexts, j.point.weight_format) for j in jobs
+              if j.point.graph8}
     assert graph8 == {(p.shape, p.contexts, p.weight_format)
                       for k, p in matrix.points().items() if k in matrix.GRAPH8_POINTS}
-    wide = [j for j in jobs if j.weight_draw == "wide"]
-    assert wide and all(j.weight_format == "mxfp4" for j in wide)
+    wide = [j.point for j in jobs if j.point.weight_draw == "wide"]
+    assert wide and all(p.weight_format == "mxfp4" for p in wide)
 
 
 def test_report_jobs_are_the_measuring_notebooks_points(tmp_path: Path):
@@ -32,21 +36,20 @@ notebooks:
   04_formats.ipynb: {mode: replot, contexts: [4096]}
 """)
     jobs = precompile.report_jobs(cfg)
-    got = {(j.contexts, j.harness) for j in jobs}
+    got = {(j.point.contexts, j.harness) for j in jobs}
     assert got == {((256,), False),  # 01's resource reads
                    ((64,), True), ((128,), True), ((5, 7), True),  # 02's sweep and ragged
                    ((64,), False), ((128,), False), ((1,), False), ((3, 4), False),  # checks
                    }
-    assert all(j.variants == ("serial", "tiled") for j in jobs)
-    assert not any(j.contexts == (4096,) for j in jobs)  # 04 replots: nothing to compile
+    assert all(j.point.variants == ("serial", "tiled") for j in jobs)
+    assert not any(j.point.contexts == (4096,) for j in jobs)  # 04 replots: nothing to compile
     assert precompile.report_jobs(ROOT / "configs" / "h200.yaml")  # the run's own
 
 
 def test_schedule_drops_duplicates_and_leaves_auto_to_the_rest():
-    a = precompile.Job("kimi-k3-tp8", (64,), "fp8_row", "fp8", 1, ("tiled",))
-    b = precompile.Job("kimi-k3-tp8", (128,), "fp8_row", "fp8", 1, ("tiled",))
-    h = precompile.Job("kimi-k3-tp8", (64,), "fp8_row", "fp8", 1, ("hopper_ws",))
-    auto = precompile.Job("kimi-k3-tp8", (64,), "fp8_row", "fp8", 1, ("auto",))
+    def job(ctx, v):
+        return precompile.Job(Point("kimi-k3-tp8", (ctx,), "fp8_row", "fp8", 1, (v,)))
+    a, b, h, auto = job(64, "tiled"), job(128, "tiled"), job(64, "hopper_ws"), job(64, "auto")
     first, rest = precompile.schedule([a, b, a, auto, h, b])
     assert first == [h, a]  # one job a group, the Gluon design's first
     assert rest == [b, auto]  # the same group again; auto once the rest is compiled
