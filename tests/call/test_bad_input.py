@@ -66,6 +66,80 @@ def test_a_traced_op_refuses_an_output_inside_an_input(backend, device, seed):
     assert torch.equal(args.k_buffer, cache)
 
 
+BACKENDS = [None, "eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
+
+
+def _runner(backend):
+    """The op in a layer, called as it is (None) or compiled by ``backend``."""
+    def layer(*a):
+        _op(*a, variant="tiled")
+        return a[7].sum()
+
+    torch._dynamo.reset()
+    if backend == "inductor":
+        pytest.importorskip("torch._inductor")
+    return layer if backend is None else torch.compile(layer, fullgraph=True, backend=backend)
+
+
+def _outputs_overlapping(inp):
+    """The call's arguments with v_prefix's bytes inside k_prefix's (one tensor, two views)."""
+    room = torch.full((inp.k_prefix.numel(),), SENTINEL, dtype=torch.bfloat16,
+                      device=inp.k_prefix.device)
+    return inp.args()._replace(k_prefix=room.view(inp.k_prefix.shape),
+                               v_prefix=room[64: 64 + inp.v_prefix.numel()]
+                               .view(inp.v_prefix.shape))
+
+
+def _outputs_in_two_storages_over_one_memory(inp):
+    """k_prefix and v_prefix from one host buffer read twice: two storages, one memory."""
+    if inp.k_prefix.device.type != "cpu":
+        pytest.skip("torch.frombuffer makes CPU tensors")
+    raw = bytearray(inp.k_prefix.nbytes)
+    k = torch.frombuffer(raw, dtype=torch.bfloat16, count=inp.k_prefix.numel())
+    v = torch.frombuffer(raw, dtype=torch.bfloat16, count=inp.v_prefix.numel())
+    assert not torch._C._is_alias_of(k, v)  # no storage in common: only addresses show it
+    k.fill_(SENTINEL)
+    return inp.args()._replace(k_prefix=k.view(inp.k_prefix.shape),
+                               v_prefix=v.view(inp.v_prefix.shape))
+
+
+OVERLAPS = {"k_prefix inside k_buffer": (_k_prefix_in_cache, "k_prefix"),
+            "v_prefix inside k_prefix": (_outputs_overlapping, "k_prefix"),
+            "two storages over one memory": (_outputs_in_two_storages_over_one_memory,
+                                             "k_prefix")}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(OVERLAPS))
+def test_the_op_checks_overlaps_by_address_on_every_call(case, backend, device, seed):
+    # A first legal call traces (or plans) the signature; the second, with the same shapes
+    # and an overlap, finds that graph: a traced graph hands the launch copies of the
+    # outputs, so only the check on the caller's own tensors can see it.
+    run = _runner(backend)
+    inp = fresh(device, seed)
+    run(*inp.args())
+    make, arg = OVERLAPS[case]
+    args = make(fresh(device, seed))
+    before = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
+    with pytest.raises((ValueError, RuntimeError)) as err:
+        run(*args)
+    msg = str(err.value)
+    assert f"{arg}: expected memory that overlaps no other argument" in msg, msg
+    assert "got bytes [0x" in msg
+    assert all(torch.equal(a, b) for a, b in zip(args, before, strict=True)
+               if isinstance(a, torch.Tensor))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_op_names_a_negative_view_output(backend, device, seed):
+    run = _runner(backend)
+    inp = fresh(device, seed)
+    with pytest.raises((ValueError, RuntimeError)) as err:
+        run(*inp.args()._replace(k_prefix=inp.k_prefix._neg_view()))
+    assert "k_prefix: expected a tensor with no pending negation" in str(err.value)
+    assert bool((inp.k_prefix == SENTINEL).all()) and bool((inp.v_prefix == SENTINEL).all())
+
+
 def test_a_traced_op_checks_the_arguments_while_tracing(device, seed):
     inp = fresh(device, seed)
     bad = inp.args()._replace(k_buffer=inp.k_buffer[:, :0])
