@@ -4,6 +4,10 @@ naming the argument, what it expects and what it got, with every input and outpu
 was (a traced graph reports the op's error through torch's own exception: docs/contract.md).
 """
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -227,6 +231,18 @@ BUILD_CASES = [
     ({"device": "tpu"}, ["device", "'tpu'"]),
 ]
 
+# Sizes past int32 prefix sums or past memory: refused before anything is allocated.
+SIZE_CASES = [
+    ({"contexts": [2**31]}, ["contexts", "int32 prefix sums", "2147483648 tokens"]),
+    ({"contexts": [2**30, 2**30]}, ["contexts", "int32 prefix sums", "2147483648 tokens"]),
+    ({"block_size": 2**40}, ["block_size", "bytes of memory", "1099511627776"]),
+    ({"spare_rows": 2**40}, ["spare_rows", "at most 2147483639", "1099511627776"]),
+    ({"spare_blocks": 2**40}, ["spare_blocks", "int32 block ids", "1099511627776"]),
+    ({"spare_indices": 2**40}, ["spare_indices", "int32 indices", "1099511627776"]),
+    ({"contexts": [2**29] * 3}, ["contexts", "bytes of memory", "3 contexts of 1610612736"]),
+    ({"spare_rows": 2**31 - 100}, ["spare_rows", "bytes of memory", "2147483548"]),
+]
+
 
 @pytest.mark.parametrize(("kw", "words"), BUILD_CASES, ids=[str(c[0]) for c in BUILD_CASES])
 def test_the_input_builder_names_a_bad_argument(kw, words):
@@ -238,6 +254,33 @@ def test_the_input_builder_names_a_bad_argument(kw, words):
     assert "expected" in msg and "got" in msg
     for w in words:
         assert w in msg, f"{w!r} not in {msg!r}"
+
+
+def test_the_input_builder_refuses_sizes_before_allocating():
+    # A child process with a bounded address space: a builder that allocated first would
+    # fail there on the allocator (or be stopped), not take the machine's memory.
+    code = f"""
+import json, resource
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+import mla_kernels as mk
+from mla_kernels.core.shapes import MLAShape
+out = []
+for kw in {[c[0] for c in SIZE_CASES]!r}:
+    contexts = kw.pop("contexts", [5, 3])
+    try:
+        mk.build_inputs(MLAShape("test-2h", num_heads=2), contexts, **kw)
+        out.append("built")
+    except Exception as e:
+        out.append(type(e).__name__ + ": " + str(e))
+print(json.dumps(out))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for (kw, words), msg in zip(SIZE_CASES, json.loads(r.stdout), strict=True):
+        assert msg.startswith("ValueError: ") and "expected" in msg and "got" in msg, (kw, msg)
+        for w in words:
+            assert w in msg, f"{w!r} not in {msg!r}"
 
 
 def test_the_input_builder_refuses_a_gpu_the_machine_lacks():
