@@ -335,7 +335,7 @@ def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
 ])
 def test_a_bad_configuration_is_one_line_naming_it(text, words, tmp_path, capsys):
     cfg = tmp_path / "mine.yaml"
-    cfg.write_text(text)
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
     rc = report.main(["--config", str(cfg), "--out", str(tmp_path / "out"),
                       "--no-cell-progress"])
     err = capsys.readouterr().err
@@ -457,6 +457,11 @@ def _one_line_error(argv: list[str], capsys) -> str:
     (["-p", "timing=flushed"], ["-p timing", "flushed"]),  # declared by no notebook
     (["-p", "contexts=[1024, -5]"], ["-p contexts", "ints >= 1", "-5"]),
     (["-p", "variants=fastest"], ["-p variants", "fastest"]),
+    (["-p", "block_size=\u00b2"], ["-p block_size", "an int >= 1", "'\u00b2'"]),
+    (["-p", "block_size=--5"], ["-p block_size", "an int >= 1", "'--5'"]),
+    (["-p", "ctx=" + "9" * 5000], ["-p ctx", "expected a YAML value", "characters)"]),
+    (["-p", "ctx='" + "9" * 5000 + "'"], ["-p ctx", "an int >= 1", "characters)"]),
+    (["-p", "variants={a: 1, a: 2}"], ["-p variants", "expected a YAML value", "twice"]),
     (["--notebooks", "04", "-p", "contexts=[4096]"], ["-p contexts", "notebooks run"]),
     (["-p", "out_dir=elsewhere"], ["out_dir", "--out", "elsewhere"]),
     (["--notebooks", "99"], ["--notebooks", "'99'", "01_occupancy"]),
@@ -491,10 +496,14 @@ def test_a_bad_archive_path_is_found_before_the_run(tmp_path, capsys):
     ("parameters: {shape: no-such-shape}\n", [], ["parameters", "shape", "no-such-shape"]),
     ("parameters: {out_dir: elsewhere}\n", [], ["out_dir", "--out"]),
     ("execution_timeout: soon\n", [], ["execution_timeout", "soon"]),
+    ("parameters: {block_size: 1}\nparameters: {block_size: 2}\n", [],
+     ["each key once", "'parameters' twice"]),
+    ("parameters:\n  shape: kimi-k3-tp8\n  shape: kimi-k3-tp8\n", [], ["'shape' twice"]),
+    (b"parameters: {shape: \xe9}\n", [], ["expected UTF-8 YAML", "0xe9"]),
 ])
 def test_a_bad_configuration_names_its_file_as_given(text, argv, words, tmp_path, capsys):
     cfg = tmp_path / "mine.yaml"
-    cfg.write_text(text)
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
     out = tmp_path / "out"
     err = _one_line_error(["--config", str(cfg), "--out", str(out), *argv], capsys)
     for w in words:
