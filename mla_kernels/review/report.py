@@ -66,6 +66,11 @@ def default_config() -> str:
 
 
 CONFIG_KEYS = {"execution_timeout", "parameters", "notebooks"}
+# The measurement CSVs each notebook's replot reads from its data_dir (its
+# ``measure_or_replot(..., names=...)``): checked before the run creates anything.
+REPLOT_DATA = {"02_context_sweep.ipynb": ("context_sweep",),
+               "03_roofline.ipynb": ("roofline",),
+               "04_formats.ipynb": ("formats", "perf_matrix")}
 
 
 class _UniqueKeys(yaml.SafeLoader):
@@ -403,7 +408,7 @@ def plan_report(config: str | None = None, out: Path | None = None,
     first bad argument, section or parameter (see the module's docstring)."""
     import papermill as pm
 
-    from . import params
+    from . import analysis, params
 
     cfg = load_config(config or default_config())
     file = cfg["file"]
@@ -437,6 +442,12 @@ def plan_report(config: str | None = None, out: Path | None = None,
     if measuring:
         by = " with -p mode=measure" if overrides.get("mode") == "measure" else ""
         params.check_measurable("measure", f" ({', '.join(measuring)} in {file}{by})")
+    for p, v in jobs:  # what each replot reads, before any output exists
+        if v.get("mode") == "replot" and p.name in REPLOT_DATA and "data_dir" in v:
+            try:
+                analysis.check_data_dir(v["data_dir"], REPLOT_DATA[p.name])
+            except ValueError as e:
+                raise ValueError(f"{p.name}: {e}") from None
     check_out(out_dir)
     return Plan(cfg, out_dir, jobs)
 
