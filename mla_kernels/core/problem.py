@@ -1,7 +1,8 @@
 """Argument checks of gather_kv_b_proj and the problem they describe (docs/contract.md).
 
 ``check_arguments`` reads shapes, dtypes, strides and devices only (no device-to-host
-copy); ``check_aliasing`` compares storage ranges; ``check_hint`` the host-side hint. They
+copy); ``check_aliasing`` compares the byte ranges at the tensors' addresses
+(whatever storage object holds them); ``check_hint`` the host-side hint. They
 run before every launch. ``validate_inputs`` reads tensor contents (it synchronises): the
 launch runs it first when asked (``validate=True``, the default under the interpreter).
 """
@@ -286,6 +287,16 @@ def check_aliasing(args: GatherArgs, pairs: tuple | None = None, ptrs: tuple | N
             raise _fail(_ARG_NAMES[o], f"memory that overlaps no other argument "
                         f"({_ARG_NAMES[i]} holds bytes [{lo:#x}, {lo + m:#x}))",
                         f"bytes [{olo:#x}, {olo + n:#x})")
+
+
+def check_negation(args: GatherArgs) -> None:
+    """No argument a pending negation (``_check_tensor``'s rule, alone): the custom op's
+    check on the caller's tensors, which a traced graph may not hand the launch."""
+    fp8 = isinstance(args.k_buffer, torch.Tensor) and args.k_buffer.dtype in FP8_DTYPES
+    for i, (name, t) in enumerate(zip(_ARG_NAMES, args, strict=True)):
+        if isinstance(t, torch.Tensor) and t.is_neg() and (i != 1 or fp8):
+            raise _fail(name, "a tensor with no pending negation (call .resolve_neg())",
+                        "a negative view (is_neg() is True)")
 
 
 def check_aliasing_traced(args: GatherArgs) -> None:

@@ -11,6 +11,7 @@ that papermill's ``-p`` and a YAML file hand over (``"12"``, ``"true"``, ``"[1, 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,15 +38,21 @@ class Rule:
     def __call__(self, name: str, value: Any) -> Any:
         try:
             return self.accept(value)
-        except Reject:
-            raise ValueError(f"{name}: expected {self.describe()}, got {value!r}") from None
+        except (Reject, ValueError, TypeError, OverflowError):  # a converter's own error too
+            raise ValueError(f"{name}: expected {self.describe()}, got {_shown(value)}") from None
 
     def ok(self, value: Any) -> bool:
         try:
             self.accept(value)
-        except Reject:
+        except (Reject, ValueError, TypeError, OverflowError):
             return False
         return True
+
+
+def _shown(value: Any) -> str:
+    """A value's repr as a message repeats it: cut to a bounded length."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
 
 
 def _is_int(v: Any) -> bool:
@@ -53,7 +60,9 @@ def _is_int(v: Any) -> bool:
 
 
 def _int_text(v: Any, text: bool) -> Any:
-    if text and isinstance(v, str) and v.strip().lstrip("-").isdigit():
+    # ASCII digits only: str.isdigit() takes "²", and a sign may come once ("--5" is no int);
+    # the length keeps int() below its digit limit.
+    if text and isinstance(v, str) and re.fullmatch(r"[+-]?[0-9]{1,100}", v.strip()):
         return int(v)
     return v
 

@@ -49,6 +49,16 @@ class DesignConfig:
         return out
 
 
+CONFIG_TEXT_LIMIT = 2000  # characters of a config's repr: every design's fits in a tenth
+_SHOWN = 80  # characters of a bad text, and names of unknown fields, a message repeats
+_SHOWN_FIELDS = 5
+
+
+def _shown(text: str) -> str:
+    """``text``'s repr, cut to a bounded length (a message must not repeat a huge input)."""
+    return repr(text) if len(text) <= _SHOWN else f"{text[:_SHOWN]!r}... ({len(text)} characters)"
+
+
 def parse_config(config_type: type[DesignConfig], text: str) -> DesignConfig:
     """A config from its repr, as the ``config`` column of measurement CSVs holds it.
 
@@ -56,15 +66,30 @@ def parse_config(config_type: type[DesignConfig], text: str) -> DesignConfig:
     ``LaunchConfig(...)`` of earlier versions, whose fields are mapped through the
     design's ``_legacy`` table; a legacy field the design does not take is dropped when it
     held its old default (None, or the old defaults num_warps=4 and stages=4) and is an
-    error otherwise. Values are read as literals; nothing is evaluated.
+    error otherwise. Values are read as literals; nothing is evaluated. A text longer than
+    CONFIG_TEXT_LIMIT characters, or naming a field twice, is refused, as is anything but
+    keyword arguments.
     """
+    if not isinstance(text, str):
+        raise ValueError(f"config: expected a config's repr (a str), got {type(text).__name__}")
+    if len(text) > CONFIG_TEXT_LIMIT:
+        # Before parsing: a deep nesting costs the parser its stack or its memory.
+        raise ValueError(f"config: expected a repr of at most {CONFIG_TEXT_LIMIT} characters, "
+                         f"got {_shown(text)}")
     try:
         call = ast.parse(text.strip(), mode="eval").body
         if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Name) or call.args:
             raise SyntaxError("not a call with keyword arguments")
-        fields = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
-    except (SyntaxError, ValueError) as e:
-        raise ValueError(f"config: expected 'Name(field=value, ...)', got {text!r} ({e})") from None
+        fields = {}
+        for kw in call.keywords:
+            if kw.arg is None:
+                raise SyntaxError("** is not a keyword argument")
+            if kw.arg in fields:  # Python refuses a repeated keyword; ast.parse does not
+                raise SyntaxError(f"keyword argument repeated: {kw.arg}")
+            fields[kw.arg] = ast.literal_eval(kw.value)
+    except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError) as e:
+        raise ValueError(f"config: expected 'Name(field=value, ...)', got {_shown(text)} "
+                         f"({type(e).__name__}: {str(e)[:_SHOWN]})") from None
     if call.func.id == "LaunchConfig":
         old_defaults = {"num_warps": 4, "stages": 4, "split_parts": False}
         mapped = {}
@@ -73,29 +98,35 @@ def parse_config(config_type: type[DesignConfig], text: str) -> DesignConfig:
             if new is not None:
                 mapped[new] = value
             elif value is not None and old_defaults.get(old, None) != value:
-                raise ValueError(f"config: {old}={value!r} of {text!r} has no meaning for "
-                                 f"{config_type.__name__}")
+                raise ValueError(f"config: {old}={_shown(repr(value))} of {_shown(text)} has "
+                                 f"no meaning for {config_type.__name__}")
         fields = mapped
     elif call.func.id != config_type.__name__:
         raise ValueError(f"config: expected a {config_type.__name__} or a LaunchConfig repr, "
-                         f"got {text!r}")
+                         f"got {_shown(text)}")
     return coerce_config(config_type, fields)
 
 
 def coerce_config(config_type: type[DesignConfig], given) -> DesignConfig:
-    """``given`` as the design's config: an instance passes, a mapping of its field names is
-    converted, anything else is a ValueError naming ``config``."""
+    """``given`` as the design's config: an instance passes (its rules checked again: a
+    frozen dataclass can still be changed through ``object.__setattr__``), a mapping of its
+    field names is converted, anything else is a ValueError naming ``config``."""
     if isinstance(given, config_type):
+        given.__post_init__()
         return given
     if isinstance(given, Mapping):
         names = {f.name for f in dataclasses.fields(config_type)}
-        unknown = sorted(set(given) - names, key=repr)  # keys may be of any type
+        unknown = [k for k in given if k not in names]
         if unknown:
+            first = sorted(unknown[:1000], key=repr)[:_SHOWN_FIELDS]  # keys of any type
+            shown = ", ".join(_shown(k) if isinstance(k, str) else _shown(repr(k))
+                              for k in first)
+            more = f" and {len(unknown) - len(first)} more" if len(unknown) > len(first) else ""
             raise ValueError(f"config: expected fields of {config_type.__name__} "
-                             f"{sorted(names)}, got {unknown}")
+                             f"{sorted(names)}, got {len(unknown)} unknown: {shown}{more}")
         return config_type(**given)
     raise ValueError(f"config: expected None, a {config_type.__name__} or a mapping of its "
-                     f"fields, got {given!r}")
+                     f"fields, got {_shown(repr(given))}")
 
 
 # ------------------------------------------------------------------ the design record

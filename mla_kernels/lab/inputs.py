@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field, make_dataclass
 
@@ -187,6 +188,61 @@ _BUILD_RULES: dict[str, Rule] = {
 }
 
 
+INT32_MAX = 2**31 - 1  # the index tensors and prefix sums are int32
+
+
+def _memory_bytes(device: torch.device) -> int:
+    """What one input set may take: the host's memory (every tensor is drawn there first),
+    and a GPU's own where it lives."""
+    host = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if device.type == "cuda":
+        return min(host, torch.cuda.get_device_properties(device).total_memory)
+    return host
+
+
+def _check_sizes(shp: MLAShape, contexts: tuple[int, ...], block_size: int, spare_indices: int,
+                 spare_rows: int, spare_blocks: int, cache_bytes: int, out_dtype: torch.dtype,
+                 device: torch.device) -> None:
+    """Sizes whose int32 index tensors would wrap, or whose tensors cannot fit, as a
+    ValueError naming the argument that makes them so, before anything is allocated."""
+    def fail(arg, expected, got):
+        raise ValueError(f"{arg}: expected {expected}, got {got}")
+
+    total = sum(contexts)
+    if total > INT32_MAX:
+        fail("contexts", f"at most {INT32_MAX} tokens in all (int32 prefix sums)",
+             f"{total} tokens")
+    used = sum(-(-c // block_size) for c in contexts)
+    if used + spare_blocks > INT32_MAX:
+        fail("spare_blocks", f"at most {INT32_MAX - used} (int32 block ids beside {used} used "
+             "blocks)", spare_blocks)
+    if used + spare_indices > INT32_MAX:
+        fail("spare_indices", f"at most {INT32_MAX - used} (int32 indices beside {used} used "
+             "entries)", spare_indices)
+    if total + spare_rows > INT32_MAX:
+        fail("spare_rows", f"at most {INT32_MAX - total} (output rows beside {total} tokens, "
+             "int32)", spare_rows)
+    # Bytes of the cache (drawn in float32 first), the outputs and the weight; the argument
+    # named is the one behind the largest share.
+    per_slot = shp.latent_dim * max(cache_bytes, 4)
+    out_row = shp.num_heads * (shp.k_head_dim + shp.v_head_dim) * out_dtype.itemsize
+    # The pages past the tokens (a last block's padding, the spare blocks) grow with both
+    # block_size and spare_blocks: the larger of the two is named.
+    pages = "block_size" if block_size >= spare_blocks else "spare_blocks"
+    shares = {"contexts": total * (per_slot + out_row),
+              pages: ((used + spare_blocks) * block_size - total) * per_slot,
+              "spare_rows": spare_rows * out_row}
+    need = sum(shares.values()) + shp.weight_rows * shp.kv_c_dim * 4
+    have = _memory_bytes(device)
+    if need > have:
+        arg = max(shares, key=shares.get)
+        given = {"contexts": f"{len(contexts)} contexts of {total} tokens",
+                 "block_size": block_size, "spare_blocks": spare_blocks,
+                 "spare_rows": spare_rows}[arg]
+        fail(arg, f"sizes whose tensors fit in this machine's {have} bytes of memory",
+             f"{given}, needing {need} bytes")
+
+
 def build_inputs(
     shape: str | MLAShape,
     contexts: Sequence[int],
@@ -229,6 +285,8 @@ def build_inputs(
     gen = torch.Generator().manual_seed(seed)
     cdt = cache_torch_dtype(cache_dtype)
     fp8_dtype = cdt if cdt in FP8_MAX else torch.float8_e4m3fn
+    _check_sizes(shp, contexts, block_size, spare_indices, spare_rows, spare_blocks,
+                 cdt.itemsize, checked["out_dtype"], device)
 
     blocks_per_seq = [-(-c // block_size) for c in contexts]
     num_used = sum(blocks_per_seq)

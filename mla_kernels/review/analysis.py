@@ -62,6 +62,64 @@ def batches_for(batch: str, contexts: Sequence[int], ragged_contexts: Sequence[i
 
 
 # ------------------------------------------------------------------ reading measurements
+# What the figures draw from a measurement row: a time and a fraction of a floor. NaN is
+# "not measured" only beside the row's error (a design that failed to build or run).
+DRAWN_COLUMNS = ("median_us", "roof_fraction")
+
+
+def read_measurement_csv(path: Path, root: Path, named: bool = False) -> pd.DataFrame | None:
+    """One CSV under a data folder, checked: the frame when it is a measurement CSV, None
+    for another table. A ValueError names the file (from ``root``), and the row and column
+    where there is one: an empty or unreadable file, a measurement CSV lacking a column the
+    notebooks read (one ``named`` by a notebook's file names, or one with every other
+    column of a measurement), or a NaN (with no error) or negative time or fraction."""
+    rel = path.relative_to(root)
+    try:
+        df = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"data_dir: expected CSVs with a header, got an empty file {rel}"
+                         ) from None
+    except (pd.errors.ParserError, UnicodeDecodeError, OSError) as e:
+        raise ValueError(f"data_dir: expected a readable CSV, got {rel} "
+                         f"({type(e).__name__}: {str(e).strip()[:120]})") from None
+    missing = [c for c in MEASUREMENT_COLUMNS if c not in df.columns]
+    if missing and not named and any(c not in DRAWN_COLUMNS for c in missing):
+        return None  # another table (resources, identity, a diagnostic's)
+    if missing:
+        raise ValueError(f"{rel}: expected the columns {missing} of a measurement CSV, got "
+                         f"none")
+    errors = (df["error"].fillna("").astype(str).str.len() > 0 if "error" in df.columns
+              else pd.Series(False, index=df.index))
+    for col in DRAWN_COLUMNS:
+        if col not in df.columns:
+            continue
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = (values < 0) | (values.isna() & ~errors)
+        if bad.any():
+            i = int(np.flatnonzero(bad.to_numpy())[0])
+            raise ValueError(f"{rel}: row {i} (line {i + 2}): {col}: expected a finite value "
+                             f">= 0 (NaN only beside an error), got {df[col].iloc[i]!r}")
+    return df
+
+
+def check_data_dir(data_dir: str | os.PathLike, names: Sequence[str] | None = None) -> None:
+    """What a replot reads from ``data_dir``, before anything is drawn: the folder there,
+    holding measurement CSVs (named ``names``, when given), each as read_measurement_csv
+    takes it. A ValueError names data_dir, or the file, row and column."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise ValueError(f"data_dir: expected a folder of measurement CSVs, got {str(root)!r} "
+                         f"({'a file' if root.exists() else 'no such folder'})")
+    found = 0
+    for p in sorted(root.rglob("*.csv")):
+        if names is None or p.name.startswith(tuple(names)):
+            found += read_measurement_csv(p, root, named=names is not None) is not None
+    if not found:
+        files = " or ".join(f"{n}*.csv" for n in names or ()) or "*.csv"
+        raise ValueError(f"data_dir: expected measurement CSVs ({files}, with the columns "
+                         f"{list(MEASUREMENT_COLUMNS)}) under {str(root)!r}, got none")
+
+
 def _measurement_rows(root: Path, names: Sequence[str] | None) -> pd.DataFrame | None:
     """Every measurement CSV under ``root`` (recursively; only files named ``names``, when
     given) as one frame with each row's ``source`` file; None when there are none."""
@@ -69,8 +127,8 @@ def _measurement_rows(root: Path, names: Sequence[str] | None) -> pd.DataFrame |
     for p in sorted(root.rglob("*.csv")) if root.is_dir() else []:
         if names is not None and not p.name.startswith(tuple(names)):
             continue
-        df = pd.read_csv(p)
-        if all(c in df.columns for c in MEASUREMENT_COLUMNS):
+        df = read_measurement_csv(p, root, named=names is not None)
+        if df is not None:
             frames.append(df.assign(source=str(p.relative_to(root))))
     return pd.concat(frames, ignore_index=True) if frames else None
 

@@ -66,6 +66,34 @@ def default_config() -> str:
 
 
 CONFIG_KEYS = {"execution_timeout", "parameters", "notebooks"}
+# The measurement CSVs each notebook's replot reads from its data_dir (its
+# ``measure_or_replot(..., names=...)``): checked before the run creates anything.
+REPLOT_DATA = {"02_context_sweep.ipynb": ("context_sweep",),
+               "03_roofline.ipynb": ("roofline",),
+               "04_formats.ipynb": ("formats", "perf_matrix")}
+
+
+class _UniqueKeys(yaml.SafeLoader):
+    """safe_load that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            try:
+                repeated = key in seen
+                seen.add(key)
+            except TypeError:  # an unhashable key: the base constructor says so
+                break
+            if repeated:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"found the key {key!r} twice in one mapping",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml(text):
+    return yaml.load(text, Loader=_UniqueKeys)  # noqa: S506  a SafeLoader
 
 
 def _shown(path: Path) -> str:
@@ -89,11 +117,15 @@ def load_config(name: str, config_dir: Path = CONFIG_DIR) -> dict:
         known = sorted(p.stem for p in config_dir.glob("*.yaml"))
         raise ValueError(f"--config: expected one of {known} or a .yaml file, got {name!r}")
     try:
-        with open(path) as f:
-            cfg = yaml.safe_load(f)
-    except yaml.YAMLError as e:
-        raise ValueError(f"{shown}: expected YAML, got a syntax error: "
-                         f"{str(e).splitlines()[0]}") from None
+        with open(path, encoding="utf-8") as f:
+            cfg = _yaml(f)
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{shown}: expected UTF-8 YAML, got byte {e.object[e.start]:#x} at "
+                         f"offset {e.start}") from None
+    except (yaml.YAMLError, ValueError, RecursionError) as e:
+        first = str(e).splitlines()
+        detail = " ".join(x.strip() for x in first[:3] if x.strip())
+        raise ValueError(f"{shown}: expected YAML with each key once, got: {detail}") from None
     cfg = {} if cfg is None else cfg
     if not isinstance(cfg, dict):
         raise ValueError(f"{shown}: expected a mapping of {sorted(CONFIG_KEYS)}, "
@@ -350,11 +382,12 @@ def parse_overrides(texts: list[str]) -> dict:
         key = key.strip()
         if not sep or not key:
             raise ValueError(f"-p: expected KEY=VALUE, got {text!r}")
+        shown = repr(val) if len(val) <= 200 else f"{val[:200]!r}... ({len(val)} characters)"
         try:
-            out[key] = yaml.safe_load(val)
-        except yaml.YAMLError as e:
-            raise ValueError(f"-p {key}: expected a YAML value, got {val!r} "
-                             f"({str(e).splitlines()[0]})") from None
+            out[key] = _yaml(val)
+        except (yaml.YAMLError, ValueError, RecursionError) as e:  # ValueError: int digits
+            detail = " ".join(x.strip() for x in str(e).splitlines()[:3] if x.strip())[:200]
+            raise ValueError(f"-p {key}: expected a YAML value, got {shown} ({detail})") from None
     return out
 
 
@@ -375,7 +408,7 @@ def plan_report(config: str | None = None, out: Path | None = None,
     first bad argument, section or parameter (see the module's docstring)."""
     import papermill as pm
 
-    from . import params
+    from . import analysis, params
 
     cfg = load_config(config or default_config())
     file = cfg["file"]
@@ -409,6 +442,12 @@ def plan_report(config: str | None = None, out: Path | None = None,
     if measuring:
         by = " with -p mode=measure" if overrides.get("mode") == "measure" else ""
         params.check_measurable("measure", f" ({', '.join(measuring)} in {file}{by})")
+    for p, v in jobs:  # what each replot reads, before any output exists
+        if v.get("mode") == "replot" and p.name in REPLOT_DATA and "data_dir" in v:
+            try:
+                analysis.check_data_dir(v["data_dir"], REPLOT_DATA[p.name])
+            except ValueError as e:
+                raise ValueError(f"{p.name}: {e}") from None
     check_out(out_dir)
     return Plan(cfg, out_dir, jobs)
 

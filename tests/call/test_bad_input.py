@@ -4,6 +4,10 @@ naming the argument, what it expects and what it got, with every input and outpu
 was (a traced graph reports the op's error through torch's own exception: docs/contract.md).
 """
 
+import json
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -64,6 +68,80 @@ def test_a_traced_op_refuses_an_output_inside_an_input(backend, device, seed):
     with pytest.raises(ValueError, match="k_prefix: expected memory that overlaps"):
         _op(*args, variant="tiled")  # eager, the same rule
     assert torch.equal(args.k_buffer, cache)
+
+
+BACKENDS = [None, "eager", "aot_eager", pytest.param("inductor", marks=pytest.mark.slow)]
+
+
+def _runner(backend):
+    """The op in a layer, called as it is (None) or compiled by ``backend``."""
+    def layer(*a):
+        _op(*a, variant="tiled")
+        return a[7].sum()
+
+    torch._dynamo.reset()
+    if backend == "inductor":
+        pytest.importorskip("torch._inductor")
+    return layer if backend is None else torch.compile(layer, fullgraph=True, backend=backend)
+
+
+def _outputs_overlapping(inp):
+    """The call's arguments with v_prefix's bytes inside k_prefix's (one tensor, two views)."""
+    room = torch.full((inp.k_prefix.numel(),), SENTINEL, dtype=torch.bfloat16,
+                      device=inp.k_prefix.device)
+    return inp.args()._replace(k_prefix=room.view(inp.k_prefix.shape),
+                               v_prefix=room[64: 64 + inp.v_prefix.numel()]
+                               .view(inp.v_prefix.shape))
+
+
+def _outputs_in_two_storages_over_one_memory(inp):
+    """k_prefix and v_prefix from one host buffer read twice: two storages, one memory."""
+    if inp.k_prefix.device.type != "cpu":
+        pytest.skip("torch.frombuffer makes CPU tensors")
+    raw = bytearray(inp.k_prefix.nbytes)
+    k = torch.frombuffer(raw, dtype=torch.bfloat16, count=inp.k_prefix.numel())
+    v = torch.frombuffer(raw, dtype=torch.bfloat16, count=inp.v_prefix.numel())
+    assert not torch._C._is_alias_of(k, v)  # no storage in common: only addresses show it
+    k.fill_(SENTINEL)
+    return inp.args()._replace(k_prefix=k.view(inp.k_prefix.shape),
+                               v_prefix=v.view(inp.v_prefix.shape))
+
+
+OVERLAPS = {"k_prefix inside k_buffer": (_k_prefix_in_cache, "k_prefix"),
+            "v_prefix inside k_prefix": (_outputs_overlapping, "k_prefix"),
+            "two storages over one memory": (_outputs_in_two_storages_over_one_memory,
+                                             "k_prefix")}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", list(OVERLAPS))
+def test_the_op_checks_overlaps_by_address_on_every_call(case, backend, device, seed):
+    # A first legal call traces (or plans) the signature; the second, with the same shapes
+    # and an overlap, finds that graph: a traced graph hands the launch copies of the
+    # outputs, so only the check on the caller's own tensors can see it.
+    run = _runner(backend)
+    inp = fresh(device, seed)
+    run(*inp.args())
+    make, arg = OVERLAPS[case]
+    args = make(fresh(device, seed))
+    before = [t.clone() if isinstance(t, torch.Tensor) else t for t in args]
+    with pytest.raises((ValueError, RuntimeError)) as err:
+        run(*args)
+    msg = str(err.value)
+    assert f"{arg}: expected memory that overlaps no other argument" in msg, msg
+    assert "got bytes [0x" in msg
+    assert all(torch.equal(a, b) for a, b in zip(args, before, strict=True)
+               if isinstance(a, torch.Tensor))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_op_names_a_negative_view_output(backend, device, seed):
+    run = _runner(backend)
+    inp = fresh(device, seed)
+    with pytest.raises((ValueError, RuntimeError)) as err:
+        run(*inp.args()._replace(k_prefix=inp.k_prefix._neg_view()))
+    assert "k_prefix: expected a tensor with no pending negation" in str(err.value)
+    assert bool((inp.k_prefix == SENTINEL).all()) and bool((inp.v_prefix == SENTINEL).all())
 
 
 def test_a_traced_op_checks_the_arguments_while_tracing(device, seed):
@@ -153,6 +231,18 @@ BUILD_CASES = [
     ({"device": "tpu"}, ["device", "'tpu'"]),
 ]
 
+# Sizes past int32 prefix sums or past memory: refused before anything is allocated.
+SIZE_CASES = [
+    ({"contexts": [2**31]}, ["contexts", "int32 prefix sums", "2147483648 tokens"]),
+    ({"contexts": [2**30, 2**30]}, ["contexts", "int32 prefix sums", "2147483648 tokens"]),
+    ({"block_size": 2**40}, ["block_size", "bytes of memory", "1099511627776"]),
+    ({"spare_rows": 2**40}, ["spare_rows", "at most 2147483639", "1099511627776"]),
+    ({"spare_blocks": 2**40}, ["spare_blocks", "int32 block ids", "1099511627776"]),
+    ({"spare_indices": 2**40}, ["spare_indices", "int32 indices", "1099511627776"]),
+    ({"contexts": [2**29] * 3}, ["contexts", "bytes of memory", "3 contexts of 1610612736"]),
+    ({"spare_rows": 2**31 - 100}, ["spare_rows", "bytes of memory", "2147483548"]),
+]
+
 
 @pytest.mark.parametrize(("kw", "words"), BUILD_CASES, ids=[str(c[0]) for c in BUILD_CASES])
 def test_the_input_builder_names_a_bad_argument(kw, words):
@@ -164,6 +254,33 @@ def test_the_input_builder_names_a_bad_argument(kw, words):
     assert "expected" in msg and "got" in msg
     for w in words:
         assert w in msg, f"{w!r} not in {msg!r}"
+
+
+def test_the_input_builder_refuses_sizes_before_allocating():
+    # A child process with a bounded address space: a builder that allocated first would
+    # fail there on the allocator (or be stopped), not take the machine's memory.
+    code = f"""
+import json, resource
+resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+import mla_kernels as mk
+from mla_kernels.core.shapes import MLAShape
+out = []
+for kw in {[c[0] for c in SIZE_CASES]!r}:
+    contexts = kw.pop("contexts", [5, 3])
+    try:
+        mk.build_inputs(MLAShape("test-2h", num_heads=2), contexts, **kw)
+        out.append("built")
+    except Exception as e:
+        out.append(type(e).__name__ + ": " + str(e))
+print(json.dumps(out))
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for (kw, words), msg in zip(SIZE_CASES, json.loads(r.stdout), strict=True):
+        assert msg.startswith("ValueError: ") and "expected" in msg and "got" in msg, (kw, msg)
+        for w in words:
+            assert w in msg, f"{w!r} not in {msg!r}"
 
 
 def test_the_input_builder_refuses_a_gpu_the_machine_lacks():

@@ -216,3 +216,63 @@ def test_seeds_are_drawn_and_reported(seed, request):
     assert 0 <= seed < 2**31
     assert ("seed", seed) in request.node.user_properties
     torch.manual_seed(seed)
+
+
+BAD_CONFIG_TEXTS = {
+    "repeated keyword": ("TiledConfig(block_m=3, block_m=32)", "keyword argument repeated"),
+    "a mapping spread": ("TiledConfig(**{'block_m': 32})", "** is not a keyword argument"),
+    "not a str": (b"TiledConfig()", "a config's repr (a str), got bytes"),
+    "a long string": ("TiledConfig(block_m=" + "1" * 3000 + ")", "at most 2000 characters"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CONFIG_TEXTS))
+def test_parse_config_refuses_a_bad_text_by_name(case):
+    text, words = BAD_CONFIG_TEXTS[case]
+    with pytest.raises(ValueError) as err:
+        parse_config(TiledConfig, text)
+    msg = str(err.value)
+    assert msg.startswith("config: expected") and words in msg, msg
+    assert len(msg) < 500
+
+
+def test_parse_config_bounds_deep_texts_before_parsing():
+    # 100000 nested minus signs or terms cost the parser its memory or its stack: the
+    # length bound refuses them first (a child process, should the parser fall over).
+    code = (
+        "from mla_kernels.designs import parse_config\n"
+        "from mla_kernels.designs.tiled import TiledConfig\n"
+        "for text in ('TiledConfig(block_m=' + '-' * 100000 + '1)',\n"
+        "             'TiledConfig(block_m=' + '+'.join(['1'] * 100000) + ')'):\n"
+        "    try:\n"
+        "        parse_config(TiledConfig, text)\n"
+        "    except ValueError as e:\n"
+        "        assert 'at most 2000 characters' in str(e) and len(str(e)) < 300, str(e)\n"
+        "    else:\n"
+        "        raise SystemExit('accepted')\n"
+        "print('ok')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_parse_config_reports_unknown_fields_in_bounded_words():
+    text = "TiledConfig(" + ", ".join(f"f{i}=1" for i in range(250)) + ")"
+    assert len(text) <= 2000
+    with pytest.raises(ValueError) as err:
+        parse_config(TiledConfig, text)
+    msg = str(err.value)
+    assert "got 250 unknown: 'f0', 'f1', 'f10', 'f100', 'f101' and 245 more" in msg, msg
+    with pytest.raises(ValueError) as err:  # a mapping from Python has no length bound
+        designs.DESIGNS["tiled"].config({f"x{i}": 1 for i in range(100000)})
+    assert "100000 unknown" in str(err.value) and len(str(err.value)) < 500
+
+
+def test_a_config_changed_behind_its_frozen_fields_is_refused(device, seed):
+    cfg = TiledConfig(block_m=32)
+    object.__setattr__(cfg, "block_m", 3)  # past the dataclass's frozen guard
+    inp = mk.build_inputs(SMALL, [9], block_size=16, device=device, seed=seed)
+    inp.k_prefix.fill_(7.0)
+    with pytest.raises(ValueError, match="config.block_m: expected"):
+        mk.gather_kv_b_proj(*inp.args(), variant="tiled", config=cfg)
+    assert bool((inp.k_prefix == 7.0).all())

@@ -32,6 +32,10 @@ def checkout(tmp_path):
     (root / "mla_kernels" / "lab").mkdir(parents=True)
     (root / "mla_kernels" / "__init__.py").write_text("x = 1\n")
     (root / "mla_kernels" / "lab" / "bench.py").write_text("y = 2\n")
+    (root / "notebooks").mkdir()
+    (root / "notebooks" / "01_plot.ipynb").write_text("{}\n")
+    (root / "configs").mkdir()
+    (root / "configs" / "cpu.yaml").write_text("a: 1\n")
     _git(root, "init", "-q")
     _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
     _git(root, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
@@ -59,7 +63,8 @@ def test_a_copy_without_history_stamps_its_manifest_s_commit_only_when_it_matche
     head = _git(checkout, "rev-parse", "HEAD")
     manifest = prov.write_manifest(checkout / prov.MANIFEST.name, root=checkout)
     assert manifest["commit"] == head and set(manifest["files"]) == {
-        "mla_kernels/__init__.py", "mla_kernels/lab/bench.py"}
+        "mla_kernels/__init__.py", "mla_kernels/lab/bench.py", "notebooks/01_plot.ipynb",
+        "configs/cpu.yaml"}
     copy = tmp_path / "copy"
     shutil.copytree(checkout, copy, ignore=shutil.ignore_patterns(".git"))
     assert prov.commit_stamp(copy) == head[:12]
@@ -68,7 +73,7 @@ def test_a_copy_without_history_stamps_its_manifest_s_commit_only_when_it_matche
     (copy / prov.MANIFEST.name).unlink()
     assert prov.commit_stamp(copy) == "unknown"
     (copy / prov.MANIFEST.name).write_text(json.dumps({"commit": head}))  # no file list
-    assert prov.commit_stamp(copy) == "unknown"
+    assert prov.commit_stamp(copy) == f"{head[:12]}+unmatched"
 
 
 @needs_git
@@ -83,6 +88,88 @@ def test_a_copy_with_an_older_git_stamps_the_manifest_it_matches(checkout):
     assert prov.commit_stamp(checkout) == new[:12]
     (checkout / "mla_kernels" / "lab" / "bench.py").write_text("y = 4\n")  # neither
     assert prov.commit_stamp(checkout) == f"{old}+dirty"
+
+
+@needs_git
+def test_git_s_view_wins_over_a_manifest_naming_head(checkout):
+    # A manifest that names HEAD but hashes edited files: git sees the edit.
+    head = _git(checkout, "rev-parse", "HEAD")
+    bench = checkout / "mla_kernels" / "lab" / "bench.py"
+    bench.write_text("y = 3\n")
+    files = prov.tracked_package_files(checkout)
+    files["mla_kernels/lab/bench.py"] = prov.blob_hash(b"y = 3\n")
+    (checkout / prov.MANIFEST.name).write_text(json.dumps({"commit": head, "files": files}))
+    stamp, why = prov.check_commit(checkout)
+    assert stamp == f"{head[:12]}+dirty" and why == "mla_kernels/lab/bench.py differs"
+
+
+@needs_git
+@pytest.mark.parametrize("with_git", [True, False])
+def test_a_file_shadowing_a_tracked_module_is_a_change(checkout, tmp_path, with_git):
+    head = _git(checkout, "rev-parse", "HEAD")
+    prov.write_manifest(checkout / prov.MANIFEST.name, root=checkout)
+    root = checkout
+    if not with_git:
+        root = tmp_path / "copy"
+        shutil.copytree(checkout, root, ignore=shutil.ignore_patterns(".git"))
+    assert prov.commit_stamp(root) == head[:12]
+    shadow = root / "mla_kernels" / "lab" / "bench" / "__init__.pyc"  # imported before bench.py
+    shadow.parent.mkdir()
+    shadow.write_bytes(b"\0" * 16)
+    stamp, why = prov.check_commit(root)
+    assert stamp == head[:12] + ("+dirty" if with_git else "+unmatched")
+    assert "mla_kernels/lab/bench/__init__.pyc is not listed" in why
+    shadow.unlink()
+    (root / "mla_kernels" / "__pycache__").mkdir()  # bytecode caches are no change
+    (root / "mla_kernels" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\0")
+    assert prov.commit_stamp(root) == head[:12]
+
+
+@needs_git
+@pytest.mark.parametrize("edit", ["notebooks/01_plot.ipynb", "configs/cpu.yaml",
+                                  "notebooks/02_new.ipynb"])
+def test_notebook_and_config_edits_are_changes(checkout, edit):
+    head = _git(checkout, "rev-parse", "--short=12", "HEAD")
+    (checkout / edit).write_text('{"cells": []}\n')
+    assert prov.commit_stamp(checkout) == f"{head}+dirty"
+    (checkout / "notebooks" / ".ipynb_checkpoints").mkdir(exist_ok=True)  # JupyterLab's
+    _git(checkout, "checkout", "-q", "--", ".")
+    (checkout / "notebooks" / "02_new.ipynb").unlink(missing_ok=True)
+    (checkout / "notebooks" / ".ipynb_checkpoints" / "01_plot-checkpoint.ipynb").write_text("")
+    assert prov.commit_stamp(checkout) == head
+
+
+BAD_MANIFESTS = {
+    "empty commit": ({"commit": ""}, "unknown+unmatched", "expected commit a 40-digit"),
+    "not a commit": ({"commit": "not-a-commit"}, "unknown+unmatched", "'not-a-commit'"),
+    "a list commit": ({"commit": ["a"]}, "unknown+unmatched", "expected commit"),
+    "a list of files": ({"files": ["mla_kernels/__init__.py"]}, "+unmatched",
+                        "expected files an object"),
+    "a file outside": ({"files": {"../x.py": "0" * 40}}, "+unmatched", "'../x.py'"),
+    "a bad blob": ({"files": {"mla_kernels/__init__.py": 3}}, "+unmatched", "40-digit blob"),
+    "not an object": ([], "unknown+unmatched", "expected an object, got list"),
+    "nested": ("[" * 200000, "unknown+unmatched", "expected JSON, got RecursionError"),
+    "not utf-8": (b"\xff\xfe{", "unknown+unmatched", "expected JSON"),
+}
+
+
+@needs_git
+@pytest.mark.parametrize("case", list(BAD_MANIFESTS))
+def test_a_bad_manifest_is_unmatched_with_its_reason_never_a_crash(checkout, tmp_path, case):
+    good = prov.write_manifest(checkout / prov.MANIFEST.name, root=checkout)
+    copy = tmp_path / "copy"
+    shutil.copytree(checkout, copy, ignore=shutil.ignore_patterns(".git"))
+    change, want, words = BAD_MANIFESTS[case]
+    path = copy / prov.MANIFEST.name
+    if isinstance(change, bytes):
+        path.write_bytes(change)
+    elif isinstance(change, str):
+        path.write_text(change)
+    else:
+        path.write_text(json.dumps({**good, **change} if isinstance(change, dict) else change))
+    stamp, why = prov.check_commit(copy)
+    assert stamp == want if want.startswith("unknown") else stamp == good["commit"][:12] + want
+    assert words in why, why
 
 
 def test_a_label_is_appended_not_substituted(monkeypatch):

@@ -335,7 +335,7 @@ def test_measure_path_against_a_stand_in_harness(tmp_path, monkeypatch):
 ])
 def test_a_bad_configuration_is_one_line_naming_it(text, words, tmp_path, capsys):
     cfg = tmp_path / "mine.yaml"
-    cfg.write_text(text)
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
     rc = report.main(["--config", str(cfg), "--out", str(tmp_path / "out"),
                       "--no-cell-progress"])
     err = capsys.readouterr().err
@@ -457,6 +457,11 @@ def _one_line_error(argv: list[str], capsys) -> str:
     (["-p", "timing=flushed"], ["-p timing", "flushed"]),  # declared by no notebook
     (["-p", "contexts=[1024, -5]"], ["-p contexts", "ints >= 1", "-5"]),
     (["-p", "variants=fastest"], ["-p variants", "fastest"]),
+    (["-p", "block_size=\u00b2"], ["-p block_size", "an int >= 1", "'\u00b2'"]),
+    (["-p", "block_size=--5"], ["-p block_size", "an int >= 1", "'--5'"]),
+    (["-p", "ctx=" + "9" * 5000], ["-p ctx", "expected a YAML value", "characters)"]),
+    (["-p", "ctx='" + "9" * 5000 + "'"], ["-p ctx", "an int >= 1", "characters)"]),
+    (["-p", "variants={a: 1, a: 2}"], ["-p variants", "expected a YAML value", "twice"]),
     (["--notebooks", "04", "-p", "contexts=[4096]"], ["-p contexts", "notebooks run"]),
     (["-p", "out_dir=elsewhere"], ["out_dir", "--out", "elsewhere"]),
     (["--notebooks", "99"], ["--notebooks", "'99'", "01_occupancy"]),
@@ -491,10 +496,14 @@ def test_a_bad_archive_path_is_found_before_the_run(tmp_path, capsys):
     ("parameters: {shape: no-such-shape}\n", [], ["parameters", "shape", "no-such-shape"]),
     ("parameters: {out_dir: elsewhere}\n", [], ["out_dir", "--out"]),
     ("execution_timeout: soon\n", [], ["execution_timeout", "soon"]),
+    ("parameters: {block_size: 1}\nparameters: {block_size: 2}\n", [],
+     ["each key once", "'parameters' twice"]),
+    ("parameters:\n  shape: kimi-k3-tp8\n  shape: kimi-k3-tp8\n", [], ["'shape' twice"]),
+    (b"parameters: {shape: \xe9}\n", [], ["expected UTF-8 YAML", "0xe9"]),
 ])
 def test_a_bad_configuration_names_its_file_as_given(text, argv, words, tmp_path, capsys):
     cfg = tmp_path / "mine.yaml"
-    cfg.write_text(text)
+    cfg.write_bytes(text if isinstance(text, bytes) else text.encode())
     out = tmp_path / "out"
     err = _one_line_error(["--config", str(cfg), "--out", str(out), *argv], capsys)
     for w in words:
@@ -535,6 +544,11 @@ def test_an_out_the_system_refuses_is_one_line_and_left_as_it_was(tmp_path, caps
     assert not out.exists()
 
 
+def _latest_run() -> Path:
+    return max((p for p in (ROOT / "data" / "h200").iterdir()
+                if (p / "perf_matrix.csv").is_file()), key=lambda p: p.name)
+
+
 def test_measuring_needs_a_gpu(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(devices, "live_device", lambda index=0: None)
     out = tmp_path / "out"
@@ -545,8 +559,13 @@ def test_measuring_needs_a_gpu(tmp_path, capsys, monkeypatch):
                           capsys)
     assert "03_roofline.ipynb" in err and "-p mode=measure" in err
     assert not out.exists()
-    # What replots needs none: the h200 configuration's formats notebook.
-    plan = report.plan_report("h200", out=out, notebooks=["04"])
+    # What replots needs none: the h200 configuration's formats notebook (its data_dir,
+    # the matrix step's folder, here one committed run).
+    matrix = tmp_path / "matrix"
+    matrix.mkdir()
+    shutil.copy(_latest_run() / "perf_matrix.csv", matrix / "perf_matrix_all.csv")
+    plan = report.plan_report("h200", out=out, notebooks=["04"],
+                              overrides={"data_dir": str(matrix)})
     assert [(p.name, v["mode"]) for p, v in plan.jobs] == [("04_formats.ipynb", "replot")]
     assert not out.exists()
 
@@ -753,3 +772,84 @@ def test_a_kernel_that_dies_before_answering_is_started_once_more(deaths, tmp_pa
     assert result.ok == (deaths == 1)
     if deaths == 2:
         assert "Kernel died" in result.error
+
+
+# ------------------------------------------------------------------ bad data: before any output
+def _matrix_dir(tmp_path: Path, change=None, name: str = "perf_matrix_all.csv") -> Path:
+    """A data folder holding one committed run's matrix, ``change`` applied to its frame."""
+    d = tmp_path / "data"
+    d.mkdir(exist_ok=True)
+    df = pd.read_csv(_latest_run() / "perf_matrix.csv")
+    if change is not None:
+        df = change(df)
+    df.to_csv(d / name, index=False)
+    return d
+
+
+def _set(col, value, row=3):
+    def change(df):
+        df[col] = df[col].astype(float)
+        df.loc[row, col] = value
+        df.loc[row, "error"] = float("nan")  # no error beside it
+        return df
+    return change
+
+
+BAD_DATA = {
+    "no such folder": (lambda t: t / "absent", ["data_dir", "no such folder"]),
+    "an empty folder": (lambda t: (t / "empty").mkdir() or t / "empty",
+                        ["data_dir", "perf_matrix*.csv", "got none"]),
+    "no median_us": (lambda t: _matrix_dir(t, lambda df: df.drop(columns=["median_us"])),
+                     ["perf_matrix_all.csv", "['median_us']"]),
+    "a 0-byte CSV": (lambda t: (t / "z").mkdir() or (t / "z" / "perf_matrix.csv").write_text("")
+                     or t / "z", ["perf_matrix.csv", "an empty file"]),
+    "a NaN time": (lambda t: _matrix_dir(t, _set("median_us", float("nan"))),
+                   ["perf_matrix_all.csv", "row 3 (line 5)", "median_us", "nan"]),
+    "a negative time": (lambda t: _matrix_dir(t, _set("median_us", -4.0)),
+                        ["row 3", "median_us", "-4.0"]),
+    "a NaN fraction": (lambda t: _matrix_dir(t, _set("roof_fraction", float("nan"), 7)),
+                       ["row 7", "roof_fraction", "nan"]),
+    "a negative fraction": (lambda t: _matrix_dir(t, _set("roof_fraction", -0.5, 0)),
+                            ["row 0", "roof_fraction", "-0.5"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_DATA))
+def test_bad_data_is_refused_before_any_output(case, tmp_path, capsys):
+    make, words = BAD_DATA[case]
+    data = make(tmp_path)
+    out = tmp_path / "out"
+    err = _one_line_error(["--notebooks", "04", "-p", f"data_dir={data}", "--out", str(out)],
+                          capsys)
+    assert "04_formats.ipynb: " in err
+    for w in words:
+        assert w in err, (w, err)
+    assert not out.exists()
+
+
+def test_a_latest_run_without_times_is_not_replaced_by_an_older_one(tmp_path):
+    # The older run complete, the latest without median_us: an error naming the latest,
+    # not the older run's figure labelled as the latest.
+    data = _matrix_dir(tmp_path, name="perf_matrix_old.csv")
+    _matrix_dir(tmp_path, lambda df: df.assign(commit="f" * 12, date="2099-01-01T00:00:00Z")
+                .drop(columns=["median_us"]), name="perf_matrix_new.csv")
+    with pytest.raises(ValueError, match=r"perf_matrix_new.csv: expected the columns \['median_us'\]"):
+        analysis.load_measurements(data, ["formats", "perf_matrix"])
+
+
+def test_a_nan_time_beside_an_error_is_a_row_not_measured(tmp_path):
+    def failed(df):
+        df["median_us"] = df["median_us"].astype(float)
+        df.loc[2, "median_us"] = float("nan")
+        df["error"] = df["error"].astype(object)
+        df.loc[2, "error"] = "RuntimeError: out of resources"
+        return df
+    data = _matrix_dir(tmp_path, failed)
+    analysis.check_data_dir(data, ("formats", "perf_matrix"))
+    assert analysis.load_measurements(data, ["perf_matrix"])["median_us"].isna().sum() >= 1
+
+
+def test_the_replot_names_are_the_notebooks_own():
+    for name, names in report.REPLOT_DATA.items():
+        src = (ROOT / "notebooks" / name).read_text()
+        assert f"names={json.dumps(list(names))}".replace('"', '\\"') in src, name
