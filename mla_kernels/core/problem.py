@@ -110,6 +110,12 @@ def _fail(arg: str, expected: str, got) -> ValueError:
     return ValueError(f"{arg}: expected {expected}, got {got}")
 
 
+# A negative view's memory holds the values unnegated: the kernels would read (or write)
+# them with the wrong sign. (expected, got) of its refusal, wherever it is checked.
+NOT_NEGATED = ("a tensor with no pending negation (call .resolve_neg())",
+               "a negative view (is_neg() is True)")
+
+
 def _require(cond: bool, arg: str, expected: str, got) -> None:
     if not cond:
         raise _fail(arg, expected, got)
@@ -125,11 +131,8 @@ def _check_tensor(t, arg: str, *, dims: int, dtypes: tuple, device: torch.device
     _require(t.dtype in dtypes, arg, f"dtype in {[str(d) for d in dtypes]}", t.dtype)
     _require(t.device == device, arg, f"device {device} (that of k_buffer)", t.device)
     _require(t.is_contiguous(), arg, "a contiguous tensor", f"strides {t.stride()}")
-    # A negative view's memory holds the values unnegated: the kernels would read (or write)
-    # them with the wrong sign. (Complex dtypes, the only ones with a pending conjugation,
-    # are refused above.)
-    _require(not t.is_neg(), arg, "a tensor with no pending negation (call .resolve_neg())",
-             "a negative view (is_neg() is True)")
+    # (Complex dtypes, the only ones with a pending conjugation, are refused above.)
+    _require(not t.is_neg(), arg, *NOT_NEGATED)
 
 
 def data_ptr(t) -> int:
@@ -295,8 +298,7 @@ def check_negation(args: GatherArgs) -> None:
     fp8 = isinstance(args.k_buffer, torch.Tensor) and args.k_buffer.dtype in FP8_DTYPES
     for i, (name, t) in enumerate(zip(_ARG_NAMES, args, strict=True)):
         if isinstance(t, torch.Tensor) and t.is_neg() and (i != 1 or fp8):
-            raise _fail(name, "a tensor with no pending negation (call .resolve_neg())",
-                        "a negative view (is_neg() is True)")
+            raise _fail(name, *NOT_NEGATED)
 
 
 def check_aliasing_traced(args: GatherArgs) -> None:
