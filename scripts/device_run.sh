@@ -118,7 +118,7 @@ timeout "$(limit install)" python3 -m pip install -q --no-index --no-deps --no-c
     --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 rc=$?; record install "$t0" $rc; [[ $rc == 0 ]] || exit 1
 export PYTHONPATH=$PWD:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter
-# The rows stamp the commit their package files match: it must be <commit>.
+# The rows stamp the commit their covered files match: it must be <commit>.
 stamp=$(python3 -m mla_kernels.lab.provenance) || exit 2
 if [[ $stamp == *+* || ( $stamp != "$sha"* && $sha != "$stamp"* ) ]]; then
   echo "commit: expected the tree of $sha (its manifest matching), got stamp $stamp"; exit 2
@@ -146,7 +146,7 @@ for step in $(expand $steps); do
                   --archive "$out/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
     host)       timeout "$lim" python3 scripts/host_cost.py "$out" \
                   ${HOST_BEFORE:+--before "$HOST_BEFORE"} 2>&1 | tail -40 ;;
-    tests)      run_sharded "$lim" "$out/pytest_gpu.log"; (exit $?) ;;
+    tests)      run_sharded "$lim" "$out/pytest_gpu.log" ;;
     tests-all)  timeout "$lim" python3 -m pytest -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} \
                   tests/designs tests/call tests/core/test_validation.py tests/lab/test_checks.py 2>&1 | tee "$out/pytest_gpu_all.log" | tail -12 ;;
     ab)         timeout "$lim" python3 scripts/ab_timing.py "$out/ab_timing.csv" \

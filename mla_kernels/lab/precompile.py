@@ -34,8 +34,8 @@ from .bench import Point
 class Job:
     """A point and its designs, either run through the timing harness as a matrix or
     notebook point times them (``harness``: ``bench.run_points``, inputs without spare
-    rows), or each launched once on ``build_inputs``' default inputs, as the correctness
-    checks and resource reads launch them."""
+    rows), or each checked once as the notebooks' correctness checks run them
+    (``checks.check_variants``, on ``build_inputs``' default inputs)."""
 
     point: Point
     harness: bool = True
@@ -132,9 +132,8 @@ def warm(job: Job) -> tuple[Job, float, str]:
     """Run ``job`` (a worker's task): (job, seconds, errors or "")."""
     import torch
 
-    from ..api import gather_kv_b_proj
     from . import bench
-    from .inputs import build_inputs
+    from .checks import check_variants
 
     t0 = time.perf_counter()
     errors = []
@@ -146,29 +145,24 @@ def warm(job: Job) -> tuple[Job, float, str]:
                                     budget=lambda _: (0, 1))
             errors = [f"{r.variant}: {r.error}" for r in rows if r.error]
         else:
-            inp = build_inputs(pt.shape, list(pt.contexts), block_size=pt.block_size,
-                               cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
-                               device="cuda", seed=0)
-            for v in pt.variants:
+            for v in pt.variants:  # one at a time: a design that fails leaves the others
                 try:
-                    gather_kv_b_proj(*inp.args(), variant=v)
+                    check_variants(pt.shape, pt.contexts, variants=(v,), device="cuda",
+                                   cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
+                                   block_size=pt.block_size)
                 except Exception as e:  # a design that cannot run this problem here
                     errors.append(f"{v}: {type(e).__name__}: {str(e)[:120]}")
-            torch.cuda.synchronize()
-            del inp
         torch.cuda.empty_cache()
     except Exception as e:  # reported; the timing step records the same failure in its row
         errors.append(f"{type(e).__name__}: {str(e)[:160]}")
     return job, time.perf_counter() - t0, "; ".join(errors)
 
 
-def _init_worker() -> None:
-    os.environ["TRITON_INTERPRET"] = "0"
-
-
 def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tuple[Job, float, str]]:
     """Compile every job's kernels in ``workers`` processes (default: the cores but one):
-    first one job of each group, then the rest. Returns each job's (job, seconds, error)."""
+    first one job of each group, then the rest. Returns each job's (job, seconds, error).
+    The workers inherit this process's environment, TRITON_INTERPRET included, which the
+    package reads as a worker imports it."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
@@ -176,8 +170,7 @@ def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tupl
     workers = max(1, min(workers or (os.cpu_count() or 2) - 1, len(first) or 1))
     done: list[tuple[Job, float, str]] = []
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn"),
-                             initializer=_init_worker) as pool:
+    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
         for phase, batch in (("first of each group", first), ("the rest", rest)):
             out = list(pool.map(warm, batch))
             done += out
@@ -216,8 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(j)
         print(f"{len(first)} groups, {len(first) + len(rest)} jobs")
         return 0
-    done = run(jobs, a.workers)
-    return 0 if done is not None else 1
+    run(jobs, a.workers)
+    return 0
 
 
 if __name__ == "__main__":

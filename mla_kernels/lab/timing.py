@@ -29,11 +29,6 @@ class Timing:
     q1_us: float
     q3_us: float
 
-    @property
-    def iqr_rel(self) -> float:
-        """The spread between the quartiles over the median."""
-        return (self.q3_us - self.q1_us) / self.median_us if self.median_us else float("nan")
-
     def scaled(self, factor: float) -> Timing:
         """The same timing per call of ``1 / factor`` calls (e.g. one of 8 in a graph)."""
         return Timing(self.median_us * factor, self.reps, self.q1_us * factor,
