@@ -110,11 +110,7 @@ def check_data_dir(data_dir: str | os.PathLike, names: Sequence[str] | None = No
     if not root.is_dir():
         raise ValueError(f"data_dir: expected a folder of measurement CSVs, got {str(root)!r} "
                          f"({'a file' if root.exists() else 'no such folder'})")
-    found = 0
-    for p in sorted(root.rglob("*.csv")):
-        if names is None or p.name.startswith(tuple(names)):
-            found += read_measurement_csv(p, root, named=names is not None) is not None
-    if not found:
+    if _measurement_rows(root, names) is None:  # each file checked as it is read
         files = " or ".join(f"{n}*.csv" for n in names or ()) or "*.csv"
         raise ValueError(f"data_dir: expected measurement CSVs ({files}, with the columns "
                          f"{list(MEASUREMENT_COLUMNS)}) under {str(root)!r}, got none")
