@@ -6,8 +6,10 @@ usage() {
 usage: bash scripts/device_run.sh [--out DIR] <commit> [step ...]
        bash scripts/device_run.sh --plan [step ...]
 Steps (default: run):
-  run        precompile, matrix, budget, report and host: a committed run in one step
+  run        precompile, mma, matrix, budget, report and host: a committed run in one step
   precompile compile every kernel the run launches, on all cores (lab.precompile)
+  mma        the tensor cores' own rate at the designs' tile shape (mma_rate.csv), which the
+             matrix's and the report's tensor-core floors use
   matrix     the performance matrix (scripts/perf_matrix.py), perf_matrix_all.csv
   budget     one point with every row at the full timing (budget_check.csv)
   report     the papermill batch, --config h200 (report_h200.tar.gz)
@@ -25,13 +27,13 @@ EOF
   exit 2
 }
 set -uo pipefail
-STEPS="run precompile matrix budget report host tests tests-all ab"
-RUN_STEPS="precompile matrix budget report host"
+STEPS="run precompile mma matrix budget report host tests tests-all ab"
+RUN_STEPS="precompile mma matrix budget report host"
 limit() {  # a step's time limit, seconds
   local v="${1^^}_TIMEOUT"; v=${v//-/_}
   local d
   case $1 in
-    install) d=120 ;; precompile) d=180 ;; matrix) d=300 ;; budget) d=60 ;; report) d=240 ;;
+    install) d=120 ;; precompile) d=180 ;; mma) d=60 ;; matrix) d=300 ;; budget) d=60 ;; report) d=240 ;;
     host) d=150 ;; tests) d=240 ;; tests-all) d=580 ;; ab) d=300 ;; *) d=0 ;;
   esac
   echo "${!v:-$d}"
@@ -49,9 +51,9 @@ check_steps() {
   done
 }
 
-# The quick tier in TESTS_SHARDS pytest processes at once (default 6), each a contiguous run
-# of the collected tests, so kernels of one design and format compile in one shard while the
-# shards compile side by side; their logs, in order, make one log. Status: the worst shard's.
+# The quick tier in TESTS_SHARDS pytest processes at once (default 6), the collected tests
+# dealt out in turn, so the slowest-compiling design's tests (collected together) spread over
+# every shard; their logs, in order, make one log. Status: the worst shard's.
 run_sharded() {
   local lim=$1 log=$2 n=${TESTS_SHARDS:-6} ids total k pids=() rc=0 r shard
   ids=$(python3 -m pytest -q --co -p no:cacheprovider -m smoke tests ${TESTS_K:+-k "$TESTS_K"} \
@@ -59,8 +61,8 @@ run_sharded() {
   total=$(printf '%s\n' "$ids" | grep -c '::')
   [[ $total -gt 0 ]] || { echo "tests: no test collected"; return 1; }
   for ((k = 0; k < n; k++)); do
-    printf '%s\n' "$ids" | awk -v n="$n" -v k="$k" -v t="$total" \
-      'int((NR - 1) * n / t) == k' > "$log.ids$k"
+    printf '%s\n' "$ids" | awk -v n="$n" -v k="$k" \
+      '(NR - 1) % n == k' > "$log.ids$k"
     [[ -s $log.ids$k ]] || continue
     mapfile -t shard < "$log.ids$k"  # node ids may hold spaces: one argument a line
     timeout "$lim" python3 -m pytest -q -p no:cacheprovider "${shard[@]}" > "$log.$k" 2>&1 &
@@ -127,6 +129,9 @@ fi
 mkdir -p /tmp/bin && ln -sf "$(command -v python3)" /tmp/bin/python && export PATH=/tmp/bin:$PATH
 mkdir -p reports/matrix  # the report's formats notebook draws the matrix from here
 
+mma_arg() {  # the tensor cores' rates, where the mma step measured them
+  [[ -s reports/matrix/mma_rate.csv ]] && echo "--mma-rate reports/matrix/mma_rate.csv"
+}
 status=0
 for step in $(expand $steps); do
   t0=$(now)
@@ -135,13 +140,17 @@ for step in $(expand $steps); do
   case $step in
     precompile) timeout "$lim" python3 -m mla_kernels.lab.precompile ${MATRIX_POINTS:+--points $MATRIX_POINTS} \
                   --report configs/h200.yaml --host 2>&1 | tail -20 ;;
+    mma)        rm -f reports/matrix/mma_rate.csv
+                timeout "$lim" python3 -m mla_kernels.lab.diagnostics.mma_rate \
+                  reports/matrix/mma_rate.csv --rep-ms 500 2>&1 | tail -8
+                rc=$?; cp reports/matrix/mma_rate.csv "$out/" 2>/dev/null; (exit $rc) ;;
     matrix)     rm -f reports/matrix/perf_matrix_all.csv
                 timeout "$lim" python3 scripts/perf_matrix.py reports/matrix/perf_matrix_all.csv \
-                  ${MATRIX_POINTS:+--points $MATRIX_POINTS} 2>&1 | tail -60
+                  ${MATRIX_POINTS:+--points $MATRIX_POINTS} $(mma_arg) 2>&1 | tail -60
                 rc=$?; cp reports/matrix/perf_matrix_all.csv "$out/"; (exit $rc) ;;
     budget)     rm -f "$out/budget_check.csv"
                 timeout "$lim" python3 scripts/perf_matrix.py "$out/budget_check.csv" --full-timing \
-                  --rows --points kimi/fp8_row/fp8/p1/32000 2>&1 | tail -20 ;;
+                  --rows --points kimi/fp8_row/fp8/p1/32000 $(mma_arg) 2>&1 | tail -20 ;;
     report)     timeout "$lim" python3 -m mla_kernels.review.report --config h200 \
                   --archive "$out/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
     host)       timeout "$lim" python3 scripts/host_cost.py "$out" \

@@ -5,7 +5,10 @@ targets (``matrix.TARGETS``) are timed at the full budget, the other rows at a s
 (``matrix.budget``); ``--full-timing`` times every row at the full one, as the run's
 ``budget`` step does at one point to show the two agree.
 
-Usage: python scripts/perf_matrix.py ROWS.csv [--points GLOB ...] [--list]
+Usage: python scripts/perf_matrix.py ROWS.csv [--points GLOB ...] [--mma-rate CSV] [--list]
+
+``--mma-rate`` gives the tensor cores' own rates (``lab.diagnostics.mma_rate``'s rows, measured
+by the run's ``mma`` step): the rows' ``tc_tflops`` and ``tc_floor_us`` come from them.
 
 For rounds of kernel work between committed runs (the entries of docs/log/ quote their console
 output; their rows stay out of data/h200/), ``--variants`` times only the named designs (no
@@ -34,6 +37,8 @@ ap.add_argument("--config", action="append", default=[], metavar="DESIGN=REPR",
                 help="launch DESIGN with this config (repeatable)")
 ap.add_argument("--full-timing", action="store_true",
                 help="every row at the full timing budget (the matrix times only its targets so)")
+ap.add_argument("--mma-rate", metavar="CSV",
+                help="the tensor cores' rates (lab.diagnostics.mma_rate's rows) for tc_floor_us")
 ap.add_argument("--empty", action="store_true",
                 help="time host_cost.empty_kernel on 132 programs, plain and from a CUDA graph")
 a = ap.parse_args()
@@ -63,7 +68,7 @@ if a.list:
 if not a.out:
     ap.error("ROWS.csv (the CSV to append the rows to) is needed")
 t0 = time.time()
-ceil = bench.measure_ceilings()
+ceil = bench.measure_ceilings(tensor_cores=a.mma_rate)
 print({k: round(v, 2) for k, v in ceil.items()}, flush=True)
 for name, pt in chosen.items():
     rows = frame(bench.run_points([pt], ceilings=ceil, torch_paths=not a.variants,

@@ -87,7 +87,7 @@ def test_device_run_times_each_step_into_steps_csv(tmp_path: Path):
     assert r.returncode == 1, r.stdout + r.stderr  # the host step failed
     rows = [ln.split(",") for ln in (out / "steps.csv").read_text().splitlines()]
     assert rows[0] == ["step", "seconds", "status"]
-    assert [s for s, _, _ in rows[1:]] == ["install", "precompile", "matrix", "budget",
+    assert [s for s, _, _ in rows[1:]] == ["install", "precompile", "mma", "matrix", "budget",
                                           "report", "host", "run"]
     assert all(float(t) >= 0 for _, t, _ in rows[1:])
     assert {s: st for s, _, st in rows[1:]}["host"] != "0"
@@ -116,7 +116,8 @@ def test_device_run_splits_the_quick_tier_into_shards_covering_each_test_once(tm
     assert r.returncode == 1, r.stdout + r.stderr  # the worst shard's status
     log = (out / "pytest_gpu.log").read_text()
     ran = [ln[4:] for ln in log.splitlines() if ln.startswith("ran ")]
-    assert ran == ids  # every test once, in order, its id whole
+    # Every test once, its id whole, dealt out in turn: shard k runs tests k, k + 4, ...
+    assert ran == [ids[i] for k in range(4) for i in range(k, 11, 4)]
     assert log.count("==== shard") == 4 and "1 failed" in log
     assert sorted(p.name for p in out.iterdir()) == ["pytest_gpu.log", "steps.csv"]
     assert (out / "steps.csv").read_text().splitlines()[-1].startswith("tests,")

@@ -8,8 +8,11 @@ GPU only (timings: ``timing.measure``, a flushed L2, the median with its quartil
 from __future__ import annotations
 
 import functools
+import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -20,11 +23,13 @@ from ..designs import DesignConfig, resolve
 from . import roofline
 from .cases import build_case
 from .checks import check_outputs, expected
+from .clock import ClockLog
 from .inputs import GatherInputs, build_inputs
 from .measurements import Measurement, contexts_str
 from .provenance import provenance
 from .timing import FULL, NOT_TIMED, Timing, graphed, measure, median_us, rotating
 
+NAN = float("nan")
 L2_ROTATE_BYTES = 2 * 60 * 2**20  # rotate input sets smaller than twice the H200's L2
 
 
@@ -58,8 +63,14 @@ def _copy_and_fill_us(nbytes: int) -> tuple[float, float]:
     return median_us(lambda: dst.copy_(src)), median_us(lambda: dst.fill_(7.0))
 
 
-def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000) -> dict[str, float]:
-    """Copy (read + write), write-only fill, and the matrix rates at this op's M, N, K."""
+def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000,
+                     tensor_cores: str | os.PathLike | None = None) -> dict[str, float]:
+    """Copy (read + write), write-only fill, and the matrix rates at this op's M, N, K (cuBLAS);
+    with ``tensor_cores``, the tensor cores' own rates of that CSV of
+    ``lab.diagnostics.mma_rate``'s rows (``tensor_core_rates``)."""
+    if tensor_cores and not Path(tensor_cores).is_file():
+        raise ValueError(f"tensor_cores: expected mma_rate's CSV, got {str(tensor_cores)!r} "
+                         "(no such file)")
     dev = "cuda"
     nbytes = 2**30
     copy_us, fill_us = _copy_and_fill_us(nbytes)
@@ -88,6 +99,7 @@ def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000) -> dict[st
         "mm_tflops_bf16": flop / bf16_us / 1e6,
         "mm_tflops_fp8": flop / min(fp8.values()) / 1e6,
         **{f"mm_tflops_fp8_{k_}": flop / v / 1e6 for k_, v in fp8.items()},
+        **(tensor_core_rates(tensor_cores) if tensor_cores else {}),
     }
 
 
@@ -167,33 +179,80 @@ def time_graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], N
     return measure(graphed(eight), budget).scaled(1 / 8)
 
 
+def dot_rate(ceilings: dict, kind: str, dot: str, fp8_route_share: float = NAN) -> float:
+    """The ``kind`` rate (``mm_tflops``: cuBLAS's, ``tc_tflops``: the tensor cores' own) of
+    the dot that ran: the format's ``dot``, or for a design that splits its work by route,
+    the time-weighted rate of both routes (``roofline.route_rate``). NaN where the ceilings
+    lack it."""
+    ran = roofline.route_dot(dot, fp8_route_share)
+    fp8, bf16 = (ceilings.get(f"{kind}_{d}", NAN) for d in ("fp8", "bf16"))
+    if ran == "fp8+bf16":
+        return roofline.route_rate(fp8_route_share, fp8, bf16)
+    return fp8 if ran == "fp8" else bf16
+
+
+def tensor_core_rates(mma_rows) -> dict[str, float]:
+    """The ceilings' tensor-core entries from ``lab.diagnostics.mma_rate``'s rows (a frame or
+    its CSV): per dot, the faster of its warp counts (``tc_tflops_<dot>``) and the SM clock
+    it ran at (``tc_clock_mhz_<dot>``)."""
+    import pandas as pd
+
+    df = pd.read_csv(mma_rows) if not isinstance(mma_rows, pd.DataFrame) else mma_rows
+    out: dict[str, float] = {}
+    for dot, d in df.groupby("dot_dtype"):
+        best = d.loc[d["tflops"].idxmax()]
+        out[f"tc_tflops_{dot}"] = float(best["tflops"])
+        out[f"tc_clock_mhz_{dot}"] = float(best["sm_clock_mhz"])
+    return out
+
+
+def at_clock(ceilings: dict, sm_clock_mhz: float) -> dict:
+    """The tensor cores' rates scaled to a row's SM clock (their rate is one MMA per cycle:
+    proportional to it), where both clocks are known; unscaled otherwise."""
+    out = dict(ceilings)
+    for dot in ("fp8", "bf16"):
+        mhz = ceilings.get(f"tc_clock_mhz_{dot}", NAN)
+        if f"tc_tflops_{dot}" in out and mhz > 0 and sm_clock_mhz > 0:
+            out[f"tc_tflops_{dot}"] = ceilings[f"tc_tflops_{dot}"] * sm_clock_mhz / mhz
+    return out
+
+
 def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float | Timing,
                     dot: str, ceilings: dict, max_rel_err: float, correct: bool,
                     config: str = "", error: str = "", design: str = "",
-                    fp8_route_share: float = float("nan")) -> Measurement:
+                    fp8_route_share: float = NAN, sm_clock_mhz: float = NAN,
+                    resolved_config: str = "") -> Measurement:
     """One row of the measurement schema (``measurements.Measurement``): the point, one
     timing of one variant (a ``Timing``, or a bare median whose spread is unknown), its
-    floors from the ceilings, and its check against the reference."""
-    t = us if isinstance(us, Timing) else Timing(float(us), 0, float("nan"), float("nan"))
+    floors from the ceilings by the dot that ran (``dot``, split by ``fp8_route_share``
+    where the design reports one), the tensor-core floor where the ceilings hold the
+    tensor cores' rates, and its check against the reference."""
+    t = us if isinstance(us, Timing) else Timing(float(us), 0, NAN, NAN)
     us = t.median_us
     s = get_shape(pt.shape)
     tokens = sum(pt.contexts)
     nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
     nflops = roofline.flops(s, tokens)
-    mm = ceilings[f"mm_tflops_{dot}"]
+    mm = dot_rate(ceilings, "mm_tflops", dot, fp8_route_share)
     fl = roofline.floors(nbytes, nflops, ceilings["copy_tbps"], mm)
+    tc = dot_rate(at_clock(ceilings, sm_clock_mhz), "tc_tflops", dot, fp8_route_share)
+    tc_floor = (roofline.floors(nbytes, nflops, ceilings["copy_tbps"], tc)["floor_us"]
+                if tc == tc else NAN)
     return Measurement(
         **prov, model=s.name, heads=s.num_heads, weight_format=pt.weight_format,
         cache_dtype=pt.cache_dtype, block_size=pt.block_size, contexts=contexts_str(pt.contexts),
         batch=len(pt.contexts), ctx=tokens, variant=variant, timing=timing, median_us=us,
-        min_bytes=nbytes, flops=nflops, dot_dtype=dot, copy_tbps=ceilings["copy_tbps"],
+        min_bytes=nbytes, flops=nflops, dot_dtype=roofline.route_dot(dot, fp8_route_share),
+        copy_tbps=ceilings["copy_tbps"],
         write_tbps=ceilings["write_tbps"], mm_tflops=mm, **fl,
         write_floor_us=(roofline.output_bytes(s, tokens) / (ceilings["write_tbps"] * 1e12)
                         * 1e6),
         roof_fraction=fl["floor_us"] / us, achieved_tbps=nbytes / us / 1e6,
         achieved_tflops=nflops / us / 1e6, max_rel_err=max_rel_err, correct=correct,
         config=config, error=error, design=design, weight_draw=pt.weight_draw,
-        fp8_route_share=fp8_route_share, reps=t.reps, q1_us=t.q1_us, q3_us=t.q3_us)
+        fp8_route_share=fp8_route_share, reps=t.reps, q1_us=t.q1_us, q3_us=t.q3_us,
+        resolved_config=resolved_config, sm_clock_mhz=sm_clock_mhz, tc_tflops=tc,
+        tc_floor_us=tc_floor)
 
 
 Maker = Callable[[GatherInputs], Callable[[], None]]
@@ -216,8 +275,8 @@ def candidates(pt: Point, torch_paths: bool = True) -> list[tuple[str, str, Make
 
 def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_paths: bool = True,
                graph8: bool = False, design_graphs: bool = False, progress: bool = True,
-               seed: int = 0, budget: Callable[[str], tuple[int, int]] | None = None
-               ) -> list[Measurement]:
+               seed: int = 0, budget: Callable[[str], tuple[int, int]] | None = None,
+               sm_clock: bool = True) -> list[Measurement]:
     """Time every design of every point, check each against the reference, return tidy rows.
 
     Timings: "flushed" (do_bench, L2 flushed, the Python launch path included); "graph"
@@ -226,59 +285,83 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
     (8 back-to-back launches in one graph) with ``graph8``, or at a point whose own
     ``graph8`` is set. ``budget`` maps a candidate's name to its (warm-up ms, repetition
     ms); every candidate gets ``timing.FULL`` without it. Each row records its
-    repetitions and quartiles."""
+    repetitions and quartiles, and the median SM clock during its timing (``lab.clock``),
+    read once every point is timed (``sm_clock`` false: not sampled, NaN)."""
     from tqdm.auto import tqdm
 
     ceilings = ceilings or measure_ceilings()
     prov = provenance()
-    rows: list[Measurement] = []
-    for pt in tqdm(points, disable=not progress, desc="points"):
-        s = get_shape(pt.shape)
-        tokens = sum(pt.contexts)
-        draw = WEIGHT_DRAWS[pt.weight_draw]
-        case = build_case(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
-                          weight_format=pt.weight_format, device="cuda", seed=seed,
-                          spare_indices=0, spare_rows=0, spare_blocks=0, **draw)
-        base, prob, dev = case.inputs, case.problem, case.device
-        ref = expected(base)
-        # Enough input sets (at most 8) to span twice the L2 together, rotated between calls.
-        per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
-        n_sets = max(1, min(8, -(-L2_ROTATE_BYTES // max(per_set, 1))))
-        sets = [base] + [build_inputs(s, pt.contexts, block_size=pt.block_size,
-                                      cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
-                                      device="cuda", seed=seed + 1 + i, spare_indices=0,
-                                      spare_rows=0, spare_blocks=0, **draw)
-                for i in range(n_sets - 1)]
-        for name, dot, make in candidates(pt, torch_paths):
-            design, cfg, extras = "", pt.configs.get(name), {}
-            try:
-                if not name.startswith("torch"):
-                    resolved, resolved_cfg = resolve(name, prob, dev, cfg)
-                    design = resolved.name
-                    # Columns the design reports of its own (hopper_ws: MXFP4's e4m3 share).
-                    extras = resolved.row_extras(prob, base.args())
-                    cfg = None if cfg is None else resolved_cfg
-                spend = budget(name) if budget else FULL
-                timings = [("flushed", measure(rotating([make(i) for i in sets]), spend))]
-                if name.startswith("torch") or design_graphs:
-                    timings.append(("graph", measure(
-                        rotating([graphed(make(i)) for i in sets]), spend)))
-                if graph8 or pt.graph8:
-                    timings.append(("graph8", time_graph8(base, make, spend)))
-                base.poison_outputs()
-                make(base)()
-                torch.cuda.synchronize()
-                chk = check_outputs(base, ref)
-                error = ""
-            except Exception as e:  # a design that fails to build or run is reported, not fatal
-                timings, chk = [("flushed", NOT_TIMED)], {"max_rel_err": float("nan"),
-                                                          "correct": False}
-                error = f"{type(e).__name__}: {str(e)[:200]}"
-            rows += [measurement_row(prov, pt, name, timing, t, dot, ceilings,
-                                     chk["max_rel_err"], chk["correct"],
-                                     "" if cfg is None else repr(cfg), error, design,
-                                     extras.get("fp8_route_share", float("nan")))
-                     for timing, t in timings]
-        del sets, base, ref
-        torch.cuda.empty_cache()
-    return rows
+    pending: list[tuple[dict, object]] = []  # each row's arguments and its clock window
+    with ClockLog(enabled=sm_clock) as clock:
+        for pt in tqdm(points, disable=not progress, desc="points"):
+            pending += _time_point(pt, prov, ceilings, clock, torch_paths=torch_paths,
+                                   graph8=graph8, design_graphs=design_graphs, seed=seed,
+                                   budget=budget)
+        return [measurement_row(**kw, sm_clock_mhz=clock.median_mhz(*w) if w else NAN)
+                for kw, w in pending]
+
+
+def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch_paths: bool,
+                graph8: bool, design_graphs: bool, seed: int,
+                budget: Callable[[str], tuple[int, int]] | None) -> list[tuple[dict, object]]:
+    """``run_points``' work at one point: each row's ``measurement_row`` arguments and the
+    (start, end) of its timing (None: not timed)."""
+    s = get_shape(pt.shape)
+    tokens = sum(pt.contexts)
+    draw = WEIGHT_DRAWS[pt.weight_draw]
+    case = build_case(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
+                      weight_format=pt.weight_format, device="cuda", seed=seed,
+                      spare_indices=0, spare_rows=0, spare_blocks=0, **draw)
+    base, prob, dev = case.inputs, case.problem, case.device
+    ref = expected(base)
+    # Enough input sets (at most 8) to span twice the L2 together, rotated between calls.
+    per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
+    n_sets = max(1, min(8, -(-L2_ROTATE_BYTES // max(per_set, 1))))
+    sets = [base] + [build_inputs(s, pt.contexts, block_size=pt.block_size,
+                                  cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
+                                  device="cuda", seed=seed + 1 + i, spare_indices=0,
+                                  spare_rows=0, spare_blocks=0, **draw)
+            for i in range(n_sets - 1)]
+
+    def timed(fn: Callable[..., Timing], *args) -> tuple[Timing, tuple[float, float]]:
+        t0 = time.time()
+        t = fn(*args)
+        return t, (t0, time.time())
+
+    out: list[tuple[dict, object]] = []
+    for name, dot, make in candidates(pt, torch_paths):
+        design, cfg, extras, resolved_cfg = "", pt.configs.get(name), {}, None
+        try:
+            if not name.startswith("torch"):
+                resolved, resolved_cfg = resolve(name, prob, dev, cfg)
+                design = resolved.name
+                # Columns the design reports of its own (hopper_ws: MXFP4's e4m3 share).
+                extras = resolved.row_extras(prob, base.args())
+                cfg = None if cfg is None else resolved_cfg
+            spend = budget(name) if budget else FULL
+            timings = [("flushed", *timed(measure, rotating([make(i) for i in sets]), spend))]
+            if name.startswith("torch") or design_graphs:
+                timings.append(("graph", *timed(
+                    measure, rotating([graphed(make(i)) for i in sets]), spend)))
+            if graph8 or pt.graph8:
+                timings.append(("graph8", *timed(time_graph8, base, make, spend)))
+            base.poison_outputs()
+            make(base)()
+            torch.cuda.synchronize()
+            chk = check_outputs(base, ref)
+            error = ""
+        except Exception as e:  # a design that fails to build or run is reported, not fatal
+            timings, chk = [("flushed", NOT_TIMED, None)], {"max_rel_err": float("nan"),
+                                                            "correct": False}
+            error = f"{type(e).__name__}: {str(e)[:200]}"
+        out += [(dict(prov=prov, pt=pt, variant=name, timing=timing, us=t, dot=dot,
+                      ceilings=ceilings, max_rel_err=chk["max_rel_err"],
+                      correct=chk["correct"], config="" if cfg is None else repr(cfg),
+                      error=error, design=design,
+                      fp8_route_share=extras.get("fp8_route_share", NAN),
+                      resolved_config="" if resolved_cfg is None else repr(resolved_cfg)),
+                 window)
+                for timing, t, window in timings]
+    del sets, base, ref
+    torch.cuda.empty_cache()
+    return out

@@ -78,6 +78,15 @@ class Measurement:
     reps: int = 0
     q1_us: float = float("nan")
     q3_us: float = float("nan")
+    # The config the design ran with (``config`` is the one asked for: "" for the design's
+    # own choice, which for ``auto`` is its tuned table's).
+    resolved_config: str = ""
+    # The median SM clock during the timing (NaN: not reported), the tensor cores' own rate
+    # for the dot that ran at that clock, and the floor at that rate: max(byte floor,
+    # flops / tc_tflops), beside ``floor_us``'s cuBLAS rate (data/README.md, "Floors").
+    sm_clock_mhz: float = float("nan")
+    tc_tflops: float = float("nan")
+    tc_floor_us: float = float("nan")
 
     KEY: ClassVar[tuple[str, ...]] = ("device", "model", "heads", "weight_format",
                                       "cache_dtype", "block_size", "contexts", "variant",

@@ -142,7 +142,7 @@ def warm(job: Job) -> tuple[Job, float, str]:
         if job.harness:
             rows = bench.run_points([pt], ceilings=_NO_CEILINGS, torch_paths=False,
                                     design_graphs=True, progress=False,
-                                    budget=lambda _: (0, 1))
+                                    budget=lambda _: (0, 1), sm_clock=False)
             errors = [f"{r.variant}: {r.error}" for r in rows if r.error]
         else:
             for v in pt.variants:  # one at a time: a design that fails leaves the others
@@ -158,9 +158,29 @@ def warm(job: Job) -> tuple[Job, float, str]:
     return job, time.perf_counter() - t0, "; ".join(errors)
 
 
+OOM_WORKERS = 3
+
+
+def out_of_memory(error: str) -> bool:
+    """Whether a job's errors say the GPU ran out of memory (torch's OutOfMemoryError, or a
+    launch the driver refused for it)."""
+    return "OutOfMemoryError" in error or "out of memory" in error.lower()
+
+
+def retry_out_of_memory(done: list[tuple[Job, float, str]], again
+                        ) -> tuple[list[tuple[Job, float, str]], int]:
+    """``done`` with the jobs that ran out of GPU memory replaced by ``again(those jobs)``'s
+    results; and how many there were."""
+    short = [j for j, _, e in done if out_of_memory(e)]
+    if not short:
+        return done, 0
+    return [d for d in done if not out_of_memory(d[2])] + list(again(short)), len(short)
+
+
 def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tuple[Job, float, str]]:
     """Compile every job's kernels in ``workers`` processes (default: the cores but one):
-    first one job of each group, then the rest. Returns each job's (job, seconds, error).
+    first one job of each group, then the rest, then again, ``OOM_WORKERS`` at a time, those
+    that ran out of GPU memory beside the others. Returns each job's (job, seconds, error).
     The workers inherit this process's environment, TRITON_INTERPRET included, which the
     package reads as a worker imports it."""
     import multiprocessing as mp
@@ -170,12 +190,22 @@ def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tupl
     workers = max(1, min(workers or (os.cpu_count() or 2) - 1, len(first) or 1))
     done: list[tuple[Job, float, str]] = []
     t0 = time.perf_counter()
-    with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+    ctx = mp.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         for phase, batch in (("first of each group", first), ("the rest", rest)):
             out = list(pool.map(warm, batch))
             done += out
             log(f"precompile: {len(batch)} jobs ({phase}) done at "
                 f"{time.perf_counter() - t0:.0f} s", flush=True)
+    # Jobs at the largest points can run out of GPU memory beside many others: again, a
+    # few at a time, so their kernels are still compiled before the timing step.
+    def again(short: list[Job]) -> list[tuple[Job, float, str]]:
+        with ProcessPoolExecutor(min(OOM_WORKERS, len(short)), mp_context=ctx) as pool:
+            return list(pool.map(warm, short))
+    done, n = retry_out_of_memory(done, again)
+    if n:
+        log(f"precompile: {n} jobs out of GPU memory, again {OOM_WORKERS} at a time, done "
+            f"at {time.perf_counter() - t0:.0f} s", flush=True)
     for job, _, error in done:
         if error:
             p = job.point

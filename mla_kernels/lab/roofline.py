@@ -53,6 +53,23 @@ def dot_dtype(cache_dtype: str, weight_format: str) -> str:
     return "bf16"
 
 
+def route_dot(dot: str, fp8_route_share: float) -> str:
+    """The dot that ran: ``dot`` (the format's), unless a design reports the share of its
+    work that took the e4m3 route (MXFP4 on ``hopper_ws``): then "fp8", "bf16" or
+    "fp8+bf16" by that share."""
+    s = fp8_route_share
+    if s != s:  # NaN: no such route, the format's dot ran
+        return dot
+    return "fp8" if s >= 1.0 else "bf16" if s <= 0.0 else "fp8+bf16"
+
+
+def route_rate(fp8_route_share: float, fp8_rate: float, bf16_rate: float) -> float:
+    """The rate a dot split by route runs at, time-weighted: the work ``s`` at the fp8 rate
+    and the rest at the bf16 one take ``s / fp8 + (1 - s) / bf16`` per FLOP."""
+    s = fp8_route_share
+    return 1.0 / (s / fp8_rate + (1.0 - s) / bf16_rate)
+
+
 def floors(nbytes: float, nflops: float, copy_tbps: float, mm_tflops: float) -> dict[str, float]:
     """Byte floor, matrix floor and their max, in microseconds."""
     byte_us = nbytes / (copy_tbps * 1e12) * 1e6

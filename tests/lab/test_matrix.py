@@ -79,3 +79,58 @@ def test_figures_leave_other_weight_draws_out():
     kept = analysis.select(rows, timing=None)
     assert kept["median_us"].tolist() == [170.0]
     assert len(analysis.select(rows, timing=None, default_weight=False)) == 2
+
+
+TC = {"tc_tflops_fp8": 1620.0, "tc_clock_mhz_fp8": 1755.0,
+      "tc_tflops_bf16": 840.0, "tc_clock_mhz_bf16": 1770.0}
+
+
+def _mxfp4_row(share, ceilings=CEILINGS, **kw):
+    pt = matrix.point("kimi-k3-tp8", (32000,), "mxfp4", "fp8", 1, ("hopper_ws",))
+    return bench.measurement_row(PROV, pt, "hopper_ws", "graph", 170.0, "bf16", ceilings,
+                                 1e-3, True, design="hopper_ws", fp8_route_share=share, **kw)
+
+
+def test_rows_are_scored_by_the_dot_that_ran():
+    # MXFP4 items on the e4m3 route ran an fp8 dot: its floor is fp8 per-row's within the
+    # weight bytes (the matrix floor is the same FLOPs at the same rate).
+    fp8_row = bench.measurement_row(PROV, matrix.point("kimi-k3-tp8", (32000,), "fp8_row",
+                                                       "fp8", 1, ()),
+                                    "hopper_ws", "graph", 100.0, "fp8", CEILINGS, 1e-3, True)
+    e4m3 = _mxfp4_row(1.0)
+    assert (e4m3.dot_dtype, e4m3.mm_tflops) == ("fp8", CEILINGS["mm_tflops_fp8"])
+    assert abs(e4m3.floor_us / fp8_row.floor_us - 1) < 0.05
+    wide = _mxfp4_row(0.0)
+    assert (wide.dot_dtype, wide.mm_tflops) == ("bf16", CEILINGS["mm_tflops_bf16"])
+    # Half the work on each route: time-weighted, not the mean of the rates.
+    half = _mxfp4_row(0.5)
+    assert half.dot_dtype == "fp8+bf16"
+    assert math.isclose(half.matrix_floor_us, half.flops * (0.5 / 1000.0 + 0.5 / 630.0) / 1e6)
+    assert math.isclose(half.roof_fraction, half.floor_us / 170.0)
+    # No route reported (a portable design, NaN share): the format's dot.
+    assert _mxfp4_row(float("nan")).dot_dtype == "bf16"
+
+
+def test_tensor_core_floor_is_at_the_rows_clock_and_absent_unmeasured():
+    plain = _mxfp4_row(1.0)
+    assert math.isnan(plain.tc_tflops) and math.isnan(plain.tc_floor_us)
+    same = _mxfp4_row(1.0, {**CEILINGS, **TC}, sm_clock_mhz=1755.0)
+    assert math.isclose(same.tc_tflops, 1620.0)
+    half_clock = _mxfp4_row(1.0, {**CEILINGS, **TC}, sm_clock_mhz=1755.0 / 2)
+    assert math.isclose(half_clock.tc_tflops, 810.0)
+    assert math.isclose(half_clock.tc_floor_us,
+                        max(half_clock.byte_floor_us, half_clock.flops / 810e12 * 1e6))
+    unknown_clock = _mxfp4_row(1.0, {**CEILINGS, **TC})  # the rate at the mma step's clock
+    assert math.isclose(unknown_clock.tc_tflops, 1620.0)
+    assert unknown_clock.tc_floor_us < unknown_clock.floor_us  # a faster rate, a lower floor
+
+
+def test_tensor_core_rates_take_each_dots_fastest_case():
+    import pandas as pd
+
+    rows = pd.DataFrame({"dot_dtype": ["fp8", "fp8", "bf16", "bf16"], "num_warps": [4, 8, 4, 8],
+                         "tflops": [1627.0, 1618.0, 836.0, 844.0],
+                         "sm_clock_mhz": [1755.0, 1740.0, 1770.0, 1770.0]})
+    assert bench.tensor_core_rates(rows) == {"tc_tflops_fp8": 1627.0, "tc_clock_mhz_fp8": 1755.0,
+                                             "tc_tflops_bf16": 844.0,
+                                             "tc_clock_mhz_bf16": 1770.0}

@@ -59,3 +59,20 @@ def test_list_prints_the_plan_and_compiles_nothing(capsys):
     assert precompile.main(["--list", "--points", "kimi/fp8_row/fp8/p1/32000", "--host"]) == 0
     out = capsys.readouterr().out
     assert out.strip().splitlines()[-1].endswith("jobs") and "hopper_ws" in out
+
+
+def test_jobs_out_of_gpu_memory_run_again_and_only_they():
+    a, b, c = (precompile.Job(matrix.point("kimi-k3-tp8", (n,), "fp8_row", "fp8", 1, ["auto"]))
+               for n in (4096, 32000, 109440))
+    done = [(a, 1.0, ""), (b, 2.0, "auto: OutOfMemoryError: CUDA out of memory."),
+            (c, 3.0, "auto: RuntimeError: Triton Error [CUDA]: out of memory")]
+    asked = []
+
+    def again(jobs):
+        asked.extend(jobs)
+        return [(j, 9.0, "") for j in jobs]
+    out, n = precompile.retry_out_of_memory(done, again)
+    assert n == 2 and asked == [b, c]
+    assert sorted((j.point.contexts, e) for j, _, e in out) == [((4096,), ""), ((32000,), ""),
+                                                                  ((109440,), "")]
+    assert precompile.retry_out_of_memory([(a, 1.0, "auto: ValueError: x")], again)[1] == 0

@@ -8,17 +8,14 @@ must before its epilogue. Its FLOPs over its time is the rate a design of this t
 could reach with every other cost hidden: a matrix floor that cuBLAS's rate (measured at
 another shape, with its own launch amortised) is not.
 
-    python -m mla_kernels.lab.diagnostics.mma_rate OUT.csv     # on an sm_90 GPU
+    python -m mla_kernels.lab.diagnostics.mma_rate OUT.csv [--rep-ms MS]   # on an sm_90 GPU
     python -m mla_kernels.lab.diagnostics.mma_rate --check     # compile for sm_90 on a machine with none
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import subprocess
 import sys
-import threading
 
 import torch
 from triton.experimental import gluon
@@ -102,54 +99,28 @@ def flops(items: int, programs: int) -> int:
     return 2 * BM * BN * KV_C * items * programs
 
 
-class _Clock:
-    """The SM clock nvidia-smi reports every 100 ms while a timing runs (median, MHz)."""
-
-    def __enter__(self):
-        self.samples: list[float] = []
-        try:
-            self.proc = subprocess.Popen(
-                ["nvidia-smi", "--query-gpu=clocks.sm", "--format=csv,noheader,nounits",
-                 "-lms", "100"], stdout=subprocess.PIPE, text=True)
-        except OSError:
-            self.proc = None
-            return self
-        self.reader = threading.Thread(target=self._read, daemon=True)
-        self.reader.start()
-        return self
-
-    def _read(self):
-        for line in self.proc.stdout:
-            try:
-                self.samples.append(float(line.strip().split()[0]))
-            except (ValueError, IndexError):
-                pass
-
-    def __exit__(self, *exc):
-        if self.proc is not None:
-            self.proc.terminate()
-            self.proc.wait()
-        self.mhz = statistics.median(self.samples) if self.samples else float("nan")
-
-
-def measure(items: int = 2000) -> list[dict]:
-    """One row per case: its median time (``triton.testing.do_bench``), rate and SM clock."""
+def measure(items: int = 2000, rep_ms: int = 2000) -> list[dict]:
+    """One row per case: its median time (``triton.testing.do_bench`` over ``rep_ms``), rate
+    and the median SM clock during it (``lab.clock``)."""
     import triton
 
+    from ..clock import ClockLog
     from ..provenance import provenance
 
     programs = torch.cuda.get_device_properties(0).multi_processor_count
     prov, rows = provenance(), []
-    for dot, warps in CASES:
-        run = prepared(dot, warps, items, programs)
-        run()
-        torch.cuda.synchronize()
-        with _Clock() as clock:
-            us = triton.testing.do_bench(run, warmup=200, rep=2000, return_mode="median") * 1e3
-        rows.append({**prov, "dot_dtype": dot, "num_warps": warps, "programs": programs,
-                     "items": items, "tile": f"{BM}x{BN}x{KV_C}", "median_us": us,
-                     "tflops": flops(items, programs) / (us * 1e-6) / 1e12,
-                     "sm_clock_mhz": clock.mhz})
+    with ClockLog() as log:
+        for dot, warps in CASES:
+            run = prepared(dot, warps, items, programs)
+            run()
+            torch.cuda.synchronize()
+            with log.window() as clock:
+                us = triton.testing.do_bench(run, warmup=min(200, rep_ms), rep=rep_ms,
+                                             return_mode="median") * 1e3
+            rows.append({**prov, "dot_dtype": dot, "num_warps": warps, "programs": programs,
+                         "items": items, "tile": f"{BM}x{BN}x{KV_C}", "median_us": us,
+                         "tflops": flops(items, programs) / (us * 1e-6) / 1e12,
+                         "sm_clock_mhz": clock.mhz})
     return rows
 
 
@@ -181,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("out", nargs="?", help="CSV of the rows (measure)")
     ap.add_argument("--check", action="store_true", help="compile for sm_90 with no GPU")
     ap.add_argument("--items", type=int, default=2000, help="items a program runs")
+    ap.add_argument("--rep-ms", type=int, default=2000, help="milliseconds timed per case")
     a = ap.parse_args(argv)
     if a.check:
         for r in check():
@@ -190,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("OUT.csv: expected a path for the rows, got none")
     import pandas as pd
 
-    df = pd.DataFrame(measure(a.items))
+    df = pd.DataFrame(measure(a.items, a.rep_ms))
     df.to_csv(a.out, index=False)
     print(df[["dot_dtype", "num_warps", "median_us", "tflops", "sm_clock_mhz"]].to_string())
     return 0
