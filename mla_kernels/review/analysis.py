@@ -153,6 +153,23 @@ def load_measurements(data_dir: str | os.PathLike, names: Sequence[str] | None =
     return df.sort_values("date", kind="stable").drop_duplicates(subset=key, keep="last")
 
 
+def replot_source(data_dir: str | os.PathLike, names: Sequence[str] | None = None) -> str:
+    """Which run a replot of ``data_dir`` draws (``load_measurements``' rows): its folders,
+    from the repository root where they lie under it, and its commit; "" when it has no
+    rows."""
+    from ..lab.repo_files import REPO_ROOT
+
+    root = Path(data_dir)
+    df = load_measurements(root, names)
+    if df is None or df.empty:
+        return ""
+    where = []
+    for src in sorted({str(Path(s).parent) for s in df["source"]}):
+        p = (root / src).absolute()
+        where.append(str(p.relative_to(REPO_ROOT) if p.is_relative_to(REPO_ROOT) else p))
+    return f"{', '.join(where)} (commit {df['commit'].iloc[0]})"
+
+
 def load_table(data_dir: str | os.PathLike, name: str) -> pd.DataFrame | None:
     """A notebook table (``resources.csv``, ``identity.csv``) of the latest run folder under
     ``data_dir`` that has one: the folder of its newest ``date`` column, else the last

@@ -4,9 +4,12 @@
 
 ``configs/<NAME>.yaml`` holds the parameters (shared ones, then per notebook). Without
 ``--config`` the run picks ``h200`` on an H200 and ``cpu`` anywhere else. Everything lands in
-``reports/<NAME>/``: executed notebooks, HTML exports, figures (PNG and SVG) and CSVs. A
-notebook that fails does not stop the others; the run ends with a summary and exits
-non-zero, naming the failed notebook and the cell that raised.
+``reports/<NAME>/``: executed notebooks, HTML exports, figures (PNG and SVG) and CSVs. The
+notebooks write beside it first (``reports/<NAME>.incoming/``); a notebook's outputs replace
+the report's only once it has run through. A notebook that fails does not stop the others,
+and leaves the report's earlier outputs of it as they were (its own go to
+``reports/<NAME>.failed/``); the run ends with a summary and exits non-zero, naming the
+failed notebook and the cell that raised.
 
 Everything the run is given is checked before it creates or writes anything: the
 configuration file, its sections and keys, the notebooks selected, every parameter name
@@ -25,7 +28,6 @@ import os
 import shutil
 import sys
 import tarfile
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -49,6 +51,7 @@ class NotebookResult:
     output: str
     html: str | None = None
     error: str | None = None  # "cell 7 (In [5]): ValueError: ..." when it failed
+    data: str = ""  # the run a replot drew (its folder and commit); "" when it measured
 
 
 # ------------------------------------------------------------------ configuration
@@ -280,12 +283,16 @@ def child_environment() -> Iterator[dict[str, str]]:
 
 
 def archive(folder: Path, path: Path) -> Path:
-    """The report folder as one .tar.gz (to bring it back from the GPU machine)."""
+    """The report folder as one .tar.gz (to bring it back from the GPU machine), with the
+    outputs of the notebooks that failed, where there are any (``<folder>.failed``)."""
     path = Path(path)
     if not path.name.endswith((".tar.gz", ".tgz")):
         path = path.with_name(path.name + ".tar.gz")
+    failed = staging_dirs(Path(folder))[1]
     with atomic_path(path) as tmp, tarfile.open(tmp, "w:gz") as tar:
         tar.add(folder, arcname=folder.name)
+        if failed.is_dir():
+            tar.add(failed, arcname=failed.name)
     return path
 
 
@@ -346,8 +353,8 @@ def _check_values(values: dict, where: str) -> None:
 
 
 def check_out(out: Path) -> None:
-    """``--out`` must be a folder the run can create and write (its parent too: the earlier
-    files are set aside beside it): a ValueError naming it when it is a file, lies under
+    """``--out`` must be a folder the run can create and write (its parent too: the run
+    writes beside it first): a ValueError naming it when it is a file, lies under
     one, or where this user cannot write."""
     out = Path(out).absolute()
     if out.exists() and not out.is_dir():
@@ -399,6 +406,7 @@ class Plan:
     cfg: dict
     out_dir: Path
     jobs: list[tuple[Path, dict]]
+    sources: dict[str, str]  # per replotting notebook, the run it draws
 
 
 def plan_report(config: str | None = None, out: Path | None = None,
@@ -442,23 +450,38 @@ def plan_report(config: str | None = None, out: Path | None = None,
     if measuring:
         by = " with -p mode=measure" if overrides.get("mode") == "measure" else ""
         params.check_measurable("measure", f" ({', '.join(measuring)} in {file}{by})")
+    sources = {}
     for p, v in jobs:  # what each replot reads, before any output exists
         if v.get("mode") == "replot" and p.name in REPLOT_DATA and "data_dir" in v:
+            data_dir = v["data_dir"] if Path(v["data_dir"]).is_absolute() else (
+                REPO_ROOT / v["data_dir"])
             try:
-                analysis.check_data_dir(v["data_dir"], REPLOT_DATA[p.name])
+                analysis.check_data_dir(data_dir, REPLOT_DATA[p.name])
             except ValueError as e:
                 raise ValueError(f"{p.name}: {e}") from None
+            sources[p.name] = analysis.replot_source(data_dir, REPLOT_DATA[p.name])
     check_out(out_dir)
-    return Plan(cfg, out_dir, jobs)
+    return Plan(cfg, out_dir, jobs, sources)
+
+
+def staging_dirs(out_dir: Path) -> tuple[Path, Path]:
+    """The folders beside the report folder: where a run writes (``<out>.incoming``) before
+    its notebooks' outputs replace the report's, and where the outputs of notebooks that
+    failed are left (``<out>.failed``)."""
+    return (out_dir.with_name(out_dir.name + ".incoming"),
+            out_dir.with_name(out_dir.name + ".failed"))
 
 
 def _create_out(out_dir: Path) -> Path:
-    """Create the report folder and the hidden one beside it that the earlier files go to;
-    the OS refusing (a read-only mount) is a ValueError naming --out, nothing left made."""
+    """Create the report folder and, empty, the one beside it the run writes into; the OS
+    refusing (a read-only mount) is a ValueError naming --out, nothing left made."""
     made = not out_dir.exists()
+    incoming, _ = staging_dirs(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.earlier.", dir=out_dir.parent))
+        shutil.rmtree(incoming, ignore_errors=True)  # an interrupted run's
+        incoming.mkdir()
+        return incoming
     except OSError as e:
         if made and out_dir.is_dir():
             with contextlib.suppress(OSError):
@@ -469,6 +492,11 @@ def _create_out(out_dir: Path) -> Path:
 
 def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+def _stamps(folder: Path) -> dict[str, tuple[int, int]]:
+    return {rel: ((st := (folder / rel).stat()).st_mtime_ns, st.st_size)
+            for rel in _files(folder)}
 
 
 def _move(src_root: Path, dst_root: Path, rels: list[str]) -> None:
@@ -485,22 +513,24 @@ def run_report(config: str | None = None, out: Path | None = None,
     """Run the batch; returns the report folder and one result per notebook (the CLI
     turns them into a summary and an exit code).
 
-    The report folder's earlier files are set aside first (in a hidden folder beside it)
-    and the run writes in place; at the end every earlier file the run did not write again
-    (the outputs of a notebook that failed this time) is put back. ``summary.json`` lists
-    what this run wrote and what was kept from earlier; an interrupted run leaves the
-    earlier files in the hidden folder, not lost. Nothing is created before ``plan_report``
-    has checked what the run is given (its ValueError reaches the caller).
+    The notebooks write beside the report folder (``staging_dirs``: ``<out>.incoming``),
+    and each file is put down to the notebook that wrote it. At the end the files of every
+    notebook that ran through replace their earlier versions in the report folder; those
+    of a notebook that failed go to ``<out>.failed`` instead, so the report keeps that
+    notebook's earlier outputs as they were (a run whose notebooks all fail changes only
+    ``summary.json``). ``summary.json`` lists what this run wrote, what was kept from
+    earlier, and what failed. Nothing is created before ``plan_report`` has checked what
+    the run is given (its ValueError reaches the caller).
     """
     from tqdm import tqdm
 
     plan = plan_report(config, out, notebooks, overrides, notebook_dir)
     cfg, out_dir = plan.cfg, plan.out_dir
-    earlier = _create_out(out_dir)
-    _move(out_dir, earlier, [f for f in _files(out_dir) if f != "summary.json"])
+    incoming = _create_out(out_dir)
+    _, failed_dir = staging_dirs(out_dir)
     print(f"report: configuration {cfg['name']!r}, {len(plan.jobs)} notebooks -> {out_dir}",
           flush=True)
-    results = []
+    results, owned = [], {}  # owned: each file written, the notebook that wrote it last
     try:
         from ..lab.provenance import git_commit
 
@@ -511,20 +541,40 @@ def run_report(config: str | None = None, out: Path | None = None,
             bar = tqdm(plan.jobs, desc="notebooks", unit="nb", position=0)
             for nb, params in bar:
                 bar.set_postfix_str(nb.stem)
-                results.append(run_notebook(nb, params, out_dir,
+                before = _stamps(incoming)
+                if "out_dir" in params:
+                    params = {**params, "out_dir": str(incoming)}
+                data = plan.sources.get(nb.name, "")
+                results.append(run_notebook(nb, params, incoming,
                                             timeout=cfg.get("execution_timeout"),
                                             cell_progress=cell_progress,
-                                            run=f"configuration {cfg['name']}, commit "
-                                                f"{commit_used}"))
+                                            run=f"configuration {cfg['name']}, code at "
+                                                f"commit {commit_used}"
+                                                + (f", data of {data}" if data else "")))
+                results[-1].data = data
+                owned.update({rel: results[-1] for rel, st in _stamps(incoming).items()
+                              if before.get(rel) != st})
             bar.close()
     finally:
-        written = [f for f in _files(out_dir) if f != "summary.json"]
-        kept = [f for f in _files(earlier) if f not in set(written)]
-        _move(earlier, out_dir, kept)
-        shutil.rmtree(earlier, ignore_errors=True)
+        ok = {rel for rel, r in owned.items() if r.ok}
+        written = sorted(ok - {"summary.json"})
+        failed_files = sorted(set(owned) - ok)
+        _move(incoming, out_dir, written)
+        shutil.rmtree(failed_dir, ignore_errors=True)
+        if failed_files:
+            _move(incoming, failed_dir, failed_files)
+        shutil.rmtree(incoming, ignore_errors=True)
+    kept = [f for f in _files(out_dir) if f not in set(written) and f != "summary.json"]
+    for r in results:  # the paths the run reports are where the files now are
+        home = out_dir if r.ok else failed_dir
+        r.output = str(home / Path(r.output).relative_to(incoming))
+        if r.html:
+            r.html = str(home / Path(r.html).relative_to(incoming))
     summary = {"config": cfg["name"], "commit": commit_used,
                "notebooks": [asdict(r) for r in results], "written": written,
-               "kept_from_earlier": kept}
+               "kept_from_earlier": kept,
+               "failed_outputs": ({"folder": str(failed_dir), "files": failed_files}
+                                  if failed_files else None)}
     write_text_atomic(out_dir / "summary.json", json.dumps(summary, indent=1))
     return out_dir, results
 
@@ -558,7 +608,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         status = "ok    " if r.ok else "FAILED"
         print(f"  {status} {r.notebook:28s} {r.seconds:6.1f} s" + (f"  {r.error}" if r.error
-                                                                   else ""))
+                                                                   else "")
+              + (f"\n         re-plotted {r.data}" if r.data else ""))
     print(f"\nreport in {out_dir}:")
     for sub in ("notebooks", "html", "figures", "data"):
         if (out_dir / sub).is_dir():
@@ -569,7 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     failed = [r for r in results if not r.ok]
     if failed:
         names = ", ".join(f"{r.notebook} ({r.error})" for r in failed)
-        print(f"\nfailed: {names}", file=sys.stderr)
+        print(f"\nfailed: {names}; their outputs are in {staging_dirs(out_dir)[1]}, the "
+              "report keeps their earlier ones", file=sys.stderr)
         return 1
     return 0
 

@@ -283,10 +283,13 @@ def test_a_failing_notebook_does_not_stop_the_others(tmp_path, capsys):
     assert "02_broken.ipynb" in captured.err and "ValueError: boom" in captured.err
     assert "cell 3" in captured.err  # injected parameters are cell 1; the raise is cell 3
     assert "FAILED 02_broken.ipynb" in captured.out and str(out) in captured.out
-    assert (out / "html" / "02_broken.html").is_file()  # the failed run is still reviewable
+    # The failed notebook is still reviewable, beside the report, and named where it is.
+    assert (tmp_path / "out.failed" / "html" / "02_broken.html").is_file()
+    assert not (out / "html" / "02_broken.html").exists()
+    assert str(tmp_path / "out.failed") in captured.err
     with tarfile.open(tmp_path / "rep.tar.gz") as tar:
         names = tar.getnames()
-    assert "out/notebooks/02_broken.ipynb" in names and "out/summary.json" in names
+    assert "out.failed/notebooks/02_broken.ipynb" in names and "out/summary.json" in names
 
 
 @pytest.mark.slow
@@ -362,15 +365,29 @@ def test_earlier_results_stay_until_new_ones_are_written(tmp_path):
     out = tmp_path / "out"
     _, results = report.run_report(str(cfg), out=out, notebook_dir=nbs, cell_progress=False)
     assert all(r.ok for r in results)
+    html_before = (out / "html" / "02_b.html").read_bytes()
     _tiny_notebook(nbs / "01_a.ipynb", "Path(out_dir, 'a.txt').write_text('run 2')")
-    _tiny_notebook(nbs / "02_b.ipynb", "raise RuntimeError('broken now')")
+    # Fails after writing part of its outputs: none of them reaches the report.
+    _tiny_notebook(nbs / "02_b.ipynb", "Path(out_dir, 'b.txt').write_text('run 2')\n"
+                                       "raise RuntimeError('broken now')")
     _, results = report.run_report(str(cfg), out=out, notebook_dir=nbs, cell_progress=False)
     assert [r.ok for r in results] == [True, False]
     assert (out / "a.txt").read_text() == "run 2"
     assert (out / "b.txt").read_text() == "run 1"  # the failed notebook's earlier result
+    assert (out / "html" / "02_b.html").read_bytes() == html_before  # not the failed HTML
+    failed = tmp_path / "out.failed"
+    assert (failed / "b.txt").read_text() == "run 2"
+    assert "broken now" in (failed / "html" / "02_b.html").read_text()
+    assert results[1].html == str(failed / "html" / "02_b.html")
     summary = json.loads((out / "summary.json").read_text())
     assert "a.txt" in summary["written"] and "b.txt" in summary["kept_from_earlier"]
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".out")]  # nothing set aside left
+    assert summary["failed_outputs"]["folder"] == str(failed)
+    assert not (tmp_path / "out.incoming").exists()  # nothing left beside it
+    # A run with no failure clears the failed outputs.
+    _tiny_notebook(nbs / "02_b.ipynb", "Path(out_dir, 'b.txt').write_text('run 3')")
+    _, results = report.run_report(str(cfg), out=out, notebook_dir=nbs, cell_progress=False)
+    assert all(r.ok for r in results) and (out / "b.txt").read_text() == "run 3"
+    assert not failed.exists()
 
 
 @pytest.mark.slow
@@ -384,7 +401,7 @@ def test_html_is_self_contained(cpu_report):
         assert not re.findall(r"from\s+['\"]https?://", text), html.name
         assert '<img src="data:image/png;base64,' in text or "data:image/png" in text
         # Titled by notebook and run, not nbconvert's "Notebook".
-        assert f"<title>{html.stem}: configuration cpu, commit " in text, html.name
+        assert f"<title>{html.stem}: configuration cpu, code at commit " in text, html.name
 
 
 # ------------------------------------------------------------------ papermill from anywhere
