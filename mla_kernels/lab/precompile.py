@@ -159,6 +159,63 @@ def warm(job: Job) -> tuple[Job, float, str]:
 
 
 OOM_WORKERS = 3
+MEMORY_SHARE = 0.8  # of the GPU's memory the jobs in flight may take together, by estimate
+
+
+def memory_gib(job: Job) -> float:
+    """A job's GPU memory, estimated high: a GiB of context and kernels, plus its outputs
+    three times (one input set's, the reference's float32 copy) and eight more for a point
+    that times 8 launches in one graph (each writes its own)."""
+    from ..core.shapes import get_shape
+    from . import roofline
+
+    p = job.point
+    out = roofline.output_bytes(get_shape(p.shape), sum(p.contexts))
+    return 1.0 + (3 + (8 if p.graph8 else 0)) * out / 2**30
+
+
+def admit(pending: list[Job], in_flight: Sequence[float], slots: int, budget_gib: float
+          ) -> list[Job]:
+    """The jobs of ``pending`` to start now, in its order, while ``slots`` processes are
+    free and the estimates (``memory_gib``) of those in flight and those started fit in
+    ``budget_gib``; with nothing in flight the first always starts (it may fit alone)."""
+    used, start = sum(in_flight), []
+    for j in pending:
+        if len(start) >= slots:
+            break
+        g = memory_gib(j)
+        if (not in_flight and not start) or used + g <= budget_gib:
+            start.append(j)
+            used += g
+    return start
+
+
+def _gpu_gib() -> float:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory / 2**30
+    except Exception:  # no usable GPU: no bound
+        pass
+    return float("inf")
+
+
+def _run_phase(pool, batch: list[Job], workers: int, budget_gib: float
+               ) -> list[tuple[Job, float, str]]:
+    """``warm`` over ``batch`` in ``pool``, jobs admitted as processes and memory free up."""
+    from concurrent.futures import FIRST_COMPLETED, wait
+
+    pending, running, out = list(batch), {}, []
+    while pending or running:
+        for j in admit(pending, list(running.values()), workers - len(running), budget_gib):
+            pending.remove(j)
+            running[pool.submit(warm, j)] = memory_gib(j)
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        for f in finished:
+            running.pop(f)
+            out.append(f.result())
+    return out
 
 
 def out_of_memory(error: str) -> bool:
@@ -179,10 +236,11 @@ def retry_out_of_memory(done: list[tuple[Job, float, str]], again
 
 def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tuple[Job, float, str]]:
     """Compile every job's kernels in ``workers`` processes (default: the cores but one):
-    first one job of each group, then the rest, then again, ``OOM_WORKERS`` at a time, those
-    that ran out of GPU memory beside the others. Returns each job's (job, seconds, error).
-    The workers inherit this process's environment, TRITON_INTERPRET included, which the
-    package reads as a worker imports it."""
+    first one job of each group, then the rest, as many at once as processes are free and
+    their estimated memory fits in ``MEMORY_SHARE`` of the GPU's; then again,
+    ``OOM_WORKERS`` at a time, those that still ran out of GPU memory. Returns each job's
+    (job, seconds, error). The workers inherit this process's environment,
+    TRITON_INTERPRET included, which the package reads as a worker imports it."""
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
@@ -191,14 +249,15 @@ def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tupl
     done: list[tuple[Job, float, str]] = []
     t0 = time.perf_counter()
     ctx = mp.get_context("spawn")
+    budget = MEMORY_SHARE * _gpu_gib()
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
         for phase, batch in (("first of each group", first), ("the rest", rest)):
-            out = list(pool.map(warm, batch))
+            out = _run_phase(pool, batch, workers, budget)
             done += out
             log(f"precompile: {len(batch)} jobs ({phase}) done at "
                 f"{time.perf_counter() - t0:.0f} s", flush=True)
-    # Jobs at the largest points can run out of GPU memory beside many others: again, a
-    # few at a time, so their kernels are still compiled before the timing step.
+    # An estimate can be short: jobs that ran out of GPU memory beside the others run again,
+    # a few at a time, so their kernels are still compiled before the timing step.
     def again(short: list[Job]) -> list[tuple[Job, float, str]]:
         with ProcessPoolExecutor(min(OOM_WORKERS, len(short)), mp_context=ctx) as pool:
             return list(pool.map(warm, short))

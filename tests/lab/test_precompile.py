@@ -1,6 +1,7 @@
 """The run's precompile step plans its jobs from the matrix, a report configuration and the
 host-cost script (no GPU: the plan, not the compiles)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 from mla_kernels.lab import matrix, precompile
@@ -76,3 +77,19 @@ def test_jobs_out_of_gpu_memory_run_again_and_only_they():
     assert sorted((j.point.contexts, e) for j, _, e in out) == [((4096,), ""), ((32000,), ""),
                                                                   ((109440,), "")]
     assert precompile.retry_out_of_memory([(a, 1.0, "auto: ValueError: x")], again)[1] == 0
+
+
+def test_jobs_start_while_their_memory_fits_beside_those_in_flight():
+    def job(n, graph8=False):
+        return precompile.Job(replace(matrix.point("kimi-k3-tp8", (n,), "fp8_row", "fp8", 1,
+                                                   ["auto"]), graph8=graph8))
+    small, large, huge = job(4096), job(109440), job(262144, graph8=True)
+    assert precompile.memory_gib(small) < precompile.memory_gib(large) \
+        < precompile.memory_gib(huge)
+    g = precompile.memory_gib
+    # Slots bound the count; memory the sum: the huge job waits, smaller ones go past it.
+    assert precompile.admit([small] * 5, [], 3, 1e9) == [small] * 3
+    assert precompile.admit([huge, small], [g(large)], 4, g(large) + g(small) + 0.1) == [small]
+    # Nothing in flight: the first starts whatever its estimate.
+    assert precompile.admit([huge], [], 2, 1.0) == [huge]
+    assert precompile.admit([huge], [g(small)], 2, 1.0) == []
