@@ -78,6 +78,7 @@ SPECS: dict[str, Callable[[str, Any], Any]] = {
     "out_dir": path(REPO_ROOT),
     "reference_csv": path(REPO_ROOT),
     "merged_csv": path(REPO_ROOT),
+    "mma_rate_csv": optional(path(REPO_ROOT)),
 }
 
 
