@@ -120,6 +120,9 @@ timeout "$(limit install)" python3 -m pip install -q --no-index --no-deps --no-c
     --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 rc=$?; record install "$t0" $rc; [[ $rc == 0 ]] || exit 1
 export PYTHONPATH=$PWD:/tmp/site JUPYTER_PATH=/tmp/site/share/jupyter
+# A copy that carries its manifest is checked against it alone: a .git beside the files may
+# be an older checkout's (a newer tree copied over it), whose HEAD the files no longer are.
+[[ -f provenance-manifest.json ]] && export GIT_DIR=/nonexistent/.git
 # The rows stamp the commit their covered files match: it must be <commit>.
 stamp=$(python3 -m mla_kernels.lab.provenance) || exit 2
 if [[ $stamp == *+* || ( $stamp != "$sha"* && $sha != "$stamp"* ) ]]; then

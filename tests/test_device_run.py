@@ -121,3 +121,21 @@ def test_device_run_splits_the_quick_tier_into_shards_covering_each_test_once(tm
     assert log.count("==== shard") == 4 and "1 failed" in log
     assert sorted(p.name for p in out.iterdir()) == ["pytest_gpu.log", "steps.csv"]
     assert (out / "steps.csv").read_text().splitlines()[-1].startswith("tests,")
+
+
+@needs_bash
+def test_a_copy_with_its_manifest_is_stamped_from_it_not_from_a_git_beside_it(tmp_path: Path):
+    # A .git older than the files (a newer tree copied over an old checkout) must not decide
+    # the stamp: every step runs with git out of reach, so provenance reads the manifest.
+    work, env = _stubbed(tmp_path)
+    (work / "provenance-manifest.json").write_text("{}")
+    (tmp_path / "bin" / "python3").write_text(
+        f'#!/bin/bash\necho "GIT_DIR=$GIT_DIR $*" >> "{tmp_path}/calls.log"\n'
+        f'[[ "$*" == *provenance* ]] && echo abc1234\nexit 0\n')
+    r = subprocess.run(["bash", "scripts/device_run.sh", "--out", str(tmp_path / "out"),
+                        "abc1234", "budget"], cwd=work, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    calls = (tmp_path / "calls.log").read_text().splitlines()
+    assert any("provenance" in c for c in calls) and any("perf_matrix" in c for c in calls)
+    assert all(c.startswith("GIT_DIR=/nonexistent/.git ") for c in calls if "pip" not in c)
