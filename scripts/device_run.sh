@@ -145,7 +145,7 @@ for step in $(expand $steps); do
                   --report configs/h200.yaml --host 2>&1 | tail -20 ;;
     mma)        rm -f reports/matrix/mma_rate.csv
                 timeout "$lim" python3 -m mla_kernels.lab.diagnostics.mma_rate \
-                  reports/matrix/mma_rate.csv --rep-ms 500 2>&1 | tail -8
+                  reports/matrix/mma_rate.csv --rep-ms 800 2>&1 | tail -8
                 rc=$?; cp reports/matrix/mma_rate.csv "$out/" 2>/dev/null; (exit $rc) ;;
     matrix)     rm -f reports/matrix/perf_matrix_all.csv
                 timeout "$lim" python3 scripts/perf_matrix.py reports/matrix/perf_matrix_all.csv \

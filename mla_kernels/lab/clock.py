@@ -59,6 +59,11 @@ class ClockLog:
         except OSError:
             return self
         threading.Thread(target=self._read, daemon=True).start()
+        # nvidia-smi takes a few hundred ms to start: a window opened before its first
+        # sample would read the clock of whatever ran after the window began.
+        deadline = time.time() + 3.0
+        while not self.samples and time.time() < deadline and self._proc.poll() is None:
+            time.sleep(self.interval_ms / 1e3)
         return self
 
     def _read(self) -> None:
