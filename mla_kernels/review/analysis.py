@@ -405,6 +405,39 @@ def peak_fractions(rows: pd.DataFrame,
     return pd.DataFrame(out, columns=list(PEAK_FRACTION_COLUMNS))
 
 
+BANDWIDTH_COLUMNS = ("ctx", "dot_dtype", "ai", "achieved_tbps", "datasheet_tbps",
+                     "datasheet_fraction", "datasheet_ceiling_tbps", "measured_ceiling_tbps",
+                     "measured_fraction")
+
+
+def bandwidth_fractions(rows: pd.DataFrame, datasheet: tuple[float | None, Mapping[str, float]],
+                        measured: tuple[float | None, Mapping[str, float]] | None = None
+                        ) -> pd.DataFrame:
+    """Each row's achieved bandwidth (``min_bytes`` / ``median_us``, TB/s) against its device:
+    the fraction of the datasheet bandwidth (``datasheet``: (bandwidth TB/s, {dot dtype:
+    matrix roof TFLOP/s})), and the ceiling the operation can reach at the row's arithmetic
+    intensity (``flops / min_bytes``) under the datasheet roofs and, where given, the
+    ``measured`` ones (``attainable_tbps``), with the fraction of the measured ceiling.
+    NaN where a roof is not known (a ceiling needs the bandwidth and the dot's matrix
+    roof). One row per row, columns ``BANDWIDTH_COLUMNS``."""
+    def ceiling(ai, dot, bw, mm):  # both roofs known, else none
+        ok = positive(bw) and positive(mm.get(dot))
+        return attainable_tbps(ai, bw, mm[dot]) if ok else float("nan")
+
+    out = []
+    ds_bw, ds_mm = datasheet
+    ms_bw, ms_mm = measured if measured is not None else (None, {})
+    for r in rows.to_dict("records"):
+        ai = r["flops"] / r["min_bytes"]
+        tbps = r["min_bytes"] / r["median_us"] / 1e6
+        dot = r.get("dot_dtype", "")
+        ds = ds_bw if positive(ds_bw) else float("nan")
+        ms = ceiling(ai, dot, ms_bw, ms_mm)
+        out.append((int(r["ctx"]), dot, ai, tbps, ds, tbps / ds, ceiling(ai, dot, ds_bw, ds_mm),
+                    ms, tbps / ms))
+    return pd.DataFrame(out, columns=list(BANDWIDTH_COLUMNS))
+
+
 # ------------------------------------------------------------------ what a figure needs
 def require_rows(data: pd.DataFrame | None, *, data_dir: str | os.PathLike, names: Sequence[str] = (),
             require: dict[str, tuple[str, Sequence]] | None = None, **where) -> pd.DataFrame:

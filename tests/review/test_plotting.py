@@ -14,7 +14,6 @@ matplotlib.use("Agg")
 from matplotlib.legend import Legend  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
-from mla_kernels.core.devices import get_device  # noqa: E402
 from mla_kernels.lab import (
     checks,  # noqa: E402
     roofline,  # noqa: E402
@@ -377,89 +376,8 @@ def test_roofline_points_follow_the_rows():
     np.testing.assert_allclose(by_gid(ax_f, "chunked/graph").get_ydata(), r.roof_fraction)
 
 
-# ------------------------------------------------------------------ peaks
-def test_peaks_draws_each_devices_roofs_ridges_and_the_public_points():
-    df = synthetic(("serial", "hopper_ws"), copy=4.245, mm={"fp8": 1006.0, "bf16": 640.0})
-    first = pd.read_csv(REFERENCE)
-    merged = pd.read_csv(MERGED, comment="#")
-    fig = plotting.plot_peaks(df, first, merged)
-    ax_h, ax_m = fig.axes[:2]
-    assert ax_h.get_title(loc="left").startswith("H200")
-    assert ax_m.get_title(loc="left").startswith("MI355X")
-    h200, mi355 = get_device("H200"), get_device("MI355X")
-    # Ridges: measured from the rows (matmul / copy), datasheet from the registry.
-    assert by_gid(ax_h, "ridge/measured/fp8").get_xdata()[0] == pytest.approx(1006.0 / 4.245)
-    assert by_gid(ax_h, "ridge/datasheet/fp8").get_xdata()[0] == pytest.approx(
-        h200.peak("fp8") / h200.peak_tbps)
-    assert by_gid(ax_m, "ridge/datasheet/fp8").get_xdata()[0] == pytest.approx(
-        mi355.peak("fp8") / 8.0)
-    assert not [ln for ln in ax_m.get_lines() if ln.get_gid() == "ridge/measured/fp8"]
-    assert by_gid(ax_m, "roof/datasheet/bandwidth").get_label().endswith("8.00 TB/s")
-    # The public change's points from its tables and the byte/FLOP model.
-    for gid, ctx, us in (("reference/first table/after", first.ctx, first.after_ms * 1e3),
-                         ("reference/as merged/before", merged.ctx_tokens, merged.before_us)):
-        pts = by_gid(ax_m, gid)
-        nb = np.array([roofline.min_bytes("kimi-k3-tp8", c, "fp8", "fp8_row") for c in ctx])
-        nf = np.array([roofline.flops("kimi-k3-tp8", c) for c in ctx])
-        np.testing.assert_allclose(pts.get_xdata(), nf / nb)
-        np.testing.assert_allclose(pts.get_ydata(), nf / (us.to_numpy() * 1e-6) / 1e12)
-    # Ours on the H200 panel.
-    r = df[(df.variant == "hopper_ws") & (df.timing == "graph")].sort_values("ctx")
-    np.testing.assert_allclose(by_gid(ax_h, "hopper_ws/graph").get_ydata(), r.achieved_tflops)
-    # The fraction panel: against each device's own attainable peak at the op's AI.
-    ax_b = fig.axes[2]
-    row = r.iloc[-1]
-    ai = row.flops / row.min_bytes
-    ds = by_gid(ax_b, f"fraction/H200: hopper_ws, device time/{row.ctx}/datasheet")
-    assert ds.get_xdata()[0] == pytest.approx(
-        row.achieved_tflops / min(4.8 * ai, h200.peak("fp8")))
-    ms = by_gid(ax_b, f"fraction/H200: hopper_ws, device time/{row.ctx}/measured")
-    assert ms.get_xdata()[0] == pytest.approx(row.achieved_tflops / min(4.245 * ai, 1006.0))
-    c, us = merged.ctx_tokens.iloc[-1], merged.after_us.iloc[-1]
-    nb, nf = roofline.min_bytes("kimi-k3-tp8", c, "fp8", "fp8_row"), roofline.flops("kimi-k3-tp8", c)
-    pt = by_gid(ax_b, f"fraction/MI355X: public change, as merged: after/{c}/datasheet")
-    assert pt.get_xdata()[0] == pytest.approx(nf / (us * 1e-6) / 1e12
-                                              / min(8.0 * nf / nb, mi355.peak("fp8")))
-
-
-# ------------------------------------------------------------------ formats
-def test_formats_heat_map_cells_are_the_rows_fractions():
-    fmts = ("bf16", "fp8_row", "mxfp4")
-    df = pd.concat([synthetic(("chunked", "tiled", "torch_bf16"), contexts=(32000, 65536),
-                              weight_format=wf, cache_dtype=cache)
-                    for wf in fmts for cache in ("fp8", "bf16")])
-    # Missing: hopper_ws only on fp8_row over an fp8 cache.
-    df = pd.concat([df, synthetic(("hopper_ws",), contexts=(32000,))])
-    fig = plotting.plot_formats(df, ctx=32000)
-    maps = {im.get_gid(): im for ax in fig.axes for im in ax.images}
-    assert set(maps) == {"heatmap/bf16", "heatmap/fp8"}
-    cols = ["chunked", "tiled", "hopper_ws", "torch_bf16"]
-    for cache in ("bf16", "fp8"):
-        arr = maps[f"heatmap/{cache}"].get_array()
-        for i, wf in enumerate(plotting.FORMAT_ORDER):
-            for j, v in enumerate(cols):
-                r = df[(df.cache_dtype == cache) & (df.weight_format == wf) & (df.variant == v)
-                       & (df.timing == "graph") & (df.ctx == 32000)]
-                texts = [t.get_text() for ax in fig.axes for t in ax.texts
-                         if t.get_gid() == f"cell/{cache}/{wf}/{v}"]
-                if r.empty:
-                    assert arr.mask[i, j] and texts == ["n/a"], (cache, wf, v)
-                else:
-                    assert arr[i, j] == pytest.approx(r.roof_fraction.iloc[0])
-                    assert texts == [f"{r.roof_fraction.iloc[0]:.2f}\n"
-                                     f"{r.dot_dtype.iloc[0]} floor"]
-    cell = [t.get_text() for ax in fig.axes for t in ax.texts
-            if t.get_gid() == "cell/fp8/fp8_row/chunked"]
-    assert cell[0].endswith("fp8 floor")
-    cell = [t.get_text() for ax in fig.axes for t in ax.texts
-            if t.get_gid() == "cell/fp8/mxfp4/chunked"]
-    assert cell[0].endswith("bf16 floor")
-    # The bars: device time per format; a missing combination has no bar.
-    ax_b = fig.axes[-1]
-    bars = [c for c in ax_b.containers if c.get_label() == "hopper_ws, device time"]
-    assert len(bars) == 1 and len(bars[0]) == 1
-    want = df[(df.variant == "hopper_ws") & (df.timing == "graph") & (df.ctx == 32000)]
-    assert bars[0][0].get_height() == pytest.approx(want.median_us.iloc[0])
+# ------------------------------------------------------------------ peaks, formats
+# Their figures' tests: tests/review/test_peaks.py, tests/review/test_formats.py.
 
 
 # ------------------------------------------------------------------ occupancy

@@ -1,105 +1,240 @@
-"""Weight formats at one context: heat maps of the fraction of the floor per cache dtype and
-time per call per format."""
+"""Weight formats at one context: per cache dtype, first what each format costs in time
+against fp8 per-row (the ratio written in every cell), then the fraction of the floor each
+cell reaches, scored by the dot that ran there."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from .axes import column_values, describe, figure_title, footer, new_figure, plain_log_y, timings_text
-from .series import choose_series, rows_of
-from .style import DEFAULT_LIMIT, design_color, series_label, set_style
-from .tables import format_rows, format_table
+from .axes import column_values, describe, figure_title, footer, new_figure
+from .series import choose_series
+from .style import DEFAULT_LIMIT, TIMING_LONG, TIMING_NAME, TIMINGS, set_style
+from .tables import REFERENCE_FORMAT, cache_order, format_cells, format_rows, tables_of
+
+# What each ``dot_dtype`` a row can carry scores its fraction against.
+FLOOR_NAMES = {"fp8": "fp8 floor", "bf16": "bf16 floor", "fp8+bf16": "route-weighted floor"}
+FLOOR_TEXT = {
+    "fp8": "fp8 floor: an fp8 x fp8 dot at cuBLAS's fp8 rate",
+    "bf16": "bf16 floor: a bf16 dot at cuBLAS's bf16 rate",
+    "fp8+bf16": "route-weighted floor (dot fp8+bf16): MXFP4 on hopper_ws, its fp8 route "
+                "share of the work at the fp8 rate, the rest at the bf16 rate",
+}
+
+
+def floor_name(dot: str) -> str:
+    """The floor a cell's fraction is of, by the ``dot_dtype`` its rows name."""
+    if not dot:
+        return "floor (dot not recorded)"
+    return " / ".join(FLOOR_NAMES.get(x, f"{x} floor") for x in dot.split("/"))
+
+
+def ratio_text(ratio: float, us: float) -> str:
+    """A time cell: its time over the series' fp8_row time, and its own time."""
+    if np.isfinite(ratio):
+        return f"{ratio:.2f}x\n{us:.0f} µs"
+    return f"{us:.0f} µs\nno {REFERENCE_FORMAT}" if np.isfinite(us) else "n/a"
+
+
+def fraction_text(cell: pd.Series | None) -> str:
+    """A fraction cell: the fraction of the floor, the floor (``dot_dtype``), the fraction
+    of the tensor-core floor and the fp8 route share where the rows have them."""
+    if cell is None or not np.isfinite(cell["roof_fraction"]):
+        return "n/a"
+    lines = [f"{cell['roof_fraction']:.2f}", floor_name(cell["dot_dtype"])]
+    if np.isfinite(cell["tc_fraction"]):
+        lines.append(f"{cell['tc_fraction']:.2f} of TC floor")
+    if np.isfinite(cell["fp8_route_share"]):
+        lines.append(f"fp8 route {cell['fp8_route_share']:.2f}")
+    return "\n".join(lines)
+
+
+def _column_labels(chosen, cols, cells) -> list[str]:
+    """Tick labels: the variant, its timing where one variant is in several, and for
+    ``auto`` the design it ran (its ``design`` column)."""
+    out = []
+    for (v, tm), col in zip(chosen, cols, strict=True):
+        lab = v if col == v else f"{v}\n{TIMING_NAME.get(tm, tm)}"
+        if v == "auto":
+            ran = [x for x in dict.fromkeys(
+                "/".join(cells.loc[cells["column"] == col, "design"]).split("/")) if x]
+            lab += f"\n(ran {' / '.join(ran)})" if ran else "\n(ran: not recorded)"
+        out.append(lab)
+    return out
+
+
+def _left_out(d: pd.DataFrame, chosen, variants, series, limit: int, ctx: int) -> list[str]:
+    """Why a series asked for (``variants``), or one the rows hold, is not drawn."""
+    drawn = {v for v, _ in chosen}
+    have = set(d["variant"].astype(str))
+    if variants is not None:
+        gone = [v for v in variants if v not in drawn]
+        return [f"not drawn: {', '.join(gone)} (no rows at {ctx} tokens, single sequence)"
+                ] if gone else []
+    if series is None:
+        gone = sorted(have - drawn)
+        return [f"left out over the limit of {limit} series: {', '.join(gone)} (auto first, "
+                f"then the slowest; series= draws them)"] if gone else []
+    return []
+
+
+def _notes(d: pd.DataFrame, cells: pd.DataFrame, left_out: list[str]) -> list[str]:
+    """The sentences under the panels: which floor every fraction uses, the tensor-core
+    floor where the rows have it, the other weight draws, what auto ran, what is left out."""
+    dots = [x for x in dict.fromkeys("/".join(cells["dot_dtype"]).split("/")) if x]
+    out = ["Fractions: floor_us / time, floor_us at cuBLAS's rates for the dot the row ran "
+           "(its dot_dtype): " + "; ".join(FLOOR_TEXT.get(x, f"{x} floor") for x in dots)
+           + "." if dots else "Fractions: floor_us / time (the rows name no dot_dtype)."]
+    tc = cells["tc_fraction"].notna()
+    if "tc_floor_us" not in d.columns or not tc.any():
+        out.append("Tensor-core floor (tc_floor_us, the MMA rate measured at this op's tile "
+                   "shape): not in these rows.")
+    else:
+        out.append("'of TC floor': tc_floor_us / time, tc_floor_us at the tensor cores' rate "
+                   "measured at this op's tile shape; blank where not measured.")
+    old = cells[(cells["dot_dtype"] == "bf16") & (cells["fp8_route_share"] > 0)]
+    if not old.empty:
+        out.append("Cells with an fp8 route share above 0 whose rows name a bf16 dot are scored "
+                   "against the bf16 floor, as those rows say (rows from before route-weighted "
+                   "floors).")
+    draws = d.loc[d["weight_draw"] != "", ["weight_row", "weight_draw"]].drop_duplicates()
+    for wrow, draw in zip(draws["weight_row"], draws["weight_draw"], strict=True):
+        out.append(f"{wrow}: the rows with weight_draw '{draw}' (their fp8 route share in "
+                   "each cell where hopper_ws ran).")
+    auto = cells[cells["variant"] == "auto"]
+    configs = [c for c in dict.fromkeys(auto["config"]) if c]
+    if not auto.empty:
+        ran = [x for x in dict.fromkeys("/".join(auto["design"]).split("/")) if x]
+        out.append(f"auto ran {' / '.join(ran) or 'a design its rows do not name'} (design "
+                   "column)" + (f", config {'; '.join(configs)}" if configs else
+                                ", its default config (config column empty)") + ".")
+    return out + left_out
+
+
+def _heatmap(ax, table: pd.DataFrame, texts: dict[tuple[str, str], str], *, values, cmap, norm,
+             gid: str, text_gid: str, dark) -> object:
+    arr = np.ma.masked_invalid(np.asarray(values, dtype=float))
+    im = ax.imshow(arr, cmap=cmap, norm=norm, aspect="auto")
+    im.set_gid(gid)
+    for ri, wrow in enumerate(table.index):
+        for ci, col in enumerate(table.columns):
+            txt = texts.get((wrow, col), "n/a")
+            val = arr[ri, ci]
+            color = "0.45" if txt == "n/a" else ("white" if dark(val) else "black")
+            ax.text(ci, ri, txt, ha="center", va="center", fontsize=9.5, color=color,
+                    gid=f"{text_gid}/{wrow}/{col}")
+    ax.set_yticks(range(len(table.index)), [w.replace(" (", "\n(") for w in table.index])
+    ax.grid(False)
+    return im
 
 
 def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
-                 limit: int = DEFAULT_LIMIT) -> Figure:
-    """FP4 against the other weight formats at one context: per cache dtype a heat map
-    (weight format x design) of the fraction of the floor, each cell annotated with its value
-    and the floor it is measured against (``dot_dtype``: "fp8 floor" / "bf16 floor"), blank
-    "n/a" where nothing was measured; beside them time per call per format (grouped bars).
+                 variants: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT) -> Figure:
+    """FP4 against the other weight formats at one context, per cache dtype.
+
+    Top: time per call over the same series' fp8_row time on the same cache (the ratio
+    and the time written in each cell; red slower, blue faster). Below: the fraction of the
+    floor (``roof_fraction``), each cell naming the floor of the dot its rows ran
+    (``dot_dtype``), the fraction of the tensor-core floor (``tc_floor_us``) and the fp8
+    route share where the rows have them. Every other weight draw (``weight_draw``, e.g.
+    MXFP4's ``wide``) is its own row; "n/a" where nothing was measured. Notes under the
+    panels say which floor each fraction uses, what auto ran and what is not drawn.
 
     Expects rows of the performance matrix (``perf_matrix.csv``): several weight formats
     and cache dtypes; rows at ``ctx``, single sequence, default configs and the most common
-    model are kept. Each design in its device timing (``series`` as in ``choose_series``).
+    model are kept. ``variants``: the series asked for, each in its device timing (every one
+    drawn, or named as not drawn); else ``series`` as in ``choose_series`` (default: every
+    design in its device timing and every torch path, at most ``limit``).
     """
     set_style()
     d = format_rows(df, ctx)
-    chosen = choose_series(d, series, limit=limit, torch="all")
-    fracs = format_table(d, ctx=ctx, series=chosen)
-    times = format_table(d, ctx=ctx, value="median_us", series=chosen)
-    caches = list(fracs)
-    n = max(1, len(caches))
-    ncols = len(chosen)
-    heat_w, bars_w = 1.15 * ncols + 1.5, 0.75 * ncols + 2.0
-    if n == 1:  # one heat map and the bars side by side
-        fig, body = new_figure((heat_w + bars_w + 2.0, 8.5))
-        gs = body.add_gridspec(1, 2, width_ratios=[heat_w, bars_w])
-        bars_at = gs[0, 1]
-    else:  # heat maps side by side, the bars (a group per format and cache) below them
-        fig, body = new_figure((max(n * heat_w, 4 * n * 0.25 * ncols + 2.0) + 1.0, 15.5))
-        gs = body.add_gridspec(2, n, height_ratios=[1.15, 1])
-        bars_at = gs[1, :]
-    cmap = plt.get_cmap("viridis").with_extremes(bad="#f2f2f2")
+    if variants is not None and series is None:
+        chosen = choose_series(d, [str(v) for v in variants], torch="all")
+    else:
+        chosen = choose_series(d, series, limit=limit, torch="all")
+    cells = format_cells(d, chosen)
+    ratios = tables_of(d, chosen, cells, "time_ratio")
+    caches = cache_order(d) or ["?"]
+    # No rows: one empty cell per panel, "n/a".
+    rows = list(next(iter(ratios.values())).index) if ratios else ["no rows"]
+    cols = (list(next(iter(ratios.values())).columns) if ratios else []) or ["no rows"]
+    notes = _notes(d, cells, _left_out(d, chosen, variants, series, limit, ctx))
+
+    n, ncols, nrows = len(caches), max(1, len(cols)), max(1, len(rows))
+    panel_w, panel_h = 1.45 * ncols + 2.4, 0.95 * nrows + 2.6
+    note_h = 0.3 * len(notes) + 0.3
+    # Caches side by side; one above the other where the series make a panel wide.
+    tall = n > 1 and ncols > 9
+    if tall:
+        fig, body = new_figure((panel_w + 1.8, 2 * n * panel_h + note_h + 1.2))
+        gs = body.add_gridspec(2 * n + 1, 1, height_ratios=[panel_h] * (2 * n) + [note_h])
+    else:
+        fig, body = new_figure((n * panel_w + 1.8, 2 * panel_h + note_h + 1.2))
+        gs = body.add_gridspec(3, n, height_ratios=[panel_h, panel_h, note_h])
+
+    def at(row: int, i: int):  # the panel of (time: 0 / fraction: 1, cache i)
+        return gs[row * n + i, 0] if tall else gs[row, i]
+
+    finite = np.abs(np.log2(cells["time_ratio"].dropna().to_numpy(dtype=float)))
+    lim = max(1.0, float(finite.max())) if len(finite) else 1.0
+    ratio_norm = Normalize(vmin=-lim, vmax=lim)
+    ratio_cmap = plt.get_cmap("RdBu_r").with_extremes(bad="#f2f2f2")
+    frac_cmap = plt.get_cmap("viridis").with_extremes(bad="#f2f2f2")
+    labels = _column_labels(chosen, cols, cells) if chosen else cols
+    timings = [t for t in TIMINGS if any(p[1] == t for p in chosen)]
+    xlabel = (f"design ({TIMING_NAME[timings[0]]})" if len(timings) == 1
+              else "design, timing")
     for i, cache in enumerate(caches):
-        ax = body.add_subplot(gs[0, i])
-        t = fracs[cache]
-        dots = {}
-        for v, tm in chosen:
-            r = rows_of(d, (v, tm))
-            r = r[r["cache_dtype"] == cache]
-            dots.update({(wf, v): dt for wf, dt in zip(r["weight_format"], r["dot_dtype"],
-                                                       strict=True)})
-        arr = np.ma.masked_invalid(t.to_numpy(dtype=float))
-        im = ax.imshow(arr, cmap=cmap, vmin=0, vmax=1, aspect="auto")
-        im.set_gid(f"heatmap/{cache}")
-        for (ri, wf), (ci, v) in ((a, b) for a in enumerate(t.index) for b in enumerate(t.columns)):
-            val = t.loc[wf, v]
-            if np.isfinite(val):
-                txt = f"{val:.2f}\n{dots.get((wf, v), '?')} floor"
-                color = "white" if val < 0.55 else "black"
-            else:
-                txt, color = "n/a", "0.45"
-            ax.text(ci, ri, txt, ha="center", va="center", fontsize=10, color=color,
-                    gid=f"cell/{cache}/{wf}/{v}")
-        ax.set_xticks(range(len(t.columns)), list(t.columns), rotation=35, ha="right")
-        ax.set_yticks(range(len(t.index)), list(t.index))
-        ax.grid(False)
-        ax.set_xlabel("design (device time where measured)")
-        if i == 0:
+        c = cells[cells["cache_dtype"] == cache]
+        by = {(w, k): r for w, k, r in zip(c["weight_row"], c["column"],
+                                           c.to_dict("records"), strict=True)}
+        t = ratios.get(cache, pd.DataFrame(np.nan, index=rows, columns=cols))
+        ax = body.add_subplot(at(0, i))
+        texts = {key: ratio_text(r["time_ratio"], r["median_us"]) for key, r in by.items()}
+        im = _heatmap(ax, t, texts, values=np.log2(t.to_numpy(dtype=float)), cmap=ratio_cmap,
+                      norm=ratio_norm, gid=f"ratio/{cache}", text_gid=f"ratio/{cache}",
+                      dark=lambda v: np.isfinite(v) and abs(v) > 0.6 * lim)
+        ax.set_xticks(range(len(cols)), labels, rotation=0, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_title(f"{cache} cache: time per call / the same design's {REFERENCE_FORMAT} "
+                     f"time", loc="left")
+        if i == 0 or tall:
             ax.set_ylabel("weight format")
-        ax.set_title(f"{cache} cache: fraction of the floor", loc="left")
-        if i == n - 1:
+        if i == n - 1 or tall:
+            ticks = [k for k in range(-int(np.floor(lim)), int(np.floor(lim)) + 1)]
+            cb = body.colorbar(im, ax=ax, fraction=0.05, pad=0.02, ticks=ticks,
+                               label=f"time / {REFERENCE_FORMAT} time (log scale)")
+            cb.ax.set_yticklabels([f"{2.0 ** k:g}x" for k in ticks])
+        ax = body.add_subplot(at(1, i))
+        frac = tables_of(d, chosen, cells, "roof_fraction").get(
+            cache, pd.DataFrame(np.nan, index=rows, columns=cols))
+        texts = {key: fraction_text(pd.Series(r)) for key, r in by.items()}
+        im = _heatmap(ax, frac, texts, values=frac.to_numpy(dtype=float), cmap=frac_cmap,
+                      norm=Normalize(vmin=0, vmax=1), gid=f"heatmap/{cache}",
+                      text_gid=f"cell/{cache}",
+                      dark=lambda v: np.isfinite(v) and v < 0.55)
+        ax.set_xticks(range(len(cols)), labels, rotation=0, fontsize=10)
+        ax.set_xlabel(xlabel)
+        ax.set_title(f"{cache} cache: fraction of the floor of the dot that ran", loc="left")
+        if i == 0 or tall:
+            ax.set_ylabel("weight format")
+        if i == n - 1 or tall:
             body.colorbar(im, ax=ax, fraction=0.05, pad=0.02,
-                         label="fraction of the floor (floor time / time)")
-    ax_b = body.add_subplot(bars_at)
-    groups = [(c, wf) for c in caches for wf in fracs[c].index]
-    width = 0.8 / max(1, ncols)
-    for j, (v, tm) in enumerate(chosen):
-        xs, hs = [], []
-        for k, (cache, wf) in enumerate(groups):
-            val = times[cache].loc[wf, v] if v in times[cache].columns else np.nan
-            if np.isfinite(val):
-                xs.append(k - 0.4 + (j + 0.5) * width)
-                hs.append(val)
-        ax_b.bar(xs, hs, width=width * 0.92, color=design_color(v), label=series_label(v, tm),
-                 gid=f"{v}/{tm}", edgecolor="white", lw=0.5,
-                 hatch="//" if tm == "flushed" else None)
-    plain_log_y(ax_b)
-    labels = [wf if len(caches) == 1 else f"{wf}\n{cache} cache" for cache, wf in groups]
-    ax_b.set_xticks(range(len(groups)), labels)
-    ax_b.set_xlim(-0.6, len(groups) - 0.4)
-    ax_b.set_ylabel("time per call (µs, median, log scale)")
-    ax_b.set_xlabel("weight format")
-    ax_b.grid(axis="x", visible=False)
-    ax_b.set_title(f"Time per call at {ctx} tokens", loc="left")
-    if chosen:
-        ax_b.legend(loc="upper right", ncol=2, fontsize=10, frameon=True, framealpha=0.9)
-        ax_b.set_ylim(top=ax_b.get_ylim()[1] * 4)  # room for the legend above the bars
+                          label="fraction of the floor (floor_us / time)")
+    ax_n = body.add_subplot(gs[-1, :])
+    ax_n.axis("off")
+    ax_n.text(0.0, 1.0, "\n".join(notes), ha="left", va="top", fontsize=11, color="0.2",
+              transform=ax_n.transAxes, gid="notes", wrap=True)
+    timing_text = "; ".join(TIMING_LONG[t].split(":")[0] for t in timings)
     figure_title(fig, f"gather_kv_b_proj on {column_values(d, 'device')}: weight formats at {ctx} "
-                   f"tokens\n{describe(d, skip=('weight_format', 'cache_dtype'))}; "
-                   f"{timings_text(chosen)}")
+                   f"tokens: time against {REFERENCE_FORMAT}, then "
+                   f"the fraction of the floor\n"
+                   f"{describe(d, skip=('weight_format', 'cache_dtype'))}; "
+                   f"{timing_text or 'no rows'}")
     footer(fig, d)
     return fig
