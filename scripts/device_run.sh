@@ -155,7 +155,8 @@ for step in $(expand $steps); do
                 timeout "$lim" python3 scripts/perf_matrix.py "$out/budget_check.csv" --full-timing \
                   --rows --points kimi/fp8_row/fp8/p1/32000 $(mma_arg) 2>&1 | tail -20 ;;
     report)     timeout "$lim" python3 -m mla_kernels.review.report --config h200 \
-                  --archive "$out/report_h200.tar.gz" --no-cell-progress 2>&1 | tail -12 ;;
+                  --archive "$out/report_h200.tar.gz" --no-cell-progress \
+                  $(mma_arg | sed 's/^--mma-rate /-p mma_rate_csv=/') 2>&1 | tail -12 ;;
     host)       timeout "$lim" python3 scripts/host_cost.py "$out" \
                   ${HOST_BEFORE:+--before "$HOST_BEFORE"} 2>&1 | tail -40 ;;
     tests)      run_sharded "$lim" "$out/pytest_gpu.log" ;;

@@ -11,7 +11,6 @@ import pytest
 
 matplotlib.use("Agg")
 
-from matplotlib.legend import Legend  # noqa: E402
 from matplotlib.text import Text  # noqa: E402
 
 from mla_kernels.lab import (
@@ -185,7 +184,8 @@ def test_context_ticks_are_exactly_the_contexts_with_data():
     for ax in fig.axes[:3]:
         assert list(ax.get_xticks()) == [1024, 3000, 32000, 32768, 109440]
         labels = [t.get_text().strip() for t in ax.get_xticklabels()]
-        assert labels == ["1k", "2.93k", "31.2k", "32k", "107k"]
+        # Exact token counts, one way in every figure: 32000 and 32768 never read alike.
+        assert labels == ["1024", "3000", "32000", "32768", "109440"]
     # With the public table, its contexts are ticks too (they have data).
     ref = pd.DataFrame({"ctx": [2048], "before_ms": [1.0], "after_ms": [0.5]})
     ticks = plotting.plot_context_sweep(df, ref).axes[0].get_xticks()
@@ -251,7 +251,8 @@ def test_line_style_follows_the_timing():
 def test_default_series_are_at_most_seven_per_panel():
     df = synthetic(ALL, timings=("flushed", "graph", "graph8"))
     ref = pd.read_csv(REFERENCE)
-    figs = [plotting.plot_context_sweep(df, ref), plotting.plot_context_sweep(df),
+    # The sweep draws every design (its own default, no limit): see test_figures_roofs.
+    figs = [plotting.plot_context_sweep(df, ref, limit=7), plotting.plot_context_sweep(df, limit=7),
             plotting.plot_roofline(df), plotting.plot_bandwidth(df), plotting.plot_peaks(df, ref)]
     for fig in figs:
         for ax in fig.axes:
@@ -295,6 +296,10 @@ def test_every_figure_names_its_run():
     assert "abc123def456" in text and "fedcba987654" in text and "2026-12-02" in text
     occ_rows = pd.DataFrame(occ.occupancy_table(["serial"], [(1024,)], ["MI355X", "H200"]))
     assert "MI355X, H200" in footer_text(plotting.plot_occupancy(occ_rows))
+    # The run's software too, named as the data's (the code drawing it may be newer).
+    text = footer_text(plotting.plot_context_sweep(df.assign(torch="2.11.0", triton="3.6.0")))
+    assert text.startswith("data: H200, run 2026-12-01-abc123def456")
+    assert "torch 2.11.0" in text and "triton 3.6.0" in text
 
 
 # ------------------------------------------------------------------ bandwidth
@@ -334,11 +339,15 @@ def test_roofline_has_both_roofs_and_every_variant(data_dir):
     rows = analysis.select(analysis.load_measurements(data_dir), batch="single", timing=None)
     fig = plotting.plot_roofline(rows, peak_tbps=4.8, series="all")
     ax = fig.axes[0]
-    bw = line(ax, "bandwidth roof: measured 4.27 TB/s")
+    bw = line(ax, "bandwidth roof: measured 4.27 TB/s (copy, read + write)")
     x, y = bw.get_xdata(), bw.get_ydata()
-    np.testing.assert_allclose(y, np.minimum(x * 4.27, 836.0))
-    assert line(ax, "matrix roof: measured fp8 matmul 836 TFLOP/s").get_ydata()[0] == 836.0
-    line(ax, "bandwidth roof: datasheet 4.80 TB/s")
+    # The bandwidth part up to the ridge, the matrix roof flat from there: two swatches.
+    np.testing.assert_allclose(y, x * 4.27)
+    assert x[-1] == pytest.approx(836.0 / 4.27)
+    mm = line(ax, "matrix roof: measured fp8 matmul (cuBLAS) 836 TFLOP/s")
+    assert set(mm.get_ydata()) == {836.0} and mm.get_xdata()[0] == pytest.approx(836.0 / 4.27)
+    assert mm.get_linestyle() != bw.get_linestyle()
+    line(ax, "bandwidth roof: datasheet 4.80 TB/s (HBM)")
     line(ax, "matrix roof: datasheet fp8 matmul 1979 TFLOP/s")
     assert by_gid(ax, "ridge/measured/fp8").get_xdata()[0] == pytest.approx(836.0 / 4.27)
     tidy = plotting.tidy(rows)
@@ -363,7 +372,7 @@ def test_roofline_points_follow_the_rows():
     pick = (changed.variant == "hopper_ws") & (changed.timing == "graph") & (changed.ctx == 32000)
     changed.loc[pick, "achieved_tflops"] = 777.0
     fig = plotting.plot_roofline(changed)
-    ax2, ax_f = fig.axes[:2]
+    ax2, ax_f = fig.axes[0], fig.axes[2]
     after = by_gid(ax2, "hopper_ws/graph").get_ydata()
     assert after[1] == 777.0 and after[0] == before[0] and after[2] == before[2]
     # Context is encoded: points in context order, one marker size per context.
@@ -381,21 +390,36 @@ def test_roofline_points_follow_the_rows():
 
 
 # ------------------------------------------------------------------ occupancy
+def occupancy_cells(fig, which: str) -> dict[str, dict[int, str]]:
+    """{row name: {ctx: cell text}} of one of the occupancy tables ("busy" or "per_cu")."""
+    out: dict[str, dict[int, str]] = {}
+    for t in fig.findobj(Text):
+        gid = t.get_gid() or ""
+        if gid.startswith(which + "/"):
+            name, ctx = gid[len(which) + 1:].rsplit("/", 1)
+            out.setdefault(name, {})[int(ctx)] = t.get_text()
+    return out
+
+
 def test_occupancy_figure_shows_the_model():
     df = pd.DataFrame(occ.occupancy_table(["serial", "chunked"], [(1024,), (32000,)],
                                           ["MI355X", "H200"]))
-    fig = plotting.plot_occupancy(df)
-    ax, ax_p = fig.axes[:2]
-    s = line(ax, "serial on MI355X (256 CUs): 12 programs, 4.7% busy")
-    np.testing.assert_allclose(s.get_ydata(), [100 * 12 / 256] * 2)
-    np.testing.assert_allclose(line(ax, "chunked on H200 (132 CUs)").get_ydata(), [100, 100])
-    assert ax.get_xscale() == "log" and "%" in ax.get_ylabel()
-    # The reference line is labelled in the legend, not written over the data.
-    line(ax_p, "one program per compute unit (reference)")
-    assert not [t for a in fig.axes for t in a.texts if "one program" in t.get_text()]
-    legends = fig.findobj(Legend)
-    assert "one program per compute unit (reference)" in [
-        t.get_text() for lg in legends for t in lg.get_texts()]
+    fig = plotting.plot_occupancy(df, code_commit="abc123def456")
+    busy, per = occupancy_cells(fig, "busy"), occupancy_cells(fig, "per_cu")
+    # Every (design, device) is a row of its own, each context a cell: none hides another.
+    assert set(busy) == set(per) == {"serial on MI355X (256 CUs)", "chunked on MI355X (256 CUs)",
+                                     "serial on H200 (132 CUs)", "chunked on H200 (132 CUs)"}
+    assert busy["serial on MI355X (256 CUs)"] == {1024: f"{100 * 12 / 256:.3g}%",
+                                                   32000: f"{100 * 12 / 256:.3g}%"}
+    assert busy["chunked on H200 (132 CUs)"] == {1024: "100%", 32000: "100%"}
+    want = df[(df.variant == "chunked") & (df.device == "H200")].sort_values("ctx")
+    assert [float(per["chunked on H200 (132 CUs)"][c]) for c in (1024, 32000)] == pytest.approx(
+        list(want.programs_per_cu), rel=0.05)
+    # Row labels in the design's colour; the contexts written exactly.
+    rows = {t.get_gid(): t for t in fig.findobj(Text) if (t.get_gid() or "").startswith("row/")}
+    assert rows["row/chunked on H200 (132 CUs)"].get_color() == plotting.design_color("chunked")
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["1024", "32000"]
+    assert "commit abc123def456" in footer_text(fig) and "MI355X, H200" in footer_text(fig)
 
 
 def test_occupancy_keeps_two_configs_of_one_design_apart():
@@ -408,22 +432,20 @@ def test_occupancy_keeps_two_configs_of_one_design_apart():
     a, b = rows([192, 768, 6000]), rows([384, 1536, 12000])
     # Interleaved as occupancy_table writes them ("tiled" and "auto" resolved to tiled).
     df = pd.DataFrame([r for pair in zip(a, b, strict=True) for r in pair])
-    ax = plotting.plot_occupancy(df).axes[1]
-    lines = [ln for ln in ax.get_lines() if ln.get_label().startswith("tiled")]
-    assert len(lines) == 2 and lines[0].get_label() != lines[1].get_label()
-    got = sorted(tuple(ln.get_ydata()) for ln in lines)
-    assert got == sorted([tuple(np.array([192, 768, 6000]) / 256),
-                          tuple(np.array([384, 1536, 12000]) / 256)])
-    assert all(np.all(np.diff(ln.get_ydata()) > 0) for ln in lines)  # no zigzag
-    # A label or config column names them instead.
+    per = occupancy_cells(plotting.plot_occupancy(df, code_commit="x"), "per_cu")
+    assert len(per) == 2
+    got = sorted(tuple(float(v[c]) for c in (1024, 4096, 32000)) for v in per.values())
+    np.testing.assert_allclose(got, [[0.75, 3.0, 23.4], [1.5, 6.0, 46.9]], atol=0.5)
+    # A label or config column names them instead; a config's repr is shortened.
     labelled = df.assign(label=["tiled (A)", "tiled (B)"] * 3)
-    ax = plotting.plot_occupancy(labelled).axes[1]
-    np.testing.assert_allclose(line(ax, "tiled (B)").get_ydata(),
-                               np.array([384, 1536, 12000]) / 256)
-    configs = df.assign(config=["cfg 64", "cfg 32"] * 3)
-    ax = plotting.plot_occupancy(configs).axes[1]
-    np.testing.assert_allclose(line(ax, "tiled on MI355X (256 CUs), cfg 32").get_ydata(),
-                               np.array([384, 1536, 12000]) / 256)
+    per = occupancy_cells(plotting.plot_occupancy(labelled, code_commit="x"), "per_cu")
+    assert per["tiled (B)"][1024] == "1.5"
+    configs = df.assign(config=["TiledConfig(block_m=64, split=False)",
+                                "TiledConfig(block_m=32, split=True)"] * 3)
+    fig = plotting.plot_occupancy(configs, code_commit="x")
+    per = occupancy_cells(fig, "per_cu")
+    assert per["tiled on MI355X (256 CUs), block_m=32, split"][1024] == "1.5"
+    assert "TiledConfig" not in " ".join(t.get_text() for t in fig.findobj(Text))
 
 
 def test_save_figure_writes_png_and_svg_only(tmp_path, data_dir):

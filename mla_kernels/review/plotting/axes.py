@@ -45,46 +45,81 @@ def describe(df: pd.DataFrame, skip: Sequence[str] = ()) -> str:
     return ", ".join(parts)
 
 
+def _runs(df: pd.DataFrame) -> list[str]:
+    """The runs the rows came from, as their folders are named (``<date>-<commit>``, the day
+    of each commit's first row), from the rows themselves: a replot and the run that measured
+    the rows name the same run."""
+    if df is None or df.empty or "commit" not in df.columns:
+        return []
+    out = []
+    for commit in pd.unique(df["commit"].dropna().astype(str)):
+        if not commit.strip():
+            continue
+        rows = df[df["commit"].astype(str) == commit]
+        days = (sorted({str(x)[:10] for x in rows["date"].dropna() if str(x).strip()})
+                if "date" in rows.columns else [])
+        out.append((days[0] if days else "", commit))
+    return [f"{day}-{commit}" if day else commit for day, commit in sorted(out)]
+
+
 def run_label(df: pd.DataFrame) -> str:
-    """'data: H200, commit cc73f07d2ac9, 2026-11-30': the run the rows came from."""
+    """'data: H200, run 2026-12-02-d9e1ba8b1201 (commit d9e1ba8b1201, 2026-12-02), torch
+    2.11.0+cu130, triton 3.6.0': the run the rows came from, named as data (the code that
+    draws the figure may be at another commit)."""
     parts = []
     dev = column_values(df, "device", "")
     if dev:
         parts.append(dev)
+    runs = _runs(df)
     commit = column_values(df, "commit", "")
-    if commit:
-        parts.append(f"commit {commit}")
+    days = []
     if df is not None and "date" in df.columns and not df.empty:
         days = sorted({str(x)[:10] for x in df["date"].dropna() if str(x).strip()})
-        if days:
-            parts.append(", ".join(days))
+    inner = ", ".join(([f"commit {commit}"] if commit else []) + days)
+    if runs:
+        parts.append(f"run{'s' if len(runs) > 1 else ''} {', '.join(runs)}"
+                     + (f" ({inner})" if inner else ""))
+    elif inner:
+        parts.append(inner)
+    for col in ("torch", "triton"):
+        val = column_values(df, col, "")
+        if val:
+            parts.append(f"{col} {val}")
     return "data: " + (", ".join(parts) if parts else "no run named in the rows")
 
 
-def footer(fig: Figure, df: pd.DataFrame, extra: str | None = None):
-    """Write the run the rows came from (their ``device``, ``commit`` and ``date``) at the
-    bottom left of the figure; ``extra`` is appended (other sources of the figure)."""
-    text = run_label(df) + (f"; {extra}" if extra else "")
+def footer(fig: Figure, df: pd.DataFrame, extra: str | None = None, *,
+           note: str | None = None, label: str | None = None):
+    """Write the run the rows came from (``run_label``: device, run, commit, date, torch,
+    triton) at the bottom left of the figure; ``extra`` is appended (other sources of the
+    figure), ``label`` replaces ``run_label`` (a figure not drawn from measured rows).
+    ``note``: a second line below it (gid ``"note"``), e.g. the series left out."""
+    text = (label or run_label(df)) + (f"; {extra}" if extra else "")
     area = getattr(fig, "_mla_footer", None)
     if area is not None:  # the strip new_figure keeps below the panels and their legend
-        return area.text(0.004, 0.5, text, ha="left", va="center", fontsize=10, color="0.3",
-                         gid="footer")
-    return fig.text(0.005, 0.003, text, ha="left", va="bottom", fontsize=10, color="0.3",
-                    gid="footer")
+        if note:
+            area.text(0.004, 0.2, note, ha="left", va="center", fontsize=10, color="0.15",
+                      gid="note")
+        return area.text(0.004, 0.72 if note else 0.5, text, ha="left", va="center",
+                         fontsize=10, color="0.3", gid="footer")
+    if note:
+        fig.text(0.005, 0.003, note, ha="left", va="bottom", fontsize=10, color="0.15",
+                 gid="note")
+    return fig.text(0.005, 0.025 if note else 0.003, text, ha="left", va="bottom", fontsize=10,
+                    color="0.3", gid="footer")
+
+
+CTX_AXIS_LABEL = "cached context (tokens, log scale)"
 
 
 def ctx_label(n: float) -> str:
-    """Tokens in units of k = 1024: 4096 -> '4k', 109440 -> '107k', 32000 -> '31.2k'."""
-    n = int(round(n))
-    if n < 1024:
-        return str(n)
-    if n % 1024 == 0:
-        return f"{n // 1024}k"
-    return f"{n / 1024:.3g}k"
+    """A token count as every figure and table writes it: exact, with no unit prefix
+    (4096 -> '4096', 32000 -> '32000', 109440 -> '109440'), so 32000 and 32768 never read
+    alike."""
+    return str(int(round(n)))
 
 
-def set_ctx_axis(ax, contexts: Iterable[float],
-                 label: str = "cached context (tokens, k = 1024, log scale)") -> list[int]:
+def set_ctx_axis(ax, contexts: Iterable[float], label: str = CTX_AXIS_LABEL) -> list[int]:
     """Log x axis with a labelled tick at each context that has data, and no other."""
     ctx = sorted({int(c) for c in contexts if positive(c)})
     ax.set_xscale("log", base=2)
@@ -104,6 +139,33 @@ def set_ctx_axis(ax, contexts: Iterable[float],
     ax.set_xticks(ctx, labels)
     ax.set_xlim(ctx[0] / 1.25, ctx[-1] * 1.25)
     return ctx
+
+
+def spread(values: Sequence[float], gap: float, lo: float | None = None,
+           hi: float | None = None) -> list[float]:
+    """Positions for labels at ``values`` (one coordinate, e.g. log10 of y), moved apart
+    until neighbours are at least ``gap`` apart, each as near its value as that allows and
+    kept within [lo, hi] where the room is there. Same order as ``values``."""
+    order = sorted(range(len(values)), key=lambda i: (values[i], i))
+    pos = [float(values[i]) for i in order]
+    for _ in range(200):  # relax: push overlapping neighbours apart about their middle
+        moved = False
+        for j in range(1, len(pos)):
+            if pos[j] - pos[j - 1] < gap - 1e-12:
+                mid = (pos[j] + pos[j - 1]) / 2
+                pos[j - 1], pos[j] = mid - gap / 2, mid + gap / 2
+                moved = True
+        if lo is not None and pos and pos[0] < lo:
+            pos = [p + (lo - pos[0]) for p in pos]
+        if hi is not None and pos and pos[-1] > hi and (lo is None or
+                                                      pos[-1] - pos[0] <= hi - lo):
+            pos = [p - (pos[-1] - hi) for p in pos]
+        if not moved:
+            break
+    out = [0.0] * len(values)
+    for k, i in enumerate(order):
+        out[i] = pos[k]
+    return out
 
 
 def plain_log_y(ax) -> None:
@@ -146,7 +208,7 @@ def new_figure(figsize) -> tuple[Figure, object]:
     """A figure and the subfigure the panels go in; below it a strip for ``footer``, so the
     footer never runs into a legend under the panels."""
     fig = plt.figure(figsize=figsize, layout="constrained")
-    strip = 0.32
+    strip = 0.5  # two lines: the run, and a note (series left out) where there is one
     body, foot = fig.subfigures(2, 1, height_ratios=[figsize[1] - strip, strip])
     fig._mla_footer = foot
     return fig, body

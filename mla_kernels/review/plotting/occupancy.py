@@ -3,18 +3,18 @@ launch grid (computed, not measured)."""
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
+from matplotlib.colors import TwoSlopeNorm
 from matplotlib.figure import Figure
 
-from .axes import ctx_label, describe, fig_legend, figure_title, footer, new_figure, plain_log_y, set_ctx_axis
-from .style import design_color, set_style
-
-_DEVICE_MARKERS = ("o", "s", "^", "D")
-_CONFIG_LINES = ("-", (0, (6, 2, 1, 2)), (0, (2, 1.5)))
+from .axes import ctx_label, describe, figure_title, footer, new_figure, run_label
+from .style import design_color, ran_text, set_style, short_config, variant_order
 
 
 def _occupancy_series(df: pd.DataFrame, label: str | None) -> pd.DataFrame:
-    """The rows with a ``_series`` key: one per line (design, device and config)."""
+    """The rows with a ``_series`` key: one per row of the figure (design, device, config)."""
     d = df.drop_duplicates().copy()
     col = label or ("label" if "label" in d.columns else None)
     if col is not None and col in d.columns:
@@ -25,7 +25,7 @@ def _occupancy_series(df: pd.DataFrame, label: str | None) -> pd.DataFrame:
     if "config" in d.columns and d["config"].notna().any():
         d["_k"] = d.groupby(["device", "variant"])["config"].transform(
             lambda s: pd.factorize(s.fillna(""))[0])
-        d["_cfg"] = d["config"].fillna("default").astype(str)
+        d["_cfg"] = d["config"].map(short_config)
     else:
         # Rows of one (device, design) repeated at a context are different configurations
         # (``auto`` resolving to a design with another launch config): the n-th repeat at each
@@ -45,8 +45,9 @@ def _occupancy_series(df: pd.DataFrame, label: str | None) -> pd.DataFrame:
                     diff_ctx = c
                     break
         for k in ks:
-            name = f"{v} on {dev} ({cus} CUs)"
             gk = g[g["_k"] == k]
+            ran = ran_text(gk.drop(columns=["config"], errors="ignore")) if v == "auto" else ""
+            name = f"{v}{f' ({ran})' if ran else ''} on {dev} ({cus} CUs)"
             if len(ks) > 1:
                 cfg = str(gk["_cfg"].iloc[0])
                 if cfg:
@@ -62,50 +63,101 @@ def _occupancy_series(df: pd.DataFrame, label: str | None) -> pd.DataFrame:
     return d
 
 
-def plot_occupancy(df: pd.DataFrame, *, label: str | None = None) -> Figure:
-    """Left: share of compute units busy in the first wave against context; right: working
-    programs per compute unit. One line per (design, device, configuration).
+def _per_cu_text(x: float) -> str:
+    return f"{x:.2f}" if x < 1 else (f"{x:.1f}" if x < 10 else f"{x:.0f}")
+
+
+def plot_occupancy(df: pd.DataFrame, *, label: str | None = None,
+                   resources: pd.DataFrame | None = None,
+                   code_commit: str | None = None) -> Figure:
+    """Two tables of cells, one row per (device, design, configuration) and one column per
+    context: left, the share of compute units busy in the first wave; right, working
+    programs per compute unit. Every row shows, however many share a value (as lines, most
+    of them would lie on one another at 100%).
 
     Expects the rows of ``occupancy.occupancy_table`` (variant, device, compute_units, ctx,
-    programs_launched, programs_per_cu, busy_share). Repeated (design, device) rows at one
-    context are told apart by a ``label`` column (or the column named by ``label``), else
-    by ``config``, else by the grid they launch. Colour: the design; marker: the device;
-    line style: the configuration.
+    programs_launched, programs_per_cu, busy_share; ``design``, ``config`` where known).
+    Repeated (design, device) rows at one context are told apart by a ``label`` column (or
+    the column named by ``label``), else by ``config`` (shortened: ``style.short_config``),
+    else by the grid they launch. A row is named in its design's colour; ``auto``'s says
+    what it ran. Each cell's text has the gid ``"busy/<row>/<ctx>"`` or
+    ``"per_cu/<row>/<ctx>"``, each row label ``"row/<row>"``.
+
+    Footer: the model is computed, at ``code_commit`` (default: the rows' ``commit`` where
+    a saved table has one, else this checkout's commit stamp); ``resources``, the
+    compiled-kernel resources it used (with their run's columns), are named as data.
     """
     set_style()
     d = _occupancy_series(df, label)
-    fig, body = new_figure((20, 8.5))
-    ax, ax_p = body.subplots(1, 2)
     devices = list(pd.unique(d["device"]))
-    for name in pd.unique(d["_series"]):
-        g = d[d["_series"] == name].sort_values("ctx")
-        v, dev, k = g["variant"].iloc[0], g["device"].iloc[0], int(g["_k"].iloc[0])
-        lab = name
-        if g["busy_share"].nunique() == 1 and g["busy_share"].iloc[0] < 0.5:
-            # A flat, low line is the argument: its number goes into the legend.
-            r = g.iloc[0]
-            lab += f": {r['programs_working']} programs, {100 * r['busy_share']:.1f}% busy"
-        mk = _DEVICE_MARKERS[devices.index(dev) % len(_DEVICE_MARKERS)]
-        # A second configuration is drawn thinner and on top, so a line it coincides with
-        # still shows under it.
-        kw = dict(color=design_color(v), ls=_CONFIG_LINES[k % len(_CONFIG_LINES)],
-                  lw=2.6 if k == 0 else 1.6, zorder=2 if k == 0 else 3, marker=mk,
-                  ms=8 if k == 0 else 7, mfc=design_color(v) if k == 0 else "white",
-                  mec=design_color(v), mew=1.5, label=lab, gid=name)
-        ax.plot(g["ctx"], 100 * g["busy_share"], **kw)
-        ax_p.plot(g["ctx"], g["programs_per_cu"], **kw)
-    ax.set_ylim(0, 105)
-    ax.set_ylabel("compute units busy in the first wave (%)")
-    ax.set_title("Share of compute units busy", loc="left")
-    plain_log_y(ax_p)
-    ax_p.axhline(1.0, color="0.35", lw=1.4, ls=(0, (8, 3)), zorder=1,
-                 label="one program per compute unit (reference)")
-    ax_p.set_ylabel("working programs per compute unit (log scale)")
-    ax_p.set_title("Programs per compute unit", loc="left")
+    keys = (d[["_series", "device", "variant", "_k"]].drop_duplicates("_series")
+            .assign(_dev=lambda x: x["device"].map(devices.index),
+                    _v=lambda x: x["variant"].map(variant_order))
+            .sort_values(["_dev", "_v", "_k"], kind="stable"))
+    rows = list(keys["_series"])
+    ctx = sorted({int(c) for c in d["ctx"]})
+    busy = d.pivot_table(index="_series", columns="ctx", values="busy_share", aggfunc="first")
+    per = d.pivot_table(index="_series", columns="ctx", values="programs_per_cu",
+                        aggfunc="first")
+    busy, per = busy.reindex(index=rows, columns=ctx), per.reindex(index=rows, columns=ctx)
+    n = max(1, len(rows))
+    fig, body = new_figure((22, 3.4 + 0.55 * n))
+    ax, ax_p = body.subplots(1, 2, sharey=True)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="#f2f2f2")
+    im = ax.imshow(np.ma.masked_invalid(busy.to_numpy(float)), cmap=cmap, vmin=0, vmax=1,
+                   aspect="auto")
+    im.set_gid("heatmap/busy")
+    logp = np.log10(np.clip(per.to_numpy(float), 1e-3, None))
+    lo, hi = (float(np.nanmin(logp)), float(np.nanmax(logp))) if np.isfinite(logp).any() \
+        else (0.0, 1.0)
+    lo, hi = min(lo, -0.01), max(hi, 0.01)
+    norm = TwoSlopeNorm(vcenter=0.0, vmin=lo, vmax=hi)  # one program per CU in the middle
+    im_p = ax_p.imshow(np.ma.masked_invalid(logp), cmap=cmap, norm=norm, aspect="auto")
+    im_p.set_gid("heatmap/per_cu")
+    for i, name in enumerate(rows):
+        for j, c in enumerate(ctx):
+            b, p = busy.iloc[i, j], per.iloc[i, j]
+            if np.isfinite(b):
+                ax.text(j, i, f"{100 * b:.3g}%", ha="center", va="center", fontsize=10,
+                        color="white" if b < 0.6 else "black", gid=f"busy/{name}/{c}")
+            if np.isfinite(p):
+                ax_p.text(j, i, _per_cu_text(p), ha="center", va="center", fontsize=10,
+                          color="white" if norm(np.log10(max(p, 1e-3))) < 0.6 else "black",
+                          gid=f"per_cu/{name}/{c}")
     for a in (ax, ax_p):
-        set_ctx_axis(a, d["ctx"])
-    fig_legend(body, (ax, ax_p), ncol=3)
+        a.set_xticks(range(len(ctx)), [ctx_label(c) for c in ctx], rotation=30, ha="right")
+        a.set_xlabel("cached context (tokens)")
+        a.grid(False)
+        # A line between devices.
+        for i in range(1, len(rows)):
+            if keys["device"].iloc[i] != keys["device"].iloc[i - 1]:
+                a.axhline(i - 0.5, color="white", lw=4)
+    ax.set_yticks(range(len(rows)), rows)
+    for lab, v in zip(ax.get_yticklabels(), keys["variant"], strict=True):
+        lab.set_color(design_color(v))
+        lab.set_fontweight("bold")
+        lab.set_gid(f"row/{lab.get_text()}")
+    ax.set_title("Share of compute units busy in the first wave (%)", loc="left")
+    ax_p.set_title("Working programs per compute unit (colour: log scale, 1 in the middle)",
+                   loc="left")
     figure_title(fig, "How much of the device one launch occupies (model of the launch grid)\n"
                    f"{describe(d)}; on {', '.join(devices)}")
-    footer(fig, d, "occupancy model of each design's launch grid (computed, not measured)")
+    what = "model of each design's launch grid (computed, not measured)"
+    if code_commit is None and "commit" in d.columns and d["commit"].notna().any():
+        # A saved table names the run that computed it.
+        head = f"{what}: {run_label(d).removeprefix('data: ')}"
+    else:
+        commit = code_commit if code_commit is not None else _commit_stamp()
+        head = f"{what} at commit {commit}; devices {', '.join(devices)}"
+    extra = None
+    if resources is not None and len(resources) and "commit" in resources.columns:
+        extra = ("resident programs per compute unit from the compiled kernels, "
+                 + run_label(resources))
+    footer(fig, d, extra, label=head)
     return fig
+
+
+def _commit_stamp() -> str:
+    from ...lab.provenance import commit_stamp
+
+    return commit_stamp()

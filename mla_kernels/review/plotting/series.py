@@ -165,3 +165,36 @@ def reference_list(reference, default_name: str = "public change"
         items = [(default_name if len(frames) == 1 else f"{default_name} ({i + 1})", f)
                  for i, f in enumerate(frames)]
     return [(str(n), reference_table(f), f) for n, f in items if f is not None and not f.empty]
+
+
+def left_out(df: pd.DataFrame, chosen: Sequence[tuple[str, str]], *, series=None,
+             limit: int | None = None) -> list[tuple[str, str]]:
+    """The variants of the rows that a figure does not draw in any timing, each with why:
+    [(variant, reason)], in display order. ``series`` and ``limit`` as the figure's
+    ``choose_series`` had them (an explicit ``series`` leaves the rest out by request)."""
+    if df.empty:
+        return []
+    d = tidy(df)
+    drawn = {v for v, _ in chosen}
+    torch_drawn = [v for v in sorted(drawn, key=variant_order) if is_torch(v)]
+    out = []
+    for v in sorted(pd.unique(d["variant"]), key=variant_order):
+        if v in drawn:
+            continue
+        if series is not None:
+            why = "not in the series asked for"
+        elif is_torch(v) and torch_drawn:
+            why = f"slower than {torch_drawn[0]}"
+        else:
+            why = f"over the limit of {limit} lines" if limit else "not chosen"
+        out.append((str(v), why))
+    return out
+
+
+def left_out_note(df: pd.DataFrame, chosen: Sequence[tuple[str, str]], *, series=None,
+                  limit: int | None = None) -> str | None:
+    """``left_out`` as one line for a figure (None when every variant is drawn)."""
+    gone = left_out(df, chosen, series=series, limit=limit)
+    if not gone:
+        return None
+    return "not drawn: " + "; ".join(f"{v} ({why})" for v, why in gone)

@@ -3,6 +3,7 @@ timing, so one design looks the same in every figure; the order figures list ser
 
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Iterable, Sequence
 
@@ -28,9 +29,22 @@ TORCH_COLORS = {"torch_bf16": "#a3a3a3", "torch_fp8": "#5f5f5f"}
 TORCH_EXTRA = ("#7a7a7a", "#bdbdbd", "#474747")
 TORCH_MARKERS = {"torch_bf16": "X", "torch_fp8": "D"}
 REFERENCE_COLOR = "#000000"  # the public change's published figures
-PEAK_COLOR = "#b2182b"  # datasheet roofs
-CEILING_COLOR = "#2166ac"  # measured roofs
-ATTAINABLE_COLOR = "#1b7837"  # what this operation can reach at its arithmetic intensity
+# Reference lines, in hues no design, extra design or torch grey uses (each at least ~25
+# CIE76 units from all of them, and from each other), drawn without markers.
+PEAK_COLOR = "#8C510A"  # datasheet roofs: brown
+CEILING_COLOR = "#785EF0"  # measured library roofs (copy, cuBLAS matmul): violet
+TC_COLOR = "#DC267F"  # the tensor cores' own MMA rate: magenta
+ATTAINABLE_COLOR = "#66A61E"  # what this operation can reach at its AI: yellow-green
+REFERENCE_LINE_COLORS = (PEAK_COLOR, CEILING_COLOR, TC_COLOR, ATTAINABLE_COLOR)
+# One swatch per roof: (colour, line style, width). A roof's bandwidth part and its matrix
+# part differ in line style, so the legend tells them apart.
+ROOF_STYLE = {
+    ("measured", "bandwidth"): (CEILING_COLOR, "-.", 2.0),
+    ("measured", "matrix"): (CEILING_COLOR, "-", 2.6),
+    ("tensor cores", "matrix"): (TC_COLOR, "-", 2.6),
+    ("datasheet", "bandwidth"): (PEAK_COLOR, "--", 1.7),
+    ("datasheet", "matrix"): (PEAK_COLOR, ":", 2.2),
+}
 
 TIMINGS = ("graph", "graph8", "flushed")  # most device-like first
 TIMING_LINESTYLE = {"graph": "-", "flushed": "--", "graph8": ":"}
@@ -96,9 +110,63 @@ def variant_style(v: str, timing: str = "graph") -> dict[str, object]:
             "lw": 1.3 if thin else 2.2, "mec": "white" if not torch_path else "0.15", "mew": 0.8}
 
 
-def series_label(v: str, timing: str) -> str:
-    """``"chunked, device time"``: what a series is called in every legend."""
-    return f"{base_variant(v)}, {TIMING_NAME.get(timing, timing)}"
+def short_config(text) -> str:
+    """A launch config's repr, briefly: ``HopperWSConfig(ring_depth=4, programs=None,
+    latent_in_registers=True)`` -> ``"ring_depth=4, latent_in_registers"`` (the class name,
+    fields left at None or False dropped; a True flag by its name). Text that is not such a
+    repr comes back as it is; empty or NaN gives ``""``."""
+    text = "" if text is None or text != text else str(text).strip()
+    m = re.fullmatch(r"\w+\((.*)\)", text, flags=re.S)
+    if not m:
+        return text
+    fields, depth, cur = [], 0, ""
+    for ch in m.group(1):  # split at top-level commas only: a field may hold a tuple
+        depth += (ch in "([{") - (ch in ")]}")
+        if ch == "," and depth == 0:
+            fields.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    fields.append(cur.strip())
+    out = []
+    for f in filter(None, fields):
+        name, eq, val = f.partition("=")
+        if not eq:
+            out.append(f)
+        elif val in ("None", "False"):
+            continue
+        else:
+            out.append(name if val == "True" else f"{name}={val}")
+    return ", ".join(out) or "defaults"
+
+
+def ran_text(rows) -> str:
+    """What ``auto`` ran, from its rows' ``design`` and ``config`` columns: ``"ran
+    hopper_ws"``, ``"ran hopper_ws with ring_depth=4"``, ``"ran tiled_tma / hopper_ws"`` (by
+    context); ``""`` when the rows do not say."""
+    if rows is None or len(rows) == 0 or "design" not in rows.columns:
+        return ""
+    r = rows.sort_values("ctx") if "ctx" in rows.columns else rows
+    designs = [str(x) for x in r["design"] if x == x and str(x).strip()]
+    configs = ([short_config(x) for x in r["config"]] if "config" in r.columns
+               else [""] * len(designs))
+    pairs = list(dict.fromkeys(
+        (d, c) for d, c in zip(r["design"].astype(str), configs, strict=True)
+        if d.strip() and d != "nan"))
+    if not designs or not pairs:
+        return ""
+    if len(pairs) > 2:  # a long story: the designs alone
+        return "ran " + " / ".join(dict.fromkeys(d for d, _ in pairs))
+    return "ran " + " / ".join(f"{d} with {c}" if c else d for d, c in pairs)
+
+
+def series_label(v: str, timing: str, rows=None) -> str:
+    """``"chunked, device time"``: what a series is called in every legend. With the
+    series' ``rows``, ``auto``'s label says what it ran (``ran_text``)."""
+    name = base_variant(v)
+    ran = ran_text(rows) if rows is not None and name == "auto" else ""
+    who = f"{name} ({ran})" if ran else name
+    return f"{who}, {TIMING_NAME.get(timing, timing)}"
 
 
 def variant_order(v: str) -> tuple[int, int, str]:
