@@ -550,11 +550,16 @@ def test_an_out_this_user_cannot_write(tmp_path, capsys, monkeypatch):
 
 def test_an_out_the_system_refuses_is_one_line_and_left_as_it_was(tmp_path, capsys,
                                                                     monkeypatch):
-    # A read-only mount passes the permission check (root) and refuses the first write.
-    def refuse(*args, **kwargs):
-        raise PermissionError(30, "Read-only file system")
+    # A read-only mount passes the permission check (root) and refuses a write: here the
+    # folder the run writes beside the report, after the report folder was made.
+    mkdir = Path.mkdir
 
-    monkeypatch.setattr(report.tempfile, "mkdtemp", refuse)
+    def refuse(self, *args, **kwargs):
+        if self.name.endswith(".incoming"):
+            raise PermissionError(30, "Read-only file system")
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
     out = tmp_path / "out"
     err = _one_line_error(["--out", str(out)], capsys)
     assert "--out" in err and "Read-only file system" in err

@@ -249,11 +249,13 @@ def size_legend(ax, sizes: Mapping[int, float], loc: str = "lower right", title=
 # ------------------------------------------------------------------ saving
 def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str) -> list[Path]:
     """Write ``name``.png and ``name``.svg under out_dir, each atomically (a reader never
-    finds half a figure) and with the user's normal file mode."""
+    finds half a figure) and with the user's normal file mode; no date in either, so a
+    re-plot of the same rows writes the same bytes."""
     paths = []
     for ext in ("png", "svg"):
         final = Path(out_dir) / f"{name}.{ext}"
+        meta = {"Date": None} if ext == "svg" else {}
         with atomic_path(final) as tmp:
-            fig.savefig(tmp, format=ext, bbox_inches="tight")
+            fig.savefig(tmp, format=ext, bbox_inches="tight", metadata=meta)
         paths.append(final)
     return paths
