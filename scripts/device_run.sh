@@ -82,7 +82,14 @@ run_sharded() {
 [[ $# -eq 0 || $1 == -h || $1 == --help ]] && usage
 if [[ $1 == --plan ]]; then
   shift; check_steps "$@"
-  last=$(ls -d data/h200/*/steps.csv 2>/dev/null | sort | tail -1)
+  # The run measured last (its matrix rows' newest date: two runs of one day are not in
+  # name order), the last by name among equals.
+  last=$(for f in data/h200/*/steps.csv; do
+           [[ -f $f ]] || continue
+           d=$(awk -F, 'NR == 1 {for (i = 1; i <= NF; i++) if ($i == "date") c = i; next}
+                        c && $c > m {m = $c} END {print m}' "${f%/*}"/perf_matrix*.csv 2>/dev/null)
+           echo "${d:-0} $f"
+         done | sort | tail -1 | cut -d' ' -f2)
   echo "expected seconds per step${last:+ (from $last; limits where it has none)}:"
   total=0
   for s in install $(expand ${*:-run}); do

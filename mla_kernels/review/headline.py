@@ -40,11 +40,24 @@ TIMING = "graph"
 
 
 def latest_run(runs_dir: str | Path = RUNS_DIR) -> Path:
-    """The run folder under ``runs_dir`` sorted last by name that has matrix CSVs."""
-    runs = sorted(p for p in Path(runs_dir).iterdir() if p.is_dir() and _matrix_files(p))
+    """The run folder under ``runs_dir`` with matrix CSVs whose rows were measured last (the
+    newest ``date``, as the notebooks' replot picks its run; two runs of one day are not in
+    name order), the last by name among equals or where no row says."""
+    runs = [p for p in Path(runs_dir).iterdir() if p.is_dir() and _matrix_files(p)]
     if not runs:
         raise FileNotFoundError(f"no run folder with perf_matrix*.csv under {runs_dir}")
-    return runs[-1]
+    return max(runs, key=lambda p: (_measured(p), p.name))
+
+
+def _measured(run: Path) -> str:
+    """The newest ``date`` of a run's matrix rows ("" where they have none)."""
+    dates = []
+    for f in _matrix_files(run):
+        try:
+            dates += pd.read_csv(f, usecols=["date"])["date"].astype(str).tolist()
+        except (ValueError, pd.errors.EmptyDataError):  # no date column, an empty file
+            continue
+    return max(dates, default="")
 
 
 def _matrix_files(run: Path) -> list[Path]:
@@ -122,7 +135,7 @@ def render(run: str | Path, root: str | Path = REPO_ROOT) -> str:
     lines += ["",
               "Kimi-K3 TP8, fp8 cache, page size 1, one sequence, bf16 outputs;",
               f"`{TIMING}` timing (one launch replayed from a CUDA graph, L2 flushed);",
-              "the floor: cuBLAS's rate for the same matrix work, in the dot's dtype;",
+              "the floor: cuBLAS's rate for the same matrix work, in the dot that ran;",
               f"the torch path: the fastest in any timing; {correct}.",
               f"Run [`{_link(run, root)}/`]({_link(run / 'README.md', root)}): {devices}, "
               f"{day}, commit stamp {stamps}, {versions}."]

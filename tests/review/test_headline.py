@@ -87,6 +87,12 @@ def test_the_latest_run_is_the_last_folder_with_matrix_rows(tmp_path):
     assert headline.latest_run(runs).name == "2026-01-01-a"
     with pytest.raises(FileNotFoundError):
         headline.latest_run(runs / "2026-01-02-b")
+    # Two runs of one day: the one measured last, whatever the commits' names.
+    for name, when in (("2026-01-03-ffff", "2026-01-03T01:00:00Z"),
+                       ("2026-01-03-0000", "2026-01-03T02:00:00Z")):
+        (runs / name).mkdir()
+        (runs / name / "perf_matrix_all.csv").write_text(f"date,median_us\n{when},1.0\n")
+    assert headline.latest_run(runs).name == "2026-01-03-0000"
 
 
 @pytest.mark.parametrize("text", ["no markers", f"{headline.END}\n{headline.START}",
