@@ -146,6 +146,11 @@ def plot_occupancy(df: pd.DataFrame, *, label: str | None = None,
     if code_commit is None and "commit" in d.columns and d["commit"].notna().any():
         # A saved table names the run that computed it.
         head = f"{what}: {run_label(d).removeprefix('data: ')}"
+    elif code_commit is None and resources is not None and len(resources) \
+            and "commit" in resources.columns:
+        # Drawn from a run's resources: named by that run, so a re-plot of it at a later
+        # commit writes the same figure.
+        head = f"{what}; devices {', '.join(devices)}"
     else:
         commit = code_commit if code_commit is not None else _commit_stamp()
         head = f"{what} at commit {commit}; devices {', '.join(devices)}"
