@@ -190,8 +190,8 @@ def plain_log_x(ax, lo: float, hi: float) -> None:
     ax.set_xlim(lo, hi)
 
 
-def fig_legend(fig: Figure, axes: Sequence, ncol: int = 4) -> None:
-    """One legend below all panels: every labelled artist once."""
+def unique_handles(axes: Sequence) -> tuple[list, list[str]]:
+    """The labelled artists of ``axes``, each label once, in order: (handles, labels)."""
     seen, handles, labels = set(), [], []
     for ax in axes:
         for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
@@ -199,6 +199,12 @@ def fig_legend(fig: Figure, axes: Sequence, ncol: int = 4) -> None:
                 seen.add(lab)
                 handles.append(h)
                 labels.append(lab)
+    return handles, labels
+
+
+def fig_legend(fig: Figure, axes: Sequence, ncol: int = 4) -> None:
+    """One legend below all panels: every labelled artist once."""
+    handles, labels = unique_handles(axes)
     if handles:
         fig.legend(handles, labels, loc="outside lower center", ncol=min(ncol, len(handles)),
                    fontsize=11, frameon=False)

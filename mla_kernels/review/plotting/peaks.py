@@ -12,7 +12,15 @@ from matplotlib.figure import Figure
 from ...core.devices import lookup_device
 from ...lab import roofline
 from ..analysis import bandwidth_fractions, positive, timed_points
-from .axes import column_values, ctx_label, figure_title, footer, new_figure, ref_device
+from .axes import (
+    column_values,
+    ctx_label,
+    figure_title,
+    footer,
+    new_figure,
+    ref_device,
+    unique_handles,
+)
 from .roofs import copy_roof, matrix_roofs, roofline_rows
 from .series import reference_list, rows_of
 from .style import (
@@ -251,12 +259,7 @@ def plot_peaks(df: pd.DataFrame, reference: pd.DataFrame | None = None,
             ax.set_title(f"{name}: the public change's published tables\nbytes: this "
                          f"repository's model ({shape}, {p['cache']} cache, {reference_weight} "
                          "weight)", loc="left")
-        seen, handles, labels = set(), [], []
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            if lab not in seen:
-                seen.add(lab)
-                handles.append(h)
-                labels.append(lab)
+        handles, labels = unique_handles([ax])
         if handles:
             ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, -0.1),
                       ncol=2, fontsize=10, frameon=False)
