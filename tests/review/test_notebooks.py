@@ -207,7 +207,8 @@ def test_papermill_injected_the_configuration(cpu_report):
         i = next(i for i, t in enumerate(tags) if "parameters" in t)
         injected = nb.cells[i + 1]
         assert "injected-parameters" in tags[i + 1]
-        assert f'out_dir = "{out_dir}"' in injected.source
+        # The notebooks write beside the report folder; the runner moves what they wrote.
+        assert f'out_dir = "{report.staging_dirs(out_dir)[0]}"' in injected.source
         own = cfg["notebooks"][p.name]
         if "contexts" in own:
             assert f"contexts = {own['contexts']}" in injected.source
