@@ -108,6 +108,8 @@ def gather_kv_b_proj(
     kv_proj_scale: torch.Tensor | None,
     k_prefix: torch.Tensor,
     v_prefix: torch.Tensor,
+    k_out_scale: torch.Tensor | None = None,
+    v_out_scale: torch.Tensor | None = None,
     *,
     variant: str = "auto",
     max_context_len: int | None = None,
@@ -118,6 +120,9 @@ def gather_kv_b_proj(
     """Expand the paged latent cache into per-head K and V, writing k_prefix and v_prefix.
 
     The contract (arguments, formats, what is checked when, tolerances) is docs/contract.md.
+    FP8 outputs (``torch.float8_e4m3fn``) take their scales by keyword: ``k_out_scale`` and
+    ``v_out_scale``, float32 [1] tensors on the outputs' device; each stored value is the
+    e4m3 value nearest value / scale (ties to even), saturated to +-448.
     ``variant`` names the design (``mla_kernels.variant_names()``); ``max_context_len``, a
     host int bounding every sequence's length, may shrink the grid; ``config`` overrides
     the design's launch parameters (its config dataclass, a mapping of its fields, or its
@@ -131,7 +136,8 @@ def gather_kv_b_proj(
     which runs no device asserts, the indices are checked on the host instead (a ValueError).
     """
     args = GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
-                      kv_proj_weight, kv_proj_scale, k_prefix, v_prefix)
+                      kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale,
+                      v_out_scale)
     if validate is None:
         validate = _INTERPRETING
     try:
@@ -141,17 +147,21 @@ def gather_kv_b_proj(
                            kv_indptr.data_ptr(), kv_indices.data_ptr(),
                            kv_prefix_sum_context_lens.data_ptr(), kv_proj_weight.data_ptr(),
                            0 if kv_proj_scale is None else kv_proj_scale.data_ptr(),
-                           k_prefix.data_ptr(), v_prefix.data_ptr()))
+                           k_prefix.data_ptr(), v_prefix.data_ptr(),
+                           0 if k_out_scale is None else k_out_scale.data_ptr(),
+                           0 if v_out_scale is None else v_out_scale.data_ptr()))
         # type(): a bool hint (True == 1) must not find the plan of an int one.
         aligned = not (ptrs[0] | ptrs[1] | ptrs[2] | ptrs[3] | ptrs[4] | ptrs[5] | ptrs[6]
-                       | ptrs[7] | ptrs[8]) & 15
+                       | ptrs[7] | ptrs[8] | ptrs[9] | ptrs[10]) & 15
         # A negative view reads as its memory, not its values: such a call is refused, so it
         # must not find the plan of an ordinary tensor.
         neg = (k_buffer.is_neg() or kv_proj_weight.is_neg() or k_prefix.is_neg()
                or v_prefix.is_neg() or kv_indptr.is_neg() or kv_indices.is_neg()
                or kv_prefix_sum_context_lens.is_neg()
                or (k_scale is not None and k_scale.is_neg())
-               or (kv_proj_scale is not None and kv_proj_scale.is_neg()))
+               or (kv_proj_scale is not None and kv_proj_scale.is_neg())
+               or (k_out_scale is not None and k_out_scale.is_neg())
+               or (v_out_scale is not None and v_out_scale.is_neg()))
         key = (variant, max_context_len, type(max_context_len), config, validate, debug,
                aligned, neg,
                k_buffer.dtype, k_buffer.shape, k_buffer.stride(), k_buffer.device,
@@ -167,7 +177,11 @@ def gather_kv_b_proj(
                                              k_scale.device),
                None if kv_proj_scale is None else (kv_proj_scale.dtype, kv_proj_scale.shape,
                                                    kv_proj_scale.stride(),
-                                                   kv_proj_scale.device))
+                                                   kv_proj_scale.device),
+               None if k_out_scale is None else (k_out_scale.dtype, k_out_scale.shape,
+                                                 k_out_scale.stride(), k_out_scale.device),
+               None if v_out_scale is None else (v_out_scale.dtype, v_out_scale.shape,
+                                                 v_out_scale.stride(), v_out_scale.device))
         plan = PLANS.get(key)
     except (AttributeError, TypeError, RuntimeError):  # not tensors (or no storage), or an
         key = plan = None  # unhashable variant / config: the checked path says which argument
@@ -186,12 +200,14 @@ def gather_kv_b_proj(
 
 
 def resolved(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
-             kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, *, variant: str = "auto",
-             max_context_len: int | None = None, config=None):
+             kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale=None,
+             v_out_scale=None, *, variant: str = "auto", max_context_len: int | None = None,
+             config=None):
     """(design, config) a call with these arguments would run, without launching."""
     plan = _Plan(GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices,
                             kv_prefix_sum_context_lens, kv_proj_weight, kv_proj_scale,
-                            k_prefix, v_prefix), variant, max_context_len, config, False)
+                            k_prefix, v_prefix, k_out_scale, v_out_scale), variant,
+                 max_context_len, config, False)
     return plan.design, plan.config
 
 

@@ -26,7 +26,9 @@ from .formats import (
     scale_kind,
 )
 
-OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn)
+# Outputs stored as e4m3 codes of value / scale, with the caller's per-tensor scale.
+FP8_OUT = torch.float8_e4m3fn
 
 
 def interpreting() -> bool:
@@ -40,7 +42,8 @@ def fp8_fnuz_supported() -> bool:
 
 
 class GatherArgs(NamedTuple):
-    """The nine arguments of gather_kv_b_proj, by name (docs/contract.md)."""
+    """The arguments of gather_kv_b_proj, by name (docs/contract.md): the nine tensors,
+    then the FP8 outputs' scales (None for outputs of any other dtype)."""
 
     k_buffer: torch.Tensor
     k_scale: torch.Tensor | None
@@ -51,6 +54,8 @@ class GatherArgs(NamedTuple):
     kv_proj_scale: torch.Tensor | None
     k_prefix: torch.Tensor
     v_prefix: torch.Tensor
+    k_out_scale: torch.Tensor | None = None
+    v_out_scale: torch.Tensor | None = None
 
 
 CACHE_NAMES = {torch.bfloat16: "bf16", torch.float8_e4m3fn: "fp8",
@@ -81,6 +86,11 @@ class Problem:
     def scale(self) -> str:
         """How the weight's scale applies (formats.scale_kind)."""
         return self.weight_scale or DEFAULT_SCALE[self.weight_format]
+
+    @property
+    def out_is_fp8(self) -> bool:
+        """Outputs stored as e4m3 codes of value / the caller's scale (docs/contract.md)."""
+        return self.out_dtype == FP8_OUT
 
     @property
     def cache_is_fp8(self) -> bool:
@@ -187,8 +197,21 @@ def _check_scale(w: torch.Tensor, ws, fmt: str, kv_c: int, dev: torch.device) ->
     return scale_kind(w, ws)
 
 
+def _check_out_scale(scale, arg: str, out: torch.Tensor, out_arg: str,
+                     dev: torch.device) -> None:
+    """An FP8 output's scale: a float32 [1] tensor beside it; None for any other output."""
+    if out.dtype != FP8_OUT:
+        _require(scale is None, arg, f"None ({out_arg} is {out.dtype}: only FP8 outputs take "
+                 "a scale)", f"a {type(scale).__name__}")
+        return
+    _require(scale is not None, arg, f"a float32 [1] tensor ({out_arg} is {FP8_OUT})", None)
+    _check_tensor(scale, arg, dims=1, dtypes=(torch.float32,), device=dev)
+    _require(scale.numel() == 1, arg, "shape [1]", tuple(scale.shape))
+
+
 def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
-                    kv_proj_weight, kv_proj_scale, k_prefix, v_prefix) -> Problem:
+                    kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale=None,
+                    v_out_scale=None) -> Problem:
     """Check shapes, dtypes, devices and contiguity; return the Problem they describe."""
     _require(isinstance(k_buffer, torch.Tensor), "k_buffer", "a torch.Tensor",
              type(k_buffer).__name__)
@@ -219,6 +242,10 @@ def check_arguments(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
 
     _check_tensor(k_prefix, "k_prefix", dims=3, dtypes=OUT_DTYPES, device=dev)
     _check_tensor(v_prefix, "v_prefix", dims=3, dtypes=OUT_DTYPES, device=dev)
+    _require(v_prefix.dtype == k_prefix.dtype, "v_prefix",
+             f"dtype {k_prefix.dtype} (that of k_prefix)", v_prefix.dtype)
+    _check_out_scale(k_out_scale, "k_out_scale", k_prefix, "k_prefix", dev)
+    _check_out_scale(v_out_scale, "v_out_scale", v_prefix, "v_prefix", dev)
     rows, heads = k_prefix.shape[0], k_prefix.shape[1]
     _require(v_prefix.shape[:2] == k_prefix.shape[:2], "v_prefix",
              f"[{rows}, {heads}, v] (rows and heads of k_prefix)", tuple(v_prefix.shape))
@@ -327,18 +354,19 @@ def check_hint(max_context_len) -> None:
 
 
 def validate_inputs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
-                    kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, *,
-                    max_context_len: int | None = None) -> None:
+                    kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale=None,
+                    v_out_scale=None, *, max_context_len: int | None = None) -> None:
     """Check what the launch cannot check without reading the tensors (it synchronises).
 
     Raises ValueError naming the first bad sequence or value: indptr and prefix sums start
     at 0 and never decrease, each sequence holds ceil(ctx / block_size) blocks, every
     block id is in range, the outputs have a row for every token, no context exceeds
-    ``max_context_len``; scales are finite and > 0 (no e8m0 NaN code 255); the weight and
-    every cache row a token reads hold no NaN or infinity.
+    ``max_context_len``; scales (the FP8 outputs' too) are finite and > 0 (no e8m0 NaN
+    code 255); the weight and every cache row a token reads hold no NaN or infinity.
     """
     args = GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
-                      kv_proj_weight, kv_proj_scale, k_prefix, v_prefix)
+                      kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale,
+                      v_out_scale)
     prob = check_arguments(*args)
     check_aliasing(args)
     check_hint(max_context_len)
@@ -399,6 +427,11 @@ def _check_values(args: GatherArgs, prob: Problem, used: int, cs: torch.Tensor) 
     if prob.cache_is_fp8:
         ks = float(k_scale.float().cpu()[0])
         _require(ks == ks and 0 < ks < float("inf"), "k_scale", "a finite value > 0", ks)
+    for name in ("k_out_scale", "v_out_scale"):
+        t = getattr(args, name)
+        if t is not None:
+            s = float(t.cpu()[0])
+            _require(s == s and 0 < s < float("inf"), name, "a finite value > 0", s)
     if prob.scale == "e8m0":
         bad = as_uint8(kv_proj_scale) == E8M0_NAN
         if bool(bad.any()):

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 
 import torch
 
-from .formats import FP8_DTYPES, dequantize_weight, detect_weight_format
+from .formats import FP8_DTYPES, FP8_MAX, dequantize_weight, detect_weight_format
+
+E4M3_MAX = FP8_MAX[torch.float8_e4m3fn]  # the largest finite e4m3fn value, 448
 
 
 def token_rows(kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
@@ -56,3 +58,23 @@ def gather_kv_b_proj_reference(args: Sequence[torch.Tensor | None], *, num_heads
     rope = latent[:, kv_c:]
     k = torch.cat((kv[..., :nope], rope[:, None, :].expand(-1, num_heads, -1)), dim=-1)
     return k.float(), kv[..., nope:].float()
+
+
+def quantize_e4m3(value: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """An FP8 output's rule (docs/contract.md): the float32 ``value / scale`` rounded to the
+    nearest e4m3fn value (ties to even), magnitudes past 448 (infinities too) saturated to
+    448 of their sign, NaN kept NaN."""
+    q = value.float() / scale.float()
+    return q.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)  # clamp keeps NaN
+
+
+def e4m3_steps(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """How many e4m3fn values lie between ``a`` and ``b`` (e4m3fn tensors), element by
+    element, as int32: 0 where they are equal (+0 and -0 alike), 1 for neighbours. The codes
+    are ordered by value first (sign and magnitude to a signed integer); NaN codes read as
+    magnitudes past 448."""
+    def ordered(x: torch.Tensor) -> torch.Tensor:
+        c = x.view(torch.uint8).to(torch.int32)
+        mag = c & 0x7F
+        return torch.where(c >= 0x80, -mag, mag)
+    return (ordered(a) - ordered(b)).abs()

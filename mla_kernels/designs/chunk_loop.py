@@ -17,7 +17,7 @@ from ..core.formats import WEIGHT_FORMATS
 from ..core.problem import GatherArgs, Problem
 from ..core.value_rules import one_of, optional
 from .design import Design, DesignConfig
-from .jit import INTERPRET, load_k_scale, project_chunk, sequence_bounds
+from .jit import INTERPRET, load_k_scale, load_out_inverse, project_chunk, sequence_bounds
 from .launch import JitLauncher
 from .portable_plan import check_grid, context_bound, default_block_k, no_launch, portable_plan
 
@@ -61,13 +61,14 @@ def serial_weight_resident(prob: Problem) -> bool:
 @triton.jit
 def serial_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
-    k_out_ptr, v_out_ptr,
+    k_out_ptr, v_out_ptr, ko_scale_ptr, vo_scale_ptr,
     stride_block, stride_slot, num_blocks, stride_ko_row, stride_ko_head, stride_vo_row,
     stride_vo_head, ld_w, ld_ws, max_chunks, no_hoist,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, CK: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-    DOT_BF16: tl.constexpr, HAS_K_SCALE: tl.constexpr, RESIDENT: tl.constexpr,
+    DOT_BF16: tl.constexpr, HAS_K_SCALE: tl.constexpr, OUT_FP8: tl.constexpr,
+    RESIDENT: tl.constexpr,
 ):
     """One program per (head, sequence) walks the sequence's context in chunks of CK.
 
@@ -81,6 +82,8 @@ def serial_kernel(
     seq = tl.program_id(1)
     first_block, row0, ctx = sequence_bounds(kv_indptr_ptr, cs_ptr, seq)
     k_scale = load_k_scale(k_scale_ptr, HAS_K_SCALE)
+    k_inv = load_out_inverse(ko_scale_ptr, OUT_FP8)
+    v_inv = load_out_inverse(vo_scale_ptr, OUT_FP8)
     if INTERPRET:
         # Triton 3.6's interpreter cannot bound a loop by a loaded value under numpy 2:
         # walk the shape-derived bound instead; chunks past the end mask every row off.
@@ -96,21 +99,21 @@ def serial_kernel(
             w_chunk_ptr = w_ptr + (c & no_hoist)
         project_chunk(k_buffer_ptr, kv_indices_ptr + first_block, c * CK, ctx, row0,
                       k_scale, w_chunk_ptr, ws_ptr, head, ld_w, ld_ws,
-                      k_out_ptr, v_out_ptr, stride_block, stride_slot, num_blocks, stride_ko_row,
-                      stride_ko_head, stride_vo_row, stride_vo_head, KV_C, PE, NOPE, V,
-                      BPE, BNOPE, BV, BLOCK_SIZE, CK, BK, FMT, DOT_BF16)
+                      k_out_ptr, v_out_ptr, k_inv, v_inv, stride_block, stride_slot,
+                      num_blocks, stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
+                      KV_C, PE, NOPE, V, BPE, BNOPE, BV, BLOCK_SIZE, CK, BK, FMT, DOT_BF16)
 
 
 @triton.jit
 def chunked_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
-    k_out_ptr, v_out_ptr,
+    k_out_ptr, v_out_ptr, ko_scale_ptr, vo_scale_ptr,
     stride_block, stride_slot, num_blocks, stride_ko_row, stride_ko_head, stride_vo_row,
     stride_vo_head, ld_w, ld_ws, max_chunks,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, CK: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-    DOT_BF16: tl.constexpr, HAS_K_SCALE: tl.constexpr,
+    DOT_BF16: tl.constexpr, HAS_K_SCALE: tl.constexpr, OUT_FP8: tl.constexpr,
 ):
     """One program per (chunk, head, sequence); chunks past the sequence's end return."""
     chunk = tl.program_id(0)
@@ -120,10 +123,12 @@ def chunked_kernel(
     if chunk * CK >= ctx:
         return
     k_scale = load_k_scale(k_scale_ptr, HAS_K_SCALE)
+    k_inv = load_out_inverse(ko_scale_ptr, OUT_FP8)
+    v_inv = load_out_inverse(vo_scale_ptr, OUT_FP8)
     project_chunk(k_buffer_ptr, kv_indices_ptr + first_block, chunk * CK, ctx, row0,
                   k_scale, w_ptr, ws_ptr, head, ld_w, ld_ws,
-                  k_out_ptr, v_out_ptr, stride_block, stride_slot, num_blocks, stride_ko_row,
-                  stride_ko_head, stride_vo_row, stride_vo_head, KV_C, PE, NOPE, V,
+                  k_out_ptr, v_out_ptr, k_inv, v_inv, stride_block, stride_slot, num_blocks,
+                  stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head, KV_C, PE, NOPE, V,
                   BPE, BNOPE, BV, BLOCK_SIZE, CK, BK, FMT, DOT_BF16)
 
 

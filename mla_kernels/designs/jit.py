@@ -43,15 +43,56 @@ def dot_acc(a, b, acc):
 
 
 @triton.jit
+def e4m3_codes(x):
+    """float32 -> e4m3fn codes (uint8) by the FP8 outputs' rule: nearest, ties to even,
+    magnitudes past 448 saturated, NaN kept (code 0x7F). What sm_89+ hardware does in one
+    instruction (cvt.rn.satfinite); the interpreter's own narrowing neither rounds to even
+    nor saturates, so there the codes are built from the bits."""
+    bits = x.to(tl.uint32, bitcast=True)
+    sign = (bits >> 24) & 0x80
+    mag = bits & 0x7FFFFFFF
+    a = mag.to(tl.float32, bitcast=True)
+    # Normal codes: the float32 mantissa rounded to 3 bits on the bits (a carry moves the
+    # exponent up), the exponent rebiased from 127 to 7.
+    normal = ((mag + 0x7FFFF + ((mag >> 20) & 1)) >> 20) - (120 << 3)
+    # Below 2^-6 the codes count steps of 2^-9: a * 2^9 rounded to an integer, ties to even
+    # (adding and taking away 2^23 rounds a float32 under 2^23 so).
+    sub = ((a * 512.0 + 8388608.0) - 8388608.0).to(tl.uint32)
+    code = tl.where(a < 0.015625, sub, normal)
+    code = tl.where(a >= 448.0, 0x7E, code)
+    code = tl.where(a != a, 0x7F, code)
+    return (code | sign).to(tl.uint8)
+
+
+@triton.jit
 def cast_out(x, dtype: tl.constexpr):
-    """float32 -> output dtype, rounding to nearest even. The interpreter truncates when it
-    narrows to bf16, so there (only) the rounding is done on the bits first."""
+    """float32 -> output dtype, rounding to nearest even (an FP8 output: saturated to
+    +-448, NaN kept; ``x`` already divided by its scale). The interpreter truncates when it
+    narrows to bf16 and neither rounds nor saturates to e4m3, so there (only) the rounding
+    is done on the bits."""
     if INTERPRET:
         if dtype == tl.bfloat16:
             bits = x.to(tl.uint32, bitcast=True)
             bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
             x = bits.to(tl.float32, bitcast=True)
+        elif dtype == tl.float8e4nv:
+            return e4m3_codes(x).to(tl.float8e4nv, bitcast=True)
+    elif dtype == tl.float8e4nv:
+        # Saturated before narrowing: NVIDIA's conversion saturates itself, but not every
+        # target's does (NaN passes through the clamp).
+        x = tl.clamp(x, -448.0, 448.0, propagate_nan=tl.PropagateNan.ALL)
     return x.to(dtype)
+
+
+@triton.jit
+def load_out_inverse(scale_ptr, OUT_FP8: tl.constexpr):
+    """What an output's values are multiplied by before they are stored: an FP8 output's
+    1 / scale (its scale's float32 reciprocal), else 1 (nothing to scale)."""
+    if OUT_FP8:
+        inv = 1.0 / tl.load(scale_ptr)
+    else:
+        inv = 1.0
+    return inv
 
 
 @triton.jit
@@ -147,17 +188,18 @@ def load_rope(k_buffer_ptr, rows, tmask, k_scale, KV_C: tl.constexpr, PE: tl.con
 
 
 @triton.jit
-def store_cols(base, val, tmask, N: tl.constexpr, BN: tl.constexpr):
-    """Store val [BM, BN] at base[:, :N] (rows where tmask), cast to the output dtype."""
+def store_cols(base, val, tmask, inv, N: tl.constexpr, BN: tl.constexpr):
+    """Store val [BM, BN] x ``inv`` (load_out_inverse) at base[:, :N] (rows where tmask),
+    cast to the output dtype."""
     n = tl.arange(0, BN)
-    tl.store(base + n[None, :], cast_out(val, base.dtype.element_ty),
+    tl.store(base + n[None, :], cast_out(val * inv, base.dtype.element_ty),
              mask=tmask[:, None] & (n < N)[None, :])
 
 
 @triton.jit
 def project_rows(
     k_buffer_ptr, rows, tmask, out_rows, k_scale,
-    w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+    w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr, k_inv, v_inv,
     stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr, BM: tl.constexpr,
@@ -165,27 +207,28 @@ def project_rows(
     DO_K: tl.constexpr = True, DO_V: tl.constexpr = True,
 ):
     """BM gathered latent rows (element offsets ``rows``, valid where ``tmask``), one head:
-    the K-nope projection and the rope copy if DO_K, the V projection if DO_V, stored.
-    A design may split the two over programs to halve the accumulator registers."""
+    the K-nope projection and the rope copy if DO_K, the V projection if DO_V, stored (times
+    ``k_inv`` / ``v_inv``: load_out_inverse). A design may split the two over programs to
+    halve the accumulator registers."""
     rk = head * (NOPE + V)
     if DO_K:
         ko_base = k_out_ptr + out_rows[:, None] * stride_ko_row + head * stride_ko_head
         store_cols(ko_base + NOPE, load_rope(k_buffer_ptr, rows, tmask, k_scale, KV_C, PE, BPE),
-                   tmask, PE, BPE)
+                   tmask, k_inv, PE, BPE)
         acc_k = project_part(k_buffer_ptr, rows, tmask, k_scale, w_ptr, ws_ptr, rk, NOPE,
                              ld_w, ld_ws, KV_C, BNOPE, BM, BK, FMT, DOT_BF16)
-        store_cols(ko_base, acc_k, tmask, NOPE, BNOPE)
+        store_cols(ko_base, acc_k, tmask, k_inv, NOPE, BNOPE)
     if DO_V:
         vo_base = v_out_ptr + out_rows[:, None] * stride_vo_row + head * stride_vo_head
         acc_v = project_part(k_buffer_ptr, rows, tmask, k_scale, w_ptr, ws_ptr, rk + NOPE, V,
                              ld_w, ld_ws, KV_C, BV, BM, BK, FMT, DOT_BF16)
-        store_cols(vo_base, acc_v, tmask, V, BV)
+        store_cols(vo_base, acc_v, tmask, v_inv, V, BV)
 
 
 @triton.jit
 def project_chunk(
     k_buffer_ptr, block_ids_ptr, t0, ctx, out_row0, k_scale,
-    w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+    w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr, k_inv, v_inv,
     stride_block, stride_slot, num_blocks, stride_ko_row, stride_ko_head, stride_vo_row,
     stride_vo_head,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
@@ -200,7 +243,7 @@ def project_chunk(
     rows = gather_row_offsets(block_ids_ptr, t, tmask, stride_block, stride_slot, num_blocks,
                               BLOCK_SIZE)
     project_rows(k_buffer_ptr, rows, tmask, (out_row0 + t).to(tl.int64), k_scale,
-                 w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+                 w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr, k_inv, v_inv,
                  stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
                  KV_C, PE, NOPE, V, BPE, BNOPE, BV, CK, BK, FMT, DOT_BF16)
 

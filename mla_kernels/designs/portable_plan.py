@@ -63,22 +63,27 @@ def portable_plan(prob: Problem, t: GatherArgs, block_k: int
     # addresses (ints) needs no view.
     views = w is not t.kv_proj_weight or (has_scale and ws is not t.kv_proj_scale)
 
+    out_fp8 = prob.out_is_fp8
+
     def make_args(c: GatherArgs) -> list:
+        # Outputs of another dtype have no scales: stand-in pointers, never read.
+        ko_s, vo_s = (c.k_out_scale, c.v_out_scale) if out_fp8 else (c.k_buffer, c.k_buffer)
         if views and type(c.kv_proj_weight) is not int:
             w = as_uint8(c.kv_proj_weight)
             return [c.k_buffer, c.k_scale if fp8 else c.k_buffer, c.kv_indptr, c.kv_indices,
                     c.kv_prefix_sum_context_lens, w,
-                    as_uint8(c.kv_proj_scale) if has_scale else w, c.k_prefix, c.v_prefix, *ints]
+                    as_uint8(c.kv_proj_scale) if has_scale else w, c.k_prefix, c.v_prefix,
+                    ko_s, vo_s, *ints]
         return [c.k_buffer, c.k_scale if fp8 else c.k_buffer, c.kv_indptr, c.kv_indices,
                 c.kv_prefix_sum_context_lens, c.kv_proj_weight,
                 c.kv_proj_scale if has_scale else c.kv_proj_weight, c.k_prefix, c.v_prefix,
-                *ints]
+                ko_s, vo_s, *ints]
 
     consts = dict(
         KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
         BPE=pow2(prob.pe_dim, 1), BNOPE=pow2(prob.nope_dim), BV=pow2(prob.v_dim),
         BLOCK_SIZE=prob.block_size, BK=block_k, FMT=SCALE_CODES[prob.scale],
-        DOT_BF16=not prob.dot_in_fp8, HAS_K_SCALE=fp8)
+        DOT_BF16=not prob.dot_in_fp8, HAS_K_SCALE=fp8, OUT_FP8=out_fp8)
     return make_args, consts
 
 

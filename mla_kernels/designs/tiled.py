@@ -26,6 +26,7 @@ from .jit import (
     find_sequence,
     gather_row_offsets,
     load_k_scale,
+    load_out_inverse,
     load_rope,
     project_part,
     project_rows,
@@ -58,14 +59,14 @@ class TiledConfig(DesignConfig):
 @triton.jit
 def tiled_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
-    k_out_ptr, v_out_ptr,
+    k_out_ptr, v_out_ptr, ko_scale_ptr, vo_scale_ptr,
     stride_block, stride_slot, num_blocks, stride_ko_row, stride_ko_head, stride_vo_row,
     stride_vo_head, ld_w, ld_ws, batch, k_desc, rope_desc, v_desc,
     KV_C: tl.constexpr, PE: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
     BPE: tl.constexpr, BNOPE: tl.constexpr, BV: tl.constexpr,
     BLOCK_SIZE: tl.constexpr, BM: tl.constexpr, BK: tl.constexpr, FMT: tl.constexpr,
-    DOT_BF16: tl.constexpr, HAS_K_SCALE: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-    SPLIT: tl.constexpr, TMA: tl.constexpr = False,
+    DOT_BF16: tl.constexpr, HAS_K_SCALE: tl.constexpr, OUT_FP8: tl.constexpr,
+    SEARCH_STEPS: tl.constexpr, SPLIT: tl.constexpr, TMA: tl.constexpr = False,
 ):
     """SPLIT: the head's K-nope (+ rope) and V halves go to two programs (grid axis 1 is
     2 x heads), halving the accumulators each holds.
@@ -93,6 +94,8 @@ def tiled_kernel(
     rows = gather_row_offsets(kv_indices_ptr + first_block, t, tmask, stride_block, stride_slot,
                               num_blocks, BLOCK_SIZE)
     k_scale = load_k_scale(k_scale_ptr, HAS_K_SCALE)
+    k_inv = load_out_inverse(ko_scale_ptr, OUT_FP8)
+    v_inv = load_out_inverse(vo_scale_ptr, OUT_FP8)
     if TMA:
         row0 = tile * BM
         full = row0 + BM <= total
@@ -103,37 +106,38 @@ def tiled_kernel(
                                DOT_BF16)
             if full:
                 col = head * (NOPE + PE)
-                k_desc.store([row0, col], cast_out(acc, k_out_ptr.dtype.element_ty))
-                rope_desc.store([row0, col + NOPE], cast_out(pe, k_out_ptr.dtype.element_ty))
+                k_desc.store([row0, col], cast_out(acc * k_inv, k_out_ptr.dtype.element_ty))
+                rope_desc.store([row0, col + NOPE],
+                                cast_out(pe * k_inv, k_out_ptr.dtype.element_ty))
             else:
                 ko_base = (k_out_ptr + r.to(tl.int64)[:, None] * stride_ko_row
                            + head * stride_ko_head)
-                store_cols(ko_base + NOPE, pe, tmask, PE, BPE)
-                store_cols(ko_base, acc, tmask, NOPE, BNOPE)
+                store_cols(ko_base + NOPE, pe, tmask, k_inv, PE, BPE)
+                store_cols(ko_base, acc, tmask, k_inv, NOPE, BNOPE)
         else:
             acc = project_part(k_buffer_ptr, rows, tmask, k_scale, w_ptr, ws_ptr,
                                head * (NOPE + V) + NOPE, V, ld_w, ld_ws, KV_C, BV, BM, BK, FMT,
                                DOT_BF16)
             if full:
-                v_desc.store([row0, head * V], cast_out(acc, v_out_ptr.dtype.element_ty))
+                v_desc.store([row0, head * V], cast_out(acc * v_inv, v_out_ptr.dtype.element_ty))
             else:
                 vo_base = (v_out_ptr + r.to(tl.int64)[:, None] * stride_vo_row
                            + head * stride_vo_head)
-                store_cols(vo_base, acc, tmask, V, BV)
+                store_cols(vo_base, acc, tmask, v_inv, V, BV)
     elif not SPLIT:
         project_rows(k_buffer_ptr, rows, tmask, r.to(tl.int64), k_scale,
-                     w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+                     w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr, k_inv, v_inv,
                      stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
                      KV_C, PE, NOPE, V, BPE, BNOPE, BV, BM, BK, FMT, DOT_BF16)
     elif part == 0:
         project_rows(k_buffer_ptr, rows, tmask, r.to(tl.int64), k_scale,
-                     w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+                     w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr, k_inv, v_inv,
                      stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
                      KV_C, PE, NOPE, V, BPE, BNOPE, BV, BM, BK, FMT, DOT_BF16,
                      DO_K=True, DO_V=False)
     else:
         project_rows(k_buffer_ptr, rows, tmask, r.to(tl.int64), k_scale,
-                     w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr,
+                     w_ptr, ws_ptr, head, ld_w, ld_ws, k_out_ptr, v_out_ptr, k_inv, v_inv,
                      stride_ko_row, stride_ko_head, stride_vo_row, stride_vo_head,
                      KV_C, PE, NOPE, V, BPE, BNOPE, BV, BM, BK, FMT, DOT_BF16,
                      DO_K=False, DO_V=True)

@@ -28,6 +28,7 @@ MAGNITUDE_FLOOR = 1 / 8
 # A column's gain (the least-squares factor from ref to out) is judged on columns of at
 # least this many rows: over fewer, one cancelled value makes it meaningless.
 GAIN_MIN_ROWS = 16
+E4M3_MIN_NORMAL = 2.0 ** -6  # the smallest normal e4m3fn value
 
 
 def _rel(err: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor | None) -> torch.Tensor:
@@ -88,26 +89,82 @@ def expected(inp: GatherInputs) -> Expected:
     return Expected(*inp.reference(), *inp.reference(absolute=True))
 
 
+def fp8_measures(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor,
+                 scale: torch.Tensor, tol: float) -> dict[str, float]:
+    """An FP8 output (e4m3fn codes) against the float reference, by the contract's rule
+    (``reference.quantize_e4m3``):
+
+    - ``exact_share``: the share of values equal to the rule applied to the reference;
+    - ``max_steps``: the most e4m3 steps between a value and that (1: a neighbour);
+    - ``beyond_steps``: the most steps a value lies outside one step of the rule applied
+      anywhere within the dot's error of the reference (``tol`` x |latent| @ |W|^T): what
+      a correct kernel keeps at 0, since a value that cancelled may sit many fine steps
+      from the reference by the dot's rounding alone;
+    - ``gain``: |<out x scale, ref> / <ref, ref> - 1| over every value in e4m3's normal
+      range (at least 2^-6 x scale): rounding to nearest is unbiased there, so a scale
+      applied wrongly to the whole tensor shows; per column it would not (with a
+      per-tensor scale, columns of small weight scales hold subnormals and zeros).
+
+    Each is NaN if a written value is NaN where the reference's is not."""
+    from ..core.reference import e4m3_steps, quantize_e4m3
+
+    if out.numel() == 0:
+        return {"exact_share": 1.0, "max_steps": 0.0, "beyond_steps": 0.0, "gain": 0.0}
+    r = ref.float().reshape(out.shape)
+    q = quantize_e4m3(r, scale)
+    if bool((out.float().isnan() & ~q.float().isnan()).any()):
+        nan = float("nan")
+        return {"exact_share": nan, "max_steps": nan, "beyond_steps": nan, "gain": nan}
+    steps = e4m3_steps(out, q)
+    e = tol * magnitude.float().reshape(out.shape)
+    lo, hi = quantize_e4m3(r - e, scale), quantize_e4m3(r + e, scale)
+    below, above = e4m3_steps(out, lo), e4m3_steps(out, hi)
+    o, lo_f, hi_f = out.float(), lo.float(), hi.float()
+    beyond = torch.where(o < lo_f, below - 1, torch.where(o > hi_f, above - 1, 0)).clamp_min(0)
+    normal = r.abs() >= E4M3_MIN_NORMAL * scale.float()
+    rr = (r * r)[normal].double().sum()
+    gain = float(((o * scale.float() * r)[normal].double().sum() / rr - 1).abs()) \
+        if bool(rr > 0) else 0.0
+    return {"exact_share": float((steps == 0).float().mean()), "max_steps": float(steps.max()),
+            "beyond_steps": float(beyond.max()), "gain": gain}
+
+
 def check_outputs(inp: GatherInputs, ref: Expected | None = None) -> dict[str, float | bool]:
     """Compare the written rows with the reference and check the spare rows stayed NaN.
 
-    Expects the outputs to have been poisoned (NaN) before the call under test.
+    Expects the outputs to have been poisoned (NaN) before the call under test. FP8 outputs
+    are judged by the contract's rule (``fp8_measures``): correct when no value lies more
+    than one step outside the rule applied within the dot's error, and the gain is within
+    the format's tolerance; ``max_rel_err`` is then that gain, and the result also carries
+    ``fp8_exact_share`` and ``fp8_max_steps``.
     """
     k_ref, v_ref, k_mag, v_mag = ref if ref is not None else expected(inp)
     t = inp.total_tokens
+    tol = TOLERANCES[inp.weight_format]
+    spare_ok = bool(torch.isnan(inp.k_prefix[t:].float()).all()
+                    and torch.isnan(inp.v_prefix[t:].float()).all())
+    if inp.out_is_fp8:
+        km = fp8_measures(inp.k_prefix[:t], k_ref, k_mag, inp.k_out_scale, tol)
+        vm = fp8_measures(inp.v_prefix[:t], v_ref, v_mag, inp.v_out_scale, tol)
+        n_k, n_v = inp.k_prefix[:t].numel(), inp.v_prefix[:t].numel()
+        share = (km["exact_share"] * n_k + vm["exact_share"] * n_v) / max(n_k + n_v, 1)
+        steps = max(km["max_steps"], vm["max_steps"], key=lambda x: (x != x, x))
+        beyond = max(km["beyond_steps"], vm["beyond_steps"], key=lambda x: (x != x, x))
+        err = max(km["gain"], vm["gain"], key=lambda x: (x != x, x))
+        return {"max_rel_err": err, "spare_rows_untouched": spare_ok,
+                "fp8_exact_share": share, "fp8_max_steps": steps, "fp8_beyond_steps": beyond,
+                "correct": bool(beyond == 0 and err <= tol) and spare_ok}
     k_err = max_rel_err(inp.k_prefix[:t], k_ref, k_mag)
     v_err = max_rel_err(inp.v_prefix[:t], v_ref, v_mag)
-    spare_ok = bool(torch.isnan(inp.k_prefix[t:]).all() and torch.isnan(inp.v_prefix[t:]).all())
     err = max(k_err, v_err) if k_err == k_err and v_err == v_err else float("nan")
-    tol = TOLERANCES[inp.weight_format]
     return {"max_rel_err": err, "spare_rows_untouched": spare_ok,
             "correct": bool(err <= tol) and spare_ok}
 
 
 def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[str],
                    cache_dtype: str = "fp8", weight_format: str = "fp8_row",
-                   block_size: int = 1, device: str | None = None, seed: int = 0
-                   ) -> list[dict[str, object]]:
+                   block_size: int = 1, device: str | None = None, seed: int = 0,
+                   out_dtype: torch.dtype = torch.bfloat16) -> list[dict[str, object]]:
     """Run each variant on one random input set and compare it with the reference and with
     the first variant (bit identity: max abs diff 0 means identical bits).
 
@@ -117,7 +174,8 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
     if device is None:
         device = "cpu" if interpreting() or not torch.cuda.is_available() else "cuda"
     case = build_case(shape, contexts, block_size=block_size, cache_dtype=cache_dtype,
-                      weight_format=weight_format, device=device, seed=seed)
+                      weight_format=weight_format, device=device, seed=seed,
+                      out_dtype=out_dtype)
     inp = case.inputs
     ref = expected(inp)
     t = inp.total_tokens
@@ -137,6 +195,7 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
                      "block_size": block_size, "contexts": contexts_str(contexts),
                      "batch": len(contexts), "ctx": t, "variant": v, "design": design.name,
                      "device": device,
+                     "out_dtype": str(out_dtype).removeprefix("torch."),
                      "max_rel_err": res["max_rel_err"], "correct": res["correct"],
                      "compared_with": first[0], "max_abs_diff": diff,
                      "bit_identical": diff == 0.0})

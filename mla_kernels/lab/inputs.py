@@ -24,13 +24,18 @@ from ..core.formats import (
     cache_torch_dtype,
     dequantize_weight,
 )
-from ..core.problem import OUT_DTYPES, GatherArgs
+from ..core.problem import FP8_OUT, OUT_DTYPES, GatherArgs
 from ..core.shapes import MLAShape, get_shape
 from ..core.value_rules import Reject, Rule, choice, flag, int_in
 
-# The call's nine arguments as settable fields, named and typed once, by GatherArgs.
-CallArguments = make_dataclass("CallArguments",
-                               [(n, GatherArgs.__annotations__[n]) for n in GatherArgs._fields])
+# The call's arguments as settable fields, named and typed once, by GatherArgs: the nine
+# tensors, then the FP8 outputs' scales (keyword fields, None for other outputs).
+_NINE = GatherArgs._fields[:9]
+CallArguments = make_dataclass(
+    "CallArguments",
+    [(n, GatherArgs.__annotations__[n]) for n in _NINE]
+    + [(n, GatherArgs.__annotations__[n], field(default=None, kw_only=True))
+       for n in GatherArgs._fields[9:]])
 
 
 @dataclass
@@ -50,8 +55,13 @@ class GatherInputs(CallArguments):
         return sum(self.contexts)
 
     def args(self) -> GatherArgs:
-        """The arguments of gather_kv_b_proj, in order and by name."""
+        """The arguments of gather_kv_b_proj, in order and by name (the FP8 outputs' scales
+        last: None for other outputs)."""
         return GatherArgs(*(getattr(self, n) for n in GatherArgs._fields))
+
+    @property
+    def out_is_fp8(self) -> bool:
+        return self.k_prefix.dtype == FP8_OUT
 
     def reference(self, **kw) -> tuple[torch.Tensor, torch.Tensor]:
         from ..core.reference import gather_kv_b_proj_reference
@@ -317,12 +327,46 @@ def build_inputs(
     def dev(t):
         return None if t is None else t.to(device)
 
+    out_scales = (None, None)
+    if checked["out_dtype"] == FP8_OUT:
+        out_scales = sampled_out_scales(shp, k_buffer, k_scale_t, kv_indptr, kv_indices, cs,
+                                        weight, wscale, weight_format, block_size)
     return GatherInputs(
         dev(k_buffer), dev(k_scale_t), dev(kv_indptr), dev(kv_indices), dev(cs),
         dev(weight), dev(wscale), dev(k_prefix), dev(v_prefix),
+        k_out_scale=dev(out_scales[0]), v_out_scale=dev(out_scales[1]),
         shape=shp, contexts=contexts, block_size=block_size, cache_dtype=cache_dtype,
         weight_format=weight_format, meta={"seed": seed},
     )
+
+
+OUT_SCALE_SAMPLE = 256  # tokens whose outputs set the FP8 outputs' scales
+
+
+def sampled_out_scales(shp: MLAShape, k_buffer, k_scale, kv_indptr, kv_indices, cs, weight,
+                       wscale, weight_format: str, block_size: int, tokens: int = OUT_SCALE_SAMPLE
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor scales for FP8 outputs, as a serving engine would set them: the largest
+    magnitude of K (nope and rope) and of V over the first ``tokens`` tokens, over 448. Later
+    tokens may pass it and saturate, as the contract's rule says they do."""
+    from ..core.reference import E4M3_MAX, token_rows
+
+    blocks, slots = token_rows(kv_indptr, kv_indices, cs, block_size)
+    latent = k_buffer[blocks[:tokens], slots[:tokens]].float()
+    if k_buffer.dtype in FP8_MAX:
+        latent = latent * k_scale.float()
+    w = dequantize_weight(weight, wscale, weight_format).float()
+    kv = (latent[:, :shp.kv_c_dim] @ w.T).view(-1, shp.num_heads,
+                                                 shp.qk_nope_dim + shp.v_head_dim)
+
+    def amax(x: torch.Tensor) -> float:
+        return float(x.abs().amax()) if x.numel() else 0.0
+    k_amax = max(amax(kv[..., :shp.qk_nope_dim]), amax(latent[:, shp.kv_c_dim:]))
+    v_amax = amax(kv[..., shp.qk_nope_dim:])
+
+    def scale(amax: float) -> torch.Tensor:
+        return torch.tensor([amax / E4M3_MAX if amax > 0 else 1.0], dtype=torch.float32)
+    return scale(k_amax), scale(v_amax)
 
 
 def dequantized_weight(inp: GatherInputs) -> torch.Tensor:
