@@ -1,10 +1,11 @@
 """gather_kv_b_proj as a PyTorch custom op, for models compiled with ``torch.compile``.
 
-``torch.ops.mla_kernels.gather_kv_b_proj`` takes the nine arguments, the FP8 outputs'
-scales ``k_out_scale`` and ``v_out_scale`` (None for other outputs), and the public call's
+``torch.ops.mla_kernels.gather_kv_b_proj`` takes the nine arguments and the public call's
 keywords ``variant``, ``max_context_len``, ``config`` (a config's repr, as
 ``designs.parse_config`` reads it: a schema cannot carry a dataclass) and ``validate``;
-it mutates ``k_prefix`` and ``v_prefix`` and returns nothing.
+and last the FP8 outputs' scales ``k_out_scale`` and ``v_out_scale`` (None for other
+outputs; last, so a caller passing ``variant`` by position keeps working); it mutates
+``k_prefix`` and ``v_prefix`` and returns nothing.
 
 It is two ops in turn. ``check_gather_args`` reads nothing but the arguments' addresses,
 byte sizes and negation bits and mutates nothing, so a compiled graph hands it the caller's
@@ -68,10 +69,10 @@ def _gather_op(k_buffer: torch.Tensor, k_scale: torch.Tensor | None,
                kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
                kv_prefix_sum_context_lens: torch.Tensor, kv_proj_weight: torch.Tensor,
                kv_proj_scale: torch.Tensor | None, k_prefix: torch.Tensor,
-               v_prefix: torch.Tensor, k_out_scale: torch.Tensor | None = None,
-               v_out_scale: torch.Tensor | None = None, variant: str = "auto",
+               v_prefix: torch.Tensor, variant: str = "auto",
                max_context_len: int | None = None, config: str | None = None,
-               validate: bool | None = None) -> None:
+               validate: bool | None = None, k_out_scale: torch.Tensor | None = None,
+               v_out_scale: torch.Tensor | None = None) -> None:
     _gather(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
             kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale, v_out_scale,
             variant=variant, max_context_len=max_context_len, config=config,
@@ -80,8 +81,8 @@ def _gather_op(k_buffer: torch.Tensor, k_scale: torch.Tensor | None,
 
 @_gather_op.register_fake
 def _fake(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens, kv_proj_weight,
-          kv_proj_scale, k_prefix, v_prefix, k_out_scale=None, v_out_scale=None, variant="auto",
-          max_context_len=None, config=None, validate=None) -> None:
+          kv_proj_scale, k_prefix, v_prefix, variant="auto", max_context_len=None, config=None,
+          validate=None, k_out_scale=None, v_out_scale=None) -> None:
     args = GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
                       kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale,
                       v_out_scale)
@@ -96,15 +97,15 @@ _LIB = torch.library.Library("mla_kernels", "FRAGMENT")  # kept for the process
 _LIB.define(
     "gather_kv_b_proj(Tensor k_buffer, Tensor? k_scale, Tensor kv_indptr, Tensor kv_indices, "
     "Tensor kv_prefix_sum_context_lens, Tensor kv_proj_weight, Tensor? kv_proj_scale, "
-    "Tensor(a!) k_prefix, Tensor(b!) v_prefix, Tensor? k_out_scale=None, "
-    "Tensor? v_out_scale=None, str variant=\"auto\", "
-    "SymInt? max_context_len=None, str? config=None, bool? validate=None) -> ()")
+    "Tensor(a!) k_prefix, Tensor(b!) v_prefix, str variant=\"auto\", "
+    "SymInt? max_context_len=None, str? config=None, bool? validate=None, "
+    "Tensor? k_out_scale=None, Tensor? v_out_scale=None) -> ()")
 
 
 def gather_kv_b_proj(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
-                     kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale=None,
-                     v_out_scale=None, variant="auto", max_context_len=None, config=None,
-                     validate=None) -> None:
+                     kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, variant="auto",
+                     max_context_len=None, config=None, validate=None, k_out_scale=None,
+                     v_out_scale=None) -> None:
     # Composite: a traced graph records the check and the launch as two nodes, the check
     # on the caller's tensors.
     torch.ops.mla_kernels.check_gather_args(
@@ -112,8 +113,8 @@ def gather_kv_b_proj(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_con
         kv_proj_scale, k_prefix, v_prefix, k_out_scale, v_out_scale)
     torch.ops.mla_kernels._gather_kv_b_proj(
         k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens, kv_proj_weight,
-        kv_proj_scale, k_prefix, v_prefix, k_out_scale, v_out_scale, variant=variant,
-        max_context_len=max_context_len, config=config, validate=validate)
+        kv_proj_scale, k_prefix, v_prefix, variant=variant, max_context_len=max_context_len,
+        config=config, validate=validate, k_out_scale=k_out_scale, v_out_scale=v_out_scale)
 
 
 _LIB.impl("gather_kv_b_proj", gather_kv_b_proj, "CompositeImplicitAutograd")

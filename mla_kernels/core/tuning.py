@@ -54,23 +54,36 @@ TUNED: dict[tuple[str, str, str, object], object] = {
     ("H200", "mxfp4", "bf16", ANY): ("hopper_ws", {"ring_depth": 4}),
 }
 
+# FP8 outputs (e4m3fn): entries measured with them, keyed as TUNED and looked up first; a
+# class with none here takes TUNED's entry (the epilogue differs, the rest does not).
+TUNED_FP8_OUT: dict[tuple[str, str, str, object], object] = {}
+
 # The best portable design on every format measured: tiled, split, 64-row tiles.
 FALLBACK: tuple[str, dict] = ("tiled", {"block_m": 64, "num_warps": 4, "split": True})
 
 
+def _entry(table: dict, key: tuple, rows: int) -> tuple[str, dict] | None:
+    entry = table.get(key)
+    if entry is None or isinstance(entry, tuple):
+        return entry
+    for min_rows, design, fields in entry:
+        if rows >= min_rows:
+            return design, fields
+    return None
+
+
 def lookup(device: str, weight_format: str, cache_dtype: str, block_size: int,
-           rows: int = 0) -> tuple[str, dict]:
+           rows: int = 0, out_fp8: bool = False) -> tuple[str, dict]:
     """The most specific entry for this problem class on this device (``rows``: the output
-    rows, the call's largest possible token count), else FALLBACK."""
-    for key in ((device, weight_format, cache_dtype, block_size),
-                (device, weight_format, cache_dtype, ANY),
-                (device, weight_format, ANY, block_size),
-                (device, weight_format, ANY, ANY)):
-        if key in TUNED:
-            entry = TUNED[key]
-            if isinstance(entry, tuple):
-                return entry
-            for min_rows, design, fields in entry:
-                if rows >= min_rows:
-                    return design, fields
+    rows, the call's largest possible token count; ``out_fp8``: e4m3fn outputs, looked up in
+    TUNED_FP8_OUT first), else FALLBACK."""
+    keys = ((device, weight_format, cache_dtype, block_size),
+            (device, weight_format, cache_dtype, ANY),
+            (device, weight_format, ANY, block_size),
+            (device, weight_format, ANY, ANY))
+    for table in (TUNED_FP8_OUT, TUNED) if out_fp8 else (TUNED,):
+        for key in keys:
+            hit = _entry(table, key, rows)
+            if hit is not None:
+                return hit
     return FALLBACK

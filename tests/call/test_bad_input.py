@@ -41,9 +41,13 @@ def _k_prefix_in_cache(inp):
 
 
 def _op(*args, **kw):
+    """The custom op on the call's arguments: the nine by position, the FP8 outputs'
+    scales (the last two of GatherArgs) by keyword, as its schema takes them."""
     from mla_kernels import ops  # noqa: F401  registers torch.ops.mla_kernels
 
-    return torch.ops.mla_kernels.gather_kv_b_proj(*args, **kw)
+    if len(args) > 9:
+        kw = dict(kw, k_out_scale=args[9], v_out_scale=args[10])
+    return torch.ops.mla_kernels.gather_kv_b_proj(*args[:9], **kw)
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

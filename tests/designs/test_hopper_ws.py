@@ -740,3 +740,68 @@ def test_auto_falls_back_when_the_tuned_design_cannot_run_it():
     # store: the portable fallback.
     design, _ = resolve("auto", _prob(out_dtype=torch.float32), DEVICES["H200"])
     assert design.name == tuning.FALLBACK[0]
+
+
+# FP8 outputs (e4m3fn codes of value / the caller's scale): every weight path over both
+# caches, the deep-ring and two-group configs, and the batch layouts of the other paths.
+FP8_OUT_PATHS = [
+    ("fp8_row", "fp8", None),
+    ("fp8_row", "fp8", HopperWSConfig(ring_depth=6)),
+    ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
+    ("fp8_block", "fp8", None),
+    ("bf16", "fp8", None),  # a bf16 latent tile widened by the gatherer, two staging buffers
+    ("mxfp4", "fp8", None),
+    ("fp8_row", "bf16", None),
+    ("fp8_block", "bf16", None),
+    ("bf16", "bf16", None),
+    ("mxfp4", "bf16", None),
+]
+
+
+def _fp8_out_id(path):
+    fmt, cache, config = path
+    return f"{fmt}-{cache}" + ("" if config is None else
+                               f"-r{config.ring_depth}g{config.mma_groups}")
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("path", FP8_OUT_PATHS, ids=_fp8_out_id)
+@pytest.mark.parametrize(("contexts", "block_size"), LAYOUTS[:3])
+def test_fp8_outputs_match_the_rule(path, contexts, block_size, device, seed):
+    fmt, cache, config = path
+    inp = mk.build_inputs(KIMI, contexts, block_size=block_size, cache_dtype=cache,
+                          weight_format=fmt, device=device, seed=seed,
+                          out_dtype=torch.float8_e4m3fn)
+    res = run_and_check(inp, "hopper_ws", config=config)
+    # Most values are the rule applied to the float reference exactly; the others differ
+    # by the dot's rounding (fp8 tensor cores accumulate in reduced precision).
+    assert res["fp8_exact_share"] >= 0.9, res
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("fmt", ["fp8_row", "bf16"])
+def test_fp8_outputs_saturate(fmt, device, seed):
+    """Scales 50x too small: most values pass 448 and are stored as +-448, as the rule says;
+    the rope's values too (K's scale)."""
+    inp = mk.build_inputs(KIMI, [300], cache_dtype="fp8", weight_format=fmt, device=device,
+                          seed=seed, out_dtype=torch.float8_e4m3fn)
+    inp.k_out_scale = inp.k_out_scale / 50
+    inp.v_out_scale = inp.v_out_scale / 50
+    res = run_and_check(inp, "hopper_ws")
+    t = inp.total_tokens
+    saturated = inp.k_prefix[:t].float().abs() == 448
+    assert saturated.float().mean() > 0.3, res
+
+
+@pytest.mark.gpu
+@hopper
+def test_fp8_outputs_take_the_scale_at_each_call(device, seed):
+    """The scales are read on the device at every call: a cached plan, a new scale value."""
+    inp = mk.build_inputs(KIMI, [600], cache_dtype="fp8", weight_format="fp8_row",
+                          device=device, seed=seed, out_dtype=torch.float8_e4m3fn)
+    run_and_check(inp, "hopper_ws")
+    inp.k_out_scale.mul_(2)
+    inp.v_out_scale.mul_(0.5)
+    run_and_check(inp, "hopper_ws")

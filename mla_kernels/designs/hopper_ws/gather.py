@@ -24,14 +24,18 @@ def latent_gatherer(p):
     of every head of the run's items in the tile. Over an fp8 cache (a bf16 weight) the
     tile is widened on its way in instead (``_latent_widener``)."""
     LAT16: gl.constexpr = p.tile.LAT16
-    if LAT16 and p.cache.FP8:
-        _latent_widener(p.items, p.cache, p.tile, p.out.k_ptr)
+    if LAT16:
+        rope_inv = p.out.k_inverse()  # the rope is K's: FP8 outputs take K's scale
     else:
-        _latent_copier(p.items, p.cache, p.tile, p.out.k_ptr)
+        rope_inv = 1.0  # (the MMA warps store the rope)
+    if LAT16 and p.cache.FP8:
+        _latent_widener(p.items, p.cache, p.tile, p.out.k_ptr, rope_inv)
+    else:
+        _latent_copier(p.items, p.cache, p.tile, p.out.k_ptr, rope_inv)
 
 
 @gluon.jit
-def _latent_copier(items, cache, tile_bufs, k_out_ptr):
+def _latent_copier(items, cache, tile_bufs, k_out_ptr, rope_inv):
     """``latent_gatherer`` where the tile holds the cache's own dtype."""
     LAT16: gl.constexpr = tile_bufs.LAT16
     KV_C: gl.constexpr = items.KV_C
@@ -73,8 +77,8 @@ def _latent_copier(items, cache, tile_bufs, k_out_ptr):
                               + (kb * BK + h * LK + k_cols)[None, :], mask=tmask[:, None])
             async_copy.mbarrier_arrive(lat_ready.index(kb), increment_count=False)
         if LAT16:  # a bf16 cache: nothing to dequantise
-            _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, 1.0, total, tile, start, end,
-                        pe_cols, pe_layout)
+            _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, rope_inv, total, tile, start,
+                        end, pe_cols, pe_layout)
         # The next tile's row offsets (dependent index loads) are fetched while this
         # tile's matrix work runs, off the MMA warps' critical path.
         rows, tmask = cache.tile_rows(items, total, tile + 1, lat_layout, index)
@@ -83,9 +87,9 @@ def _latent_copier(items, cache, tile_bufs, k_out_ptr):
 @gluon.jit
 def _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, k_scale, total, tile, start, end, pe_cols,
                 pe_layout: gl.constexpr):
-    """The rope of one tile with a bf16 latent tile, from registers (x k_scale; 1 for a bf16
-    cache): stored into the K rows of every head whose K-nope item of this tile is in the run
-    [start, end) (the program that stores a head's K-nope stores its rope). The tile's rows
+    """The rope of one tile with a bf16 latent tile, from registers (x k_scale, 1 for a bf16
+    cache, and / k_out_scale for FP8 outputs): stored into the K rows of every head whose
+    K-nope item of this tile is in the run [start, end) (the program that stores a head's K-nope stores its rope). The tile's rows
     past the last token are masked; a shifted last tile writes its first rows again with the
     same bits."""
     NOPE: gl.constexpr = items.NOPE
@@ -145,7 +149,7 @@ def _widen_chunk(tile_bufs, kb: gl.constexpr, phase, x_lo, x_hi, NS: gl.constexp
 
 
 @gluon.jit
-def _latent_widener(items, cache, tile_bufs, k_out_ptr):
+def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv):
     """The gather partition of a bf16 weight over an fp8 cache: each token tile's fp8 latent
     rows loaded into registers, widened exactly to bf16 (widen_words) and stored as the
     tile of bf16 K slices a bf16 cache's gather leaves, so the MMA warps run the bf16 cache's
@@ -170,6 +174,7 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr):
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     index = cache.batch_index(items, word_layout)
     k_scale = gl.load(cache.k_scale_ptr)
+    rope_factor = k_scale * rope_inv
     total, start, end, first_tile, last_tile = items.span()
     rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
         items, cache, k32, words, total, first_tile, NS, word_layout, index)
@@ -183,7 +188,7 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr):
         pe_ptrs = cache.k_ptr + gl.convert_layout(rw * 4, gl.SliceLayout(1, pe_layout))[:, None] \
             + (KV_C + pe_cols)[None, :]
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
-        _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, k_scale, total, tile, start, end,
+        _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, rope_factor, total, tile, start, end,
                     pe_cols, pe_layout)
         rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
             items, cache, k32, words, total, tile + 1, NS, word_layout, index)

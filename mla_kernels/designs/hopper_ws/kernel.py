@@ -17,21 +17,22 @@ from .shared_buffers import Handles, LatentTile, Outputs, WeightRing
 @gluon.jit
 def hopper_ws_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
-    k_out_ptr, v_out_ptr, w_desc, k_desc, pe_desc, v_desc,
+    k_out_ptr, v_out_ptr, ko_scale_ptr, vo_scale_ptr, w_desc, k_desc, pe_desc, v_desc,
     stride_block, stride_slot, num_blocks, batch,
     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
     HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
-    LAT_REGS: gl.constexpr, num_warps: gl.constexpr,
+    LAT_REGS: gl.constexpr, OUT_FP8: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
     # Output staging buffers of an fp8 tile: two (an item's stores may still read one while
     # the next item stages), or one, whose 32 KB hold the fifth and sixth weight slots (each
     # item then waits for the last item's stores, which a deeper ring leaves long done).
-    NBUF: gl.constexpr = 2 if STAGES <= 4 else 1
+    # FP8 outputs stage in half the bytes: two buffers fit wherever one bf16 one does.
+    NBUF: gl.constexpr = 2 if STAGES <= 4 or OUT_FP8 else 1
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
     bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
@@ -66,7 +67,8 @@ def hopper_ws_kernel(
             info = gl.allocate_shared_memory(gl.int32, [1, BN],
                                              gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     if LAT16:
-        out_buf = gl.allocate_shared_memory(k_desc.dtype, [1, BM, BN], k_desc.layout)
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [2 if OUT_FP8 else 1, BM, BN],
+                                            k_desc.layout)
         pe_out = out_buf
     else:
         out_buf = gl.allocate_shared_memory(k_desc.dtype, [NBUF, BM, BN], k_desc.layout)
@@ -93,7 +95,8 @@ def hopper_ws_kernel(
                 w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
                 WeightRing(w_ring, w_ready, w_empty, info, STAGES),
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16),
-                Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out))
+                Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
+                        ko_scale_ptr, vo_scale_ptr, OUT_FP8))
     # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two
     # MMA groups, a second MMA partition. The partitions and their warps differ, so each
     # set is its own call: a list of partitions cannot be held in a variable.

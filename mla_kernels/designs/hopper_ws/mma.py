@@ -39,11 +39,13 @@ class Item:
 @bundle
 class Group:
     """One MMA group's part of every item: rows [R0, R0 + HM) of each tile, and what its
-    epilogue reuses item after item (the token count, k_scale, column and row offsets in
-    the layouts it stores from, its rows of the rope buffers)."""
+    epilogue reuses item after item (the token count, k_scale, the rope's factor: k_scale,
+    over k_out_scale for FP8 outputs, column and row offsets in the layouts it stores from,
+    its rows of the rope buffers)."""
 
     total: gl.tensor
     k_scale: gl.tensor
+    pe_scale: gl.tensor
     cols: gl.tensor
     pe_cols: gl.tensor
     pe_rows: gl.tensor
@@ -262,12 +264,13 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
 
 
 @gluon.jit
-def _mx_item_product(ring, lat, item, grp, acc, c, start, NK: gl.constexpr,
+def _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK: gl.constexpr,
                      a_layout: gl.constexpr, acc16_layout: gl.constexpr,
                      a16_layout: gl.constexpr, one_layout: gl.constexpr, out_ty: gl.constexpr):
     """An MXFP4 item of the run from ``start``: its route read from its ``info`` entry, its
     K loop as fp8 x fp8 (e4m3 chunks) or bf16 x bf16 (bf16 chunks, the latent widened in
-    registers), and its output x each column's 2^F x k_scale. Returns (acc, out, c)."""
+    registers), and its output x each column's 2^F x ``factor`` (k_scale, over the output's
+    scale for FP8 outputs). Returns (acc, out, c)."""
     # The item's first chunk is published with its info entry (mx_widener).
     ring.wait_full(c)
     entry = ring.info.index((item.it - start) % (ring.STAGES + 1))
@@ -279,7 +282,7 @@ def _mx_item_product(ring, lat, item, grp, acc, c, start, NK: gl.constexpr,
         acc16, c, _ = _item_k_loop(ring.as_bf16(), lat, item, acc16, c, NK, 2, a16_layout)
         acc = gl.convert_layout(acc16, grp.acc_layout)
     # Each column's 2^F x k_scale, read behind the last wgmma.
-    scale = pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 1) * grp.k_scale
+    scale = pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 1) * factor
     acc = _item_done(ring, lat, acc, c, item.last, NK)
     return acc, (acc * scale[None, :]).to(out_ty), c
 
@@ -294,7 +297,7 @@ def _stage_rope(lat, out, grp, item, NK: gl.constexpr):
     mbarrier.wait(lat.ready.index(NK), (item.tiles_seen - 1) & 1)
     fence_async_shared()
     if item.full:
-        pe = grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.k_scale
+        pe = grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.pe_scale
         tma.store_wait(0)  # the previous tile's rope stores have left its buffer
         grp.pe_dst.store(pe.to(out_ty))
         fence_async_shared()
@@ -324,9 +327,10 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.const
     # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
     # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
     # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done.
+    # A bf16 tile's K items store no rope (the gather warps do): one store an item.
     if not item.full or out.bufs.shape[0] == 1:
         tma.store_wait(0)
-    elif item.half == 0:
+    elif item.half == 0 or LAT16:
         tma.store_wait(1)
     else:
         tma.store_wait(2)
@@ -356,7 +360,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.const
                      mask=rmask)
             if not LAT16:
                 pr = row0 + R0 + grp.pe_rows
-                pe = (grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.k_scale
+                pe = (grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.pe_scale
                       ).to(out.k_ptr.dtype.element_ty)
                 gl.store(out.k_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
                          + head * KROW + NOPE + grp.pe_cols[None, :], pe,
@@ -419,6 +423,17 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         k_scale = gl.load(p.cache.k_scale_ptr)
     else:  # a bf16 cache has nothing to dequantise
         k_scale = 1.0
+    OUT_FP8: gl.constexpr = out.FP8
+    if OUT_FP8:
+        # Stored values are divided by the output's scale: folded into the factors the
+        # epilogue multiplies by anyway.
+        k_inv = out.k_inverse()
+        v_inv = out.v_inverse()
+        pe_scale = k_scale * k_inv
+    else:
+        k_inv = 1.0
+        v_inv = 1.0
+        pe_scale = k_scale
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     pe_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, pe_layout))
@@ -437,7 +452,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     if NWG > 1:
         pe_src = lat.pe.slice(R0, HM, dim=0)
         pe_dst = out.pe.slice(R0, HM, dim=0)
-    grp = Group(total, k_scale, cols, pe_cols, pe_rows, st_cols, st_rows, pe_src, pe_dst, R0, HM,
+    grp = Group(total, k_scale, pe_scale, cols, pe_cols, pe_rows, st_cols, st_rows, pe_src, pe_dst, R0, HM,
                 NWG, acc_layout, pe_layout, st_layout)
     c = 0  # weight chunks consumed
     n_tma = 0  # items staged: picks the staging buffer
@@ -447,20 +462,28 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         if item.first and not LAT16:  # a bf16 tile's rope is the gather warps' (_store_rope)
             _stage_rope(lat, out, grp, item, NK)
         w_row = items.weight_row(it)
+        if OUT_FP8:
+            if item.half == 0:
+                factor = k_scale * k_inv
+            else:
+                factor = k_scale * v_inv
+        else:
+            factor = k_scale
         if SCALE == SCALE_BLOCK:
             acc_t, acc_b, s_last, c = _block_scaled_item(
                 ring, lat, item, acc_t, acc_b, p.ws_ptr + (w_row // BN) * p.WS_LD, c, KV_C, WK)
-            f = s_last * k_scale
+            f = s_last * factor
             out_t = (acc_t * f).to(out_ty)
             out_b = (acc_b * f).to(out_ty)
         elif SCALE == SCALE_E8M0:
-            acc, out_t, c = _mx_item_product(ring, lat, item, grp, acc, c, start, NK, a_layout,
-                                             acc16_layout, a16_layout, one_layout, out_ty)
+            acc, out_t, c = _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK,
+                                             a_layout, acc16_layout, a16_layout, one_layout,
+                                             out_ty)
             out_b = out_t
         else:
             if SCALE == SCALE_ROW:
                 # Fetched now, so their latency hides behind the wgmma.
-                scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * k_scale
+                scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
             acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout, WG, NWG,
                                           a_regs, LAT_REGS)
             if LAT_REGS:  # (a loop-carried value only then)
@@ -469,7 +492,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             if SCALE == SCALE_ROW:
                 out_t = (acc * scale[None, :]).to(out_ty)
             else:
-                out_t = (acc * k_scale).to(out_ty)
+                out_t = (acc * factor).to(out_ty)
             out_b = out_t
         n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE)
     tma.store_wait(0)

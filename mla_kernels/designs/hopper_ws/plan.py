@@ -139,8 +139,11 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
+                  OUT_FP8=prob.out_is_fp8,
                   maxnreg=168 if groups == 1 else 128)
     has_ws = ws is not None
+
+    out_fp8 = prob.out_is_fp8
 
     def make(c: GatherArgs) -> list:
         w, ws = c.kv_proj_weight, c.kv_proj_scale
@@ -154,9 +157,11 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                 # A weight with no scale (bf16): a pointer the kernel never reads.
                 ws if has_ws else ks,
                 c.k_prefix, c.v_prefix,
+                # The FP8 outputs' scales; other outputs have none: stand-ins, never read.
+                c.k_out_scale if out_fp8 else ks, c.v_out_scale if out_fp8 else ks,
                 w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
                 v_desc(c.v_prefix), *ints]
-    return JitLauncher(hopper_ws_kernel, grid, 17, consts, make)
+    return JitLauncher(hopper_ws_kernel, grid, 19, consts, make)
 
 
 def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
@@ -176,7 +181,7 @@ def supports(prob: Problem) -> bool:
     an fp8 e4m3fn weight with a per-row or per-128x128-block scale, a bf16 weight with
     none, a per-row or a per-block scale (scales float32 or bf16), or MXFP4; nope = v = 128,
     pe = 64, kv_c a multiple of 128 up to 512 (the whole latent tile lives in shared memory:
-    README.md), bf16 or fp16 outputs, and a 16-byte aligned weight and outputs (TMA's
+    README.md), bf16, fp16 or FP8 (e4m3fn) outputs, and a 16-byte aligned weight and outputs (TMA's
     rule)."""
     weight_ok = ((prob.weight_dtype == torch.float8_e4m3fn
                   and (prob.weight_format, prob.scale) in (("fp8_row", "row"),
@@ -188,7 +193,7 @@ def supports(prob: Problem) -> bool:
             and prob.kv_c_dim % TILE == 0 and prob.kv_c_dim <= 4 * TILE
             and prob.cache_dtype in (torch.float8_e4m3fn, torch.bfloat16)
             and prob.scale_dtype in (None, torch.bfloat16)
-            and prob.out_dtype in (torch.bfloat16, torch.float16)
+            and prob.out_dtype in (torch.bfloat16, torch.float16, torch.float8_e4m3fn)
             and prob.aligned16)
 
 

@@ -110,7 +110,8 @@ class LatentTile:
 @bundle
 class Outputs:
     """k_out and v_out: their pointers and TMA descriptors (K-nope blocks, the rope, V
-    blocks), and the shared buffers items are staged in (one or two, and the rope's)."""
+    blocks), the shared buffers items are staged in (one or two, and the rope's), and with
+    FP8 outputs their scales' pointers (stand-ins otherwise, never read)."""
 
     k_ptr: gl.tensor
     v_ptr: gl.tensor
@@ -119,6 +120,28 @@ class Outputs:
     v_desc: Descriptor
     bufs: Buffer
     pe: Buffer
+    k_scale_ptr: gl.tensor
+    v_scale_ptr: gl.tensor
+    FP8: gl.constexpr
+
+    @gluon.jit
+    def k_inverse(self):
+        """What K's values are multiplied by before they are stored: 1 / k_out_scale for
+        FP8 outputs (its float32 reciprocal), else 1."""
+        if self.FP8:
+            inv = 1.0 / gl.load(self.k_scale_ptr)
+        else:
+            inv = 1.0
+        return inv
+
+    @gluon.jit
+    def v_inverse(self):
+        """``k_inverse`` for V."""
+        if self.FP8:
+            inv = 1.0 / gl.load(self.v_scale_ptr)
+        else:
+            inv = 1.0
+        return inv
 
 
 @bundle
