@@ -89,9 +89,9 @@ def _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, k_scale, total, tile, start,
                 pe_layout: gl.constexpr):
     """The rope of one tile with a bf16 latent tile, from registers (x k_scale, 1 for a bf16
     cache, and / k_out_scale for FP8 outputs): stored into the K rows of every head whose
-    K-nope item of this tile is in the run [start, end) (the program that stores a head's K-nope stores its rope). The tile's rows
-    past the last token are masked; a shifted last tile writes its first rows again with the
-    same bits."""
+    K-nope item of this tile is in the run [start, end) (the program that stores a head's
+    K-nope stores its rope). The tile's rows past the last token are masked; a shifted last
+    tile writes its first rows again with the same bits."""
     NOPE: gl.constexpr = items.NOPE
     ITEMS_PER_TILE: gl.constexpr = items.PER_TILE
     out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
