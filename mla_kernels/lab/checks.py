@@ -101,12 +101,13 @@ def fp8_measures(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor,
       a correct kernel keeps at 0, since a value that cancelled may sit many fine steps
       from the reference by the dot's rounding alone;
     - ``gain``: |<out x scale, ref> / <ref, ref> - 1| over every value in e4m3's normal
-      range (at least 2^-6 x scale): rounding to nearest is unbiased there, so a scale
-      applied wrongly to the whole tensor shows; per column it would not (with a
-      per-tensor scale, columns of small weight scales hold subnormals and zeros).
+      range (2^-6 to 448 times the scale; saturated values are judged by the steps alone):
+      rounding to nearest is unbiased there, so a scale applied wrongly to the whole tensor
+      shows; per column it would not (with a per-tensor scale, columns of small weight
+      scales hold subnormals and zeros).
 
     Each is NaN if a written value is NaN where the reference's is not."""
-    from ..core.reference import e4m3_steps, quantize_e4m3
+    from ..core.reference import E4M3_MAX, e4m3_steps, quantize_e4m3
 
     if out.numel() == 0:
         return {"exact_share": 1.0, "max_steps": 0.0, "beyond_steps": 0.0, "gain": 0.0}
@@ -121,7 +122,9 @@ def fp8_measures(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor,
     below, above = e4m3_steps(out, lo), e4m3_steps(out, hi)
     o, lo_f, hi_f = out.float(), lo.float(), hi.float()
     beyond = torch.where(o < lo_f, below - 1, torch.where(o > hi_f, above - 1, 0)).clamp_min(0)
-    normal = r.abs() >= E4M3_MIN_NORMAL * scale.float()
+    a, sf = r.abs(), scale.float()
+    # Neither subnormal nor saturated: where rounding is unbiased.
+    normal = (a >= E4M3_MIN_NORMAL * sf) & (a <= E4M3_MAX * sf)
     rr = (r * r)[normal].double().sum()
     gain = float(((o * scale.float() * r)[normal].double().sum() / rr - 1).abs()) \
         if bool(rr > 0) else 0.0

