@@ -1,0 +1,86 @@
+"""FP8 outputs beside bf16 ones on hopper_ws, config by config, in one process: each call
+checked against the reference, then timed as one launch replayed from a CUDA graph (median,
+L2 flushed), bf16 and FP8 outputs of one config back to back. A round's look before the
+matrix, which times only what ``auto`` and the default run.
+
+Usage on the H200: python3 -m mla_kernels.lab.diagnostics.fp8_outputs [--out FOLDER]
+[--cases I,J] [--warm]  (rows to FOLDER/fp8_outputs.csv; FOLDER defaults to reports/diag/,
+which git ignores). ``--warm`` compiles and checks every config on 1000 tokens and times
+nothing (several such processes fill the compile cache side by side); ``--cases`` picks
+entries of CASES by index.
+"""
+from __future__ import annotations
+
+import pandas as pd
+import torch
+
+from ...api import gather_kv_b_proj
+from ...designs.hopper_ws import HopperWSConfig
+from ..checks import check_outputs
+from ..inputs import build_inputs
+from ..provenance import provenance
+from ..timing import graphed, measure
+from .command_line import parser, write_rows
+
+CONFIGS = {"r4": HopperWSConfig(ring_depth=4),
+           "r4d": HopperWSConfig(ring_depth=4, defer_stores=True),
+           "r6g2": HopperWSConfig(ring_depth=6, mma_groups=2),
+           "r6g2d": HopperWSConfig(ring_depth=6, mma_groups=2, defer_stores=True),
+           "r6g2L": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True),
+           "r6g2Ld": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True,
+                                    defer_stores=True)}
+# (weight format, cache, tokens of one sequence, configs): Kimi-K3 TP8, page size 1.
+CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6g2", "r6g2d", "r6g2Ld", "r4d")),
+         ("fp8_row", "fp8", 109440, ("r6g2L", "r6g2", "r6g2d", "r6g2Ld", "r4d")),
+         ("bf16", "fp8", 32000, ("r4", "r4d")),
+         ("fp8_row", "bf16", 32000, ("r4", "r4d"))]
+OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
+
+
+def run(cases, warm: bool) -> list[dict]:
+    prov, rows = provenance(), []
+    for fmt, cache, tokens, names in cases:
+        tokens = 1000 if warm else tokens
+        inputs = {o: build_inputs("kimi-k3-tp8", [tokens], cache_dtype=cache, weight_format=fmt,
+                                  device="cuda", out_dtype=d) for o, d in OUTS.items()}
+        for name in names:
+            cfg = CONFIGS[name]
+            for out, inp in inputs.items():
+                inp.poison_outputs()
+                gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=cfg)
+                res = check_outputs(inp)
+                t = None if warm else measure(graphed(
+                    lambda inp=inp, cfg=cfg: gather_kv_b_proj(*inp.args(), variant="hopper_ws",
+                                                              config=cfg)))
+                row = {**prov, "model": "kimi-k3-tp8", "weight_format": fmt, "cache_dtype": cache,
+                       "block_size": 1, "ctx": tokens, "variant": "hopper_ws", "config": repr(cfg),
+                       "config_name": name, "out_dtype": out, "timing": "graph",
+                       "median_us": float("nan") if t is None else t.median_us,
+                       "q1_us": float("nan") if t is None else t.q1_us,
+                       "q3_us": float("nan") if t is None else t.q3_us,
+                       "reps": 0 if t is None else t.reps,
+                       "correct": res["correct"], "max_rel_err": res["max_rel_err"],
+                       "fp8_exact_share": res.get("fp8_exact_share", float("nan")),
+                       "fp8_max_steps": res.get("fp8_max_steps", float("nan"))}
+                rows.append(row)
+                print(f"{fmt:9s} {cache:4s} {tokens:6d} {name:6s} {out:13s} "
+                      f"{row['median_us']:8.1f} us  correct {res['correct']}  exact "
+                      f"{row['fp8_exact_share']:.4f}", flush=True)
+        del inputs
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    ap = parser(__doc__, "fp8_outputs.csv")
+    ap.add_argument("--cases", help="indices of CASES, comma-separated (default: all)")
+    ap.add_argument("--warm", action="store_true", help="compile and check only, on 1000 tokens")
+    a = ap.parse_args()
+    cases = CASES if not a.cases else [CASES[int(i)] for i in a.cases.split(",")]
+    rows = run(cases, a.warm)
+    if not a.warm:
+        print(write_rows(pd.DataFrame(rows), a.out, "fp8_outputs.csv"))
+
+
+if __name__ == "__main__":
+    main()
