@@ -29,6 +29,9 @@ MAGNITUDE_FLOOR = 1 / 8
 # least this many rows: over fewer, one cancelled value makes it meaningless.
 GAIN_MIN_ROWS = 16
 E4M3_MIN_NORMAL = 2.0 ** -6  # the smallest normal e4m3fn value
+# An FP8 output's gain is judged when at least this share of its values is in e4m3's
+# normal range (neither subnormal nor saturated).
+GAIN_MIN_NORMAL_SHARE = 0.25
 
 
 def _rel(err: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor | None) -> torch.Tensor:
@@ -101,7 +104,8 @@ def fp8_measures(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor,
       a correct kernel keeps at 0, since a value that cancelled may sit many fine steps
       from the reference by the dot's rounding alone;
     - ``gain``: |<out x scale, ref> / <ref, ref> - 1| over every value in e4m3's normal
-      range (2^-6 to 448 times the scale; saturated values are judged by the steps alone):
+      range (2^-6 to 448 times the scale; saturated values are judged by the steps alone;
+      0, not judged, where fewer than a quarter of the values are in that range):
       rounding to nearest is unbiased there, so a scale applied wrongly to the whole tensor
       shows; per column it would not (with a per-tensor scale, columns of small weight
       scales hold subnormals and zeros).
@@ -126,8 +130,10 @@ def fp8_measures(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor,
     # Neither subnormal nor saturated: where rounding is unbiased.
     normal = (a >= E4M3_MIN_NORMAL * sf) & (a <= E4M3_MAX * sf)
     rr = (r * r)[normal].double().sum()
+    # Over a few values at the range's edges (most saturated) the gain means nothing.
+    judged = bool(rr > 0) and float(normal.float().mean()) >= GAIN_MIN_NORMAL_SHARE
     gain = float(((o * scale.float() * r)[normal].double().sum() / rr - 1).abs()) \
-        if bool(rr > 0) else 0.0
+        if judged else 0.0
     return {"exact_share": float((steps == 0).float().mean()), "max_steps": float(steps.max()),
             "beyond_steps": float(beyond.max()), "gain": gain}
 

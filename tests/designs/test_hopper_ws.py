@@ -748,10 +748,8 @@ FP8_OUT_PATHS = [
     ("fp8_row", "fp8", None),
     ("fp8_row", "fp8", HopperWSConfig(ring_depth=6)),
     ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
-    ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, defer_stores=True)),
     ("fp8_block", "fp8", None),
     ("bf16", "fp8", None),  # a bf16 latent tile widened by the gatherer, two staging buffers
-    ("bf16", "fp8", HopperWSConfig(defer_stores=True)),
     ("mxfp4", "fp8", None),
     ("fp8_row", "bf16", None),
     ("fp8_block", "bf16", None),
@@ -763,9 +761,7 @@ FP8_OUT_PATHS = [
 def _fp8_out_id(path):
     fmt, cache, config = path
     return f"{fmt}-{cache}" + ("" if config is None else
-                               f"-r{config.ring_depth}g{config.mma_groups}"
-                               + ("L" if config.latent_in_registers else "")
-                               + ("d" if config.defer_stores else ""))
+                               f"-r{config.ring_depth}g{config.mma_groups}")
 
 
 @pytest.mark.gpu
@@ -809,32 +805,3 @@ def test_fp8_outputs_take_the_scale_at_each_call(device, seed):
     inp.k_out_scale.mul_(2)
     inp.v_out_scale.mul_(0.5)
     run_and_check(inp, "hopper_ws")
-
-
-# Deferred stores: an item staged and stored during the next item's K loop (bf16 outputs;
-# FP8 ones in FP8_OUT_PATHS), over the layouts of the other paths and lockstep runs.
-DEFERRED = [("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, defer_stores=True)),
-            ("fp8_row", "fp8", HopperWSConfig(ring_depth=4, defer_stores=True)),
-            ("bf16", "fp8", HopperWSConfig(defer_stores=True)),
-            ("fp8_row", "bf16", HopperWSConfig(defer_stores=True))]
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize("path", DEFERRED, ids=_fp8_out_id)
-@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
-    (KIMI, [37, 0, 300, 129, 1], 16), (KIMI, [1000], 1), (KIMI, [100], 1),
-    ("deepseek-v3-tp1", [700], 1)])
-def test_deferred_stores_match_reference(path, shape, contexts, block_size, device, seed):
-    fmt, cache, config = path
-    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype=cache,
-                          weight_format=fmt, device=device, seed=seed)
-    run_and_check(inp, "hopper_ws", config=config)
-
-
-@pytest.mark.parametrize("fmt", ["fp8_block", "mxfp4"])
-def test_deferred_stores_refused_for_block_and_e8m0_scales(fmt):
-    prob = _prob(fmt=fmt)
-    with pytest.raises(ValueError, match="config.defer_stores"):
-        DESIGNS["hopper_ws"].prepare(prob, mk.build_inputs(KIMI, [10], weight_format=fmt).args(),
-                                     None, HopperWSConfig(defer_stores=True), DEVICES["H200"])

@@ -24,8 +24,7 @@ def hopper_ws_kernel(
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
-    LAT_REGS: gl.constexpr, OUT_FP8: gl.constexpr, DEFER: gl.constexpr,
-    num_warps: gl.constexpr,
+    LAT_REGS: gl.constexpr, OUT_FP8: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
@@ -103,8 +102,8 @@ def hopper_ws_kernel(
     # set is its own call: a list of partitions cannot be held in a variable.
     if MMA_GROUPS == 2:
         gl.warp_specialize([
-            (mma_epilogue, (p, 0, 2, LAT_REGS, num_warps, DEFER)),
-            (mma_epilogue, (p, 1, 2, LAT_REGS, num_warps, DEFER)),
+            (mma_epilogue, (p, 0, 2, LAT_REGS, num_warps)),
+            (mma_epilogue, (p, 1, 2, LAT_REGS, num_warps)),
             (latent_gatherer, (p,)),
             (weight_loader, (p,)),
         ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])
@@ -116,7 +115,7 @@ def hopper_ws_kernel(
         ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
     else:
         gl.warp_specialize([
-            (mma_epilogue, (p, 0, 1, False, num_warps, DEFER)),
+            (mma_epilogue, (p, 0, 1, False, num_warps)),
             (weight_loader, (p,)),
             (latent_gatherer, (p,)),
         ], [1, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])

@@ -94,20 +94,17 @@ def _wait_for_chunk(ring, lat, item, c, kb, h):
 @gluon.jit
 def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                  a_layout: gl.constexpr, WG: gl.constexpr = 0, NWG: gl.constexpr = 1,
-                 a_regs=0, LAT_REGS: gl.constexpr = False, KB0: gl.constexpr = 0,
-                 KB1: gl.constexpr = -1):
+                 a_regs=0, LAT_REGS: gl.constexpr = False):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
     chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
     MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
     registers). With LAT_REGS (fp8, two groups) the group's rows of each latent chunk are
     wgmma's A operand in registers (``a_regs``, one per chunk, loaded by a tile's first item,
-    which frees the chunk for the next tile at once). Only latent chunks [KB0, KB1) (KB1 -1:
-    to NK), so a caller may work between two parts of the loop. Returns with the last wgmma
-    in flight (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
+    which frees the chunk for the next tile at once). Returns with the last wgmma in flight
+    (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
     WK: gl.constexpr = BK // STEP
-    END: gl.constexpr = NK if KB1 < 0 else KB1
-    for kb in gl.static_range(KB0, END):
+    for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(ring, lat, item, c, kb, h)
             if LAT_REGS:
@@ -378,14 +375,11 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.const
 
 @gluon.jit
 def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
-                  num_warps: gl.constexpr, DEFER: gl.constexpr = False):
+                  num_warps: gl.constexpr):
     """The MMA and epilogue warps: every item of the run, on rows [R0, R0 + HM) of each
     token tile. With two groups (``mma_groups=2``) each takes half of every tile's rows, both
     read each weight chunk and latent chunk (freed when both have) and each stages and stores
-    its half; with LAT_REGS each holds its rows of the tile's latent in registers. With DEFER
-    an item's output is kept in registers and staged and stored once the next item's first
-    K chunk is issued (the tile's rope then staged after it, since the deferred K item
-    stores the previous tile's rope)."""
+    its half; with LAT_REGS each holds its rows of the tile's latent in registers."""
     items = p.items
     ring = p.ring
     lat = p.tile
@@ -463,13 +457,10 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     c = 0  # weight chunks consumed
     n_tma = 0  # items staged: picks the staging buffer
     tiles_seen = 0
-    if DEFER:  # the previous item's output, stored during this item's K loop
-        out_prev = gl.zeros((HM, BN), out_ty, acc_layout)
     for it in range(start, end):
         item, tiles_seen = _item_at(items, it, start, end, total, tiles_seen)
-        if not DEFER:
-            if item.first and not LAT16:  # a bf16 tile's rope is the gather warps'
-                _stage_rope(lat, out, grp, item, NK)
+        if item.first and not LAT16:  # a bf16 tile's rope is the gather warps' (_store_rope)
+            _stage_rope(lat, out, grp, item, NK)
         w_row = items.weight_row(it)
         if OUT_FP8:
             if item.half == 0:
@@ -493,20 +484,8 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             if SCALE == SCALE_ROW:
                 # Fetched now, so their latency hides behind the wgmma.
                 scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
-            if DEFER:
-                acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout,
-                                              WG, NWG, a_regs, LAT_REGS, 0, 1)
-                if it > start:
-                    prev, _ = _item_at(items, it - 1, start, end, total, tiles_seen)
-                    n_tma = _store_item(items, lat, out, grp, prev, n_tma, out_prev, out_prev,
-                                        SCALE)
-                if item.first and not LAT16:
-                    _stage_rope(lat, out, grp, item, NK)
-                acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout,
-                                              WG, NWG, a_next, LAT_REGS, 1)
-            else:
-                acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout,
-                                              WG, NWG, a_regs, LAT_REGS)
+            acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout, WG, NWG,
+                                          a_regs, LAT_REGS)
             if LAT_REGS:  # (a loop-carried value only then)
                 a_regs = a_next
             acc = _item_done(ring, lat, acc, c, item.last, NK, LAT_REGS)
@@ -515,12 +494,5 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             else:
                 out_t = (acc * factor).to(out_ty)
             out_b = out_t
-        if DEFER:
-            out_prev = out_t
-        else:
-            n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE)
-    if DEFER:
-        if end > start:
-            last, _ = _item_at(items, end - 1, start, end, total, tiles_seen)
-            n_tma = _store_item(items, lat, out, grp, last, n_tma, out_prev, out_prev, SCALE)
+        n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE)
     tma.store_wait(0)

@@ -115,10 +115,6 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         # A bf16 latent tile (128 KB) leaves room for four weight slots.
         raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
                          f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
-    if config.defer_stores and prob.scale not in ("row", "none"):
-        raise ValueError("config.defer_stores: expected False with a per-block or e8m0 weight "
-                         "scale (their K loops are their own), got True (weight format "
-                         f"{prob.weight_format}, scale {prob.scale})")
     srows = TILE // groups  # rows of one TMA store: a group's share of a tile
     k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, TILE)
     pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, prob.pe_dim)
@@ -143,7 +139,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
-                  OUT_FP8=prob.out_is_fp8, DEFER=config.defer_stores,
+                  OUT_FP8=prob.out_is_fp8,
                   maxnreg=168 if groups == 1 else 128)
     has_ws = ws is not None
 

@@ -22,18 +22,14 @@ from ..provenance import provenance
 from ..timing import graphed, measure
 from .command_line import parser, write_rows
 
-CONFIGS = {"r4": HopperWSConfig(ring_depth=4),
-           "r4d": HopperWSConfig(ring_depth=4, defer_stores=True),
+CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6),
            "r6g2": HopperWSConfig(ring_depth=6, mma_groups=2),
-           "r6g2d": HopperWSConfig(ring_depth=6, mma_groups=2, defer_stores=True),
-           "r6g2L": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True),
-           "r6g2Ld": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True,
-                                    defer_stores=True)}
+           "r6g2L": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True)}
 # (weight format, cache, tokens of one sequence, configs): Kimi-K3 TP8, page size 1.
-CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6g2", "r6g2d", "r6g2Ld", "r4d")),
-         ("fp8_row", "fp8", 109440, ("r6g2L", "r6g2", "r6g2d", "r6g2Ld", "r4d")),
-         ("bf16", "fp8", 32000, ("r4", "r4d")),
-         ("fp8_row", "bf16", 32000, ("r4", "r4d"))]
+CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6g2", "r6", "r4")),
+         ("fp8_row", "fp8", 109440, ("r6g2L", "r6g2", "r6", "r4")),
+         ("bf16", "fp8", 32000, ("r4",)),
+         ("fp8_row", "bf16", 32000, ("r4",))]
 OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
 
 
