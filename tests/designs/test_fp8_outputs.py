@@ -13,9 +13,12 @@ import triton
 import triton.language as tl
 
 import mla_kernels as mk
+from mla_kernels.core.devices import DEVICES, INTERPRETER
 from mla_kernels.core.formats import WEIGHT_FORMATS
+from mla_kernels.core.problem import check_arguments
 from mla_kernels.core.reference import E4M3_MAX, e4m3_steps, quantize_e4m3
 from mla_kernels.core.shapes import MLAShape
+from mla_kernels.designs import resolve
 from mla_kernels.designs.jit import cast_out, e4m3_codes
 from mla_kernels.lab.checks import Expected, check_outputs, check_variants
 
@@ -99,6 +102,27 @@ def test_check_variants_compares_fp8_outputs(device, seed):
     assert [r["variant"] for r in rows] == ["serial", "chunked", "tiled"]
     assert all(r["correct"] and r["out_dtype"] == "float8_e4m3fn" for r in rows), rows
     assert rows[1]["compared_with"] == "serial" and rows[1]["bit_identical"], rows[1]
+
+
+@pytest.mark.parametrize("cache", CACHES)
+@pytest.mark.parametrize("fmt", WEIGHT_FORMATS)
+def test_auto_resolves_fp8_outputs_to_a_design_that_stores_them(fmt, cache, device, seed):
+    # hopper_ws stores bf16 and fp16 only: where the table names it, auto falls back, and
+    # naming it is refused by variant, before anything is written.
+    inp = mk.build_inputs(SMALL, [3], block_size=16, cache_dtype=cache,
+                          weight_format=fmt, device=device, seed=seed, out_dtype=FP8)
+    prob = check_arguments(*inp.args())
+    for dev in [*DEVICES.values(), INTERPRETER]:
+        design, _ = resolve("auto", prob, dev)
+        assert design.name in ("serial", "chunked", "tiled", "tiled_tma"), (dev.name, design)
+        assert design.runs(prob, dev), (dev.name, design.name)
+    with pytest.raises(ValueError, match="variant: expected"):
+        resolve("hopper_ws", prob, DEVICES["H200"])
+    inp.poison_outputs()
+    mk.gather_kv_b_proj(*inp.args())  # auto, here
+    assert check_outputs(inp)["spare_rows_untouched"]
+    if device == "cpu":
+        assert_by_the_rule(inp, f64_expected(inp), "auto")
 
 
 def test_rope_columns_take_k_s_scale(device, seed):
