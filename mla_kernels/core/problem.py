@@ -29,6 +29,7 @@ from .formats import (
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn)
 # Outputs stored as e4m3 codes of value / scale, with the caller's per-tensor scale.
 FP8_OUT = torch.float8_e4m3fn
+OUT_SCALE_MIN = 2.0 ** -126  # the smallest FP8 output scale: its float32 reciprocal is finite
 
 
 def interpreting() -> bool:
@@ -431,7 +432,10 @@ def _check_values(args: GatherArgs, prob: Problem, used: int, cs: torch.Tensor) 
         t = getattr(args, name)
         if t is not None:
             s = float(t.cpu()[0])
-            _require(s == s and 0 < s < float("inf"), name, "a finite value > 0", s)
+            # The kernels multiply by 1 / scale in float32: below 2^-126 it would be inf,
+            # and a zero value times it NaN.
+            _require(s == s and OUT_SCALE_MIN <= s < float("inf"), name,
+                     "a finite value >= 2^-126 (a float32 whose reciprocal is finite)", s)
     if prob.scale == "e8m0":
         bad = as_uint8(kv_proj_scale) == E8M0_NAN
         if bool(bad.any()):

@@ -29,9 +29,13 @@ MAGNITUDE_FLOOR = 1 / 8
 # least this many rows: over fewer, one cancelled value makes it meaningless.
 GAIN_MIN_ROWS = 16
 E4M3_MIN_NORMAL = 2.0 ** -6  # the smallest normal e4m3fn value
-# An FP8 output's gain is judged when at least this share of its values is in e4m3's
+# An FP8 output's gain is computed when at least this share of its values is in e4m3's
 # normal range (neither subnormal nor saturated).
 GAIN_MIN_NORMAL_SHARE = 0.25
+# The share of an FP8 output's values that must equal the rule applied to the reference.
+# The H200's fp8 dots leave 0.993-1.0 exact (their reduced-precision accumulation moves a
+# few values to a neighbour); a scale off by 1.5% leaves about 0.75.
+FP8_MIN_EXACT_SHARE = 0.9
 
 
 def _rel(err: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor | None) -> torch.Tensor:
@@ -108,7 +112,8 @@ def fp8_measures(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor,
       0, not judged, where fewer than a quarter of the values are in that range):
       rounding to nearest is unbiased there, so a scale applied wrongly to the whole tensor
       shows; per column it would not (with a per-tensor scale, columns of small weight
-      scales hold subnormals and zeros).
+      scales hold subnormals and zeros). Reported; ``check_outputs`` judges by the steps
+      and the exact share.
 
     Each is NaN if a written value is NaN where the reference's is not."""
     from ..core.reference import E4M3_MAX, e4m3_steps, quantize_e4m3
@@ -143,9 +148,11 @@ def check_outputs(inp: GatherInputs, ref: Expected | None = None) -> dict[str, f
 
     Expects the outputs to have been poisoned (NaN) before the call under test. FP8 outputs
     are judged by the contract's rule (``fp8_measures``): correct when no value lies more
-    than one step outside the rule applied within the dot's error, and the gain is within
-    the format's tolerance; ``max_rel_err`` is then that gain, and the result also carries
-    ``fp8_exact_share`` and ``fp8_max_steps``.
+    than one step outside the rule applied within the dot's error, and at least
+    FP8_MIN_EXACT_SHARE of them are the rule's value exactly (a scale off by 1.5% moves about
+    a quarter of them); ``max_rel_err`` is then the gain, reported, not judged (the rope's
+    values are a few e4m3 codes times one ratio, whose roundings need not cancel), and the
+    result also carries ``fp8_exact_share`` and ``fp8_max_steps``.
     """
     k_ref, v_ref, k_mag, v_mag = ref if ref is not None else expected(inp)
     t = inp.total_tokens
@@ -162,7 +169,7 @@ def check_outputs(inp: GatherInputs, ref: Expected | None = None) -> dict[str, f
         err = max(km["gain"], vm["gain"], key=lambda x: (x != x, x))
         return {"max_rel_err": err, "spare_rows_untouched": spare_ok,
                 "fp8_exact_share": share, "fp8_max_steps": steps, "fp8_beyond_steps": beyond,
-                "correct": bool(beyond == 0 and err <= tol) and spare_ok}
+                "correct": bool(beyond == 0 and share >= FP8_MIN_EXACT_SHARE) and spare_ok}
     k_err = max_rel_err(inp.k_prefix[:t], k_ref, k_mag)
     v_err = max_rel_err(inp.v_prefix[:t], v_ref, v_mag)
     err = max(k_err, v_err) if k_err == k_err and v_err == v_err else float("nan")

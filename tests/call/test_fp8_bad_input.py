@@ -29,9 +29,13 @@ def fresh(device, seed, out_dtype=FP8, **kw):
 
 
 def _op(*args, **kw):
+    """The custom op: the nine arguments by position, the FP8 outputs' scales (given as
+    the tenth and eleventh, as the call takes them) by keyword, as its schema takes them."""
     from mla_kernels import ops  # noqa: F401  registers torch.ops.mla_kernels
 
-    return torch.ops.mla_kernels.gather_kv_b_proj(*args, **kw)
+    if len(args) > 9:
+        kw = dict(kw, k_out_scale=args[9], v_out_scale=args[10])
+    return torch.ops.mla_kernels.gather_kv_b_proj(*args[:9], **kw)
 
 
 def _bytes(t):
