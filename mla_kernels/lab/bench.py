@@ -307,6 +307,15 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float 
         fp8_max_steps=fp8_max_steps)
 
 
+def check_columns(chk: dict) -> dict:
+    """A row's check columns (``measurement_row``'s keywords) from ``check_outputs``' result:
+    the error and verdict, and for FP8 outputs the exact share and most e4m3 steps (NaN
+    where the check has none: other outputs, a call that failed)."""
+    return {"max_rel_err": chk["max_rel_err"], "correct": chk["correct"],
+            "fp8_exact_share": chk.get("fp8_exact_share", NAN),
+            "fp8_max_steps": chk.get("fp8_max_steps", NAN)}
+
+
 Maker = Callable[[GatherInputs], Callable[[], None]]
 
 
@@ -412,13 +421,11 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
                                                             "correct": False}
             error = f"{type(e).__name__}: {str(e)[:200]}"
         out += [(dict(prov=prov, pt=pt, variant=name, timing=timing, us=t, dot=dot,
-                      ceilings=ceilings, max_rel_err=chk["max_rel_err"],
-                      correct=chk["correct"], config="" if cfg is None else repr(cfg),
+                      ceilings=ceilings, **check_columns(chk),
+                      config="" if cfg is None else repr(cfg),
                       error=error, design=design,
                       fp8_route_share=extras.get("fp8_route_share", NAN),
-                      resolved_config="" if resolved_cfg is None else repr(resolved_cfg),
-                      fp8_exact_share=chk.get("fp8_exact_share", NAN),
-                      fp8_max_steps=chk.get("fp8_max_steps", NAN)),
+                      resolved_config="" if resolved_cfg is None else repr(resolved_cfg)),
                  window)
                 for timing, t, window in timings]
     del sets, base, ref
