@@ -78,9 +78,12 @@ for name, pt in chosen.items():
     if a.rows:
         for _, r in rows.iterrows():
             err = r.error if isinstance(r.error, str) else ""
+            # FP8 outputs: the share of values exact to the contract's rule beside the error.
+            fp8 = (f"exact={r.fp8_exact_share:.4f} steps={r.fp8_max_steps:.0f} "
+                   if r.fp8_exact_share == r.fp8_exact_share else "")
             print(f"{name:36s} {r.variant:10s} {r.timing:8s} {r.median_us:9.1f} us  floor "
                   f"{r.floor_us:8.1f}  frac {r.roof_fraction:.3f}  ok={r.correct} "
-                  f"err={r.max_rel_err:.2g} {err}", flush=True)
+                  f"err={r.max_rel_err:.2g} {fp8}{err}", flush=True)
         continue
     g = rows[rows.timing == "graph"].set_index("variant")
     best = g["median_us"].min() if not g.empty else float("nan")

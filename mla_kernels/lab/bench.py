@@ -25,7 +25,7 @@ from .cases import build_case
 from .checks import check_outputs, expected
 from .clock import ClockLog
 from .inputs import GatherInputs, build_inputs
-from .measurements import Measurement, contexts_str
+from .measurements import DEFAULT_OUT_DTYPE, Measurement, contexts_str
 from .provenance import provenance
 from .timing import FULL, NOT_TIMED, Timing, graphed, measure, median_us, rotating
 
@@ -46,6 +46,11 @@ class Point:
     configs: dict = field(default_factory=dict, hash=False, compare=False)
     weight_draw: str = ""  # a key of WEIGHT_DRAWS
     graph8: bool = False  # also time 8 back-to-back launches in one graph (run_points)
+    out_dtype: str = DEFAULT_OUT_DTYPE  # the outputs' dtype, torch's name ("float8_e4m3fn")
+
+    @property
+    def out_torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.out_dtype)
 
 
 # build_inputs' weight options by name, beside the format's default draw: "wide", an MXFP4
@@ -104,11 +109,32 @@ def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000,
 
 
 # ------------------------------------------------------------------ the torch path
+E4M3_MAX = 448.0
+
+
+def _quantize_pair(k: torch.Tensor, v: torch.Tensor, k_scale: torch.Tensor,
+                   v_scale: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor) -> None:
+    # The contract's rule (reference.quantize_e4m3): value / scale, saturated, then the
+    # cast's round to nearest even; clamp keeps NaN.
+    k_out.copy_((k.float() / k_scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn))
+    v_out.copy_((v.float() / v_scale).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn))
+
+
+@functools.cache
+def quantize_outputs() -> Callable[..., None]:
+    """The torch path's FP8 step: K and V (bf16) to e4m3 codes of value / their per-tensor
+    scale, written into the outputs, by one ``torch.compile``d function for both tensors
+    (compiled once per process; a new token count is a new specialisation of it)."""
+    return torch.compile(_quantize_pair)
+
+
 def torch_path(inp: GatherInputs, dot: str) -> Callable[[], None]:
     """What a user would write: index all tokens' rows at once, dequantize, one matmul over
     all tokens and heads, slice-assign both outputs. The row index and the dequantized
     (bf16) or rescaled (fp8) weight are prepared outside the timed call, as a server would
-    cache them."""
+    cache them. FP8 outputs: the same bf16 result, into bf16 buffers allocated outside the
+    timed call (a server's workspace), then quantized into the outputs by
+    ``quantize_outputs``."""
     s = inp.shape
     t = inp.total_tokens
     blocks, slots = token_rows(inp.kv_indptr, inp.kv_indices, inp.kv_prefix_sum_context_lens,
@@ -116,7 +142,28 @@ def torch_path(inp: GatherInputs, dot: str) -> Callable[[], None]:
     flat = (blocks * inp.block_size + slots)
     cache = inp.k_buffer.view(-1, s.latent_dim)
     ks = inp.k_scale if inp.k_scale is not None else torch.ones(1, device=cache.device)
-    k_out, v_out = inp.k_prefix, inp.v_prefix
+    if not inp.out_is_fp8:
+        k_out, v_out = inp.k_prefix, inp.v_prefix
+        return _torch_bf16_result(inp, dot, flat, cache, ks, k_out, v_out)
+    k_out = torch.empty((t, *inp.k_prefix.shape[1:]), dtype=torch.bfloat16, device=cache.device)
+    v_out = torch.empty((t, *inp.v_prefix.shape[1:]), dtype=torch.bfloat16, device=cache.device)
+    bf16 = _torch_bf16_result(inp, dot, flat, cache, ks, k_out, v_out)
+    quant = quantize_outputs()
+    k_fp8, v_fp8 = inp.k_prefix, inp.v_prefix
+    k_sc, v_sc = inp.k_out_scale, inp.v_out_scale
+
+    def run() -> None:
+        bf16()
+        quant(k_out, v_out, k_sc, v_sc, k_fp8[:t], v_fp8[:t])
+    return run
+
+
+def _torch_bf16_result(inp: GatherInputs, dot: str, flat: torch.Tensor, cache: torch.Tensor,
+                       ks: torch.Tensor, k_out: torch.Tensor, v_out: torch.Tensor
+                       ) -> Callable[[], None]:
+    """The torch path's call writing its bf16 result into ``k_out`` and ``v_out``."""
+    s = inp.shape
+    t = inp.total_tokens
     nope, kv_c = s.qk_nope_dim, s.kv_c_dim
     from ..core.formats import dequantize_weight
 
@@ -221,17 +268,21 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float 
                     dot: str, ceilings: dict, max_rel_err: float, correct: bool,
                     config: str = "", error: str = "", design: str = "",
                     fp8_route_share: float = NAN, sm_clock_mhz: float = NAN,
-                    resolved_config: str = "") -> Measurement:
+                    resolved_config: str = "", fp8_exact_share: float = NAN,
+                    fp8_max_steps: float = NAN) -> Measurement:
     """One row of the measurement schema (``measurements.Measurement``): the point, one
     timing of one variant (a ``Timing``, or a bare median whose spread is unknown), its
     floors from the ceilings by the dot that ran (``dot``, split by ``fp8_route_share``
     where the design reports one), the tensor-core floor where the ceilings hold the
-    tensor cores' rates, and its check against the reference."""
+    tensor cores' rates, and its check against the reference (FP8 outputs: with the
+    share of values exact to the contract's rule and the most e4m3 steps from it). The
+    byte model counts the outputs at the point's output element size."""
     t = us if isinstance(us, Timing) else Timing(float(us), 0, NAN, NAN)
     us = t.median_us
     s = get_shape(pt.shape)
     tokens = sum(pt.contexts)
-    nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
+    out_bytes = pt.out_torch_dtype.itemsize
+    nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format, out_bytes)
     nflops = roofline.flops(s, tokens)
     mm = dot_rate(ceilings, "mm_tflops", dot, fp8_route_share)
     fl = roofline.floors(nbytes, nflops, ceilings["copy_tbps"], mm)
@@ -245,14 +296,24 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float 
         min_bytes=nbytes, flops=nflops, dot_dtype=roofline.route_dot(dot, fp8_route_share),
         copy_tbps=ceilings["copy_tbps"],
         write_tbps=ceilings["write_tbps"], mm_tflops=mm, **fl,
-        write_floor_us=(roofline.output_bytes(s, tokens) / (ceilings["write_tbps"] * 1e12)
-                        * 1e6),
+        write_floor_us=(roofline.output_bytes(s, tokens, out_bytes)
+                        / (ceilings["write_tbps"] * 1e12) * 1e6),
         roof_fraction=fl["floor_us"] / us, achieved_tbps=nbytes / us / 1e6,
         achieved_tflops=nflops / us / 1e6, max_rel_err=max_rel_err, correct=correct,
         config=config, error=error, design=design, weight_draw=pt.weight_draw,
         fp8_route_share=fp8_route_share, reps=t.reps, q1_us=t.q1_us, q3_us=t.q3_us,
         resolved_config=resolved_config, sm_clock_mhz=sm_clock_mhz, tc_tflops=tc,
-        tc_floor_us=tc_floor)
+        tc_floor_us=tc_floor, out_dtype=pt.out_dtype, fp8_exact_share=fp8_exact_share,
+        fp8_max_steps=fp8_max_steps)
+
+
+def check_columns(chk: dict) -> dict:
+    """A row's check columns (``measurement_row``'s keywords) from ``check_outputs``' result:
+    the error and verdict, and for FP8 outputs the exact share and most e4m3 steps (NaN
+    where the check has none: other outputs, a call that failed)."""
+    return {"max_rel_err": chk["max_rel_err"], "correct": chk["correct"],
+            "fp8_exact_share": chk.get("fp8_exact_share", NAN),
+            "fp8_max_steps": chk.get("fp8_max_steps", NAN)}
 
 
 Maker = Callable[[GatherInputs], Callable[[], None]]
@@ -261,7 +322,9 @@ Maker = Callable[[GatherInputs], Callable[[], None]]
 def candidates(pt: Point, torch_paths: bool = True) -> list[tuple[str, str, Maker]]:
     """What a point times, in order: (name, dot dtype, maker of a call on an input set).
     Its designs, then the torch code a user would write: the bf16 path always, the fp8
-    ``_scaled_mm`` path where it exists (an fp8 per-row weight on an fp8 cache)."""
+    ``_scaled_mm`` path where it exists (an fp8 per-row weight on an fp8 cache). With FP8
+    outputs each torch path keeps its name (its dot) and quantizes its bf16 result
+    (``torch_path``); the rows' ``out_dtype`` tells the two apart."""
     dot = roofline.dot_dtype(pt.cache_dtype, pt.weight_format)
     out: list[tuple[str, str, Maker]] = [
         (v, dot, functools.partial(_design_fn, variant=v, config=pt.configs.get(v)))
@@ -311,16 +374,19 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
     draw = WEIGHT_DRAWS[pt.weight_draw]
     case = build_case(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
                       weight_format=pt.weight_format, device="cuda", seed=seed,
-                      spare_indices=0, spare_rows=0, spare_blocks=0, **draw)
+                      spare_indices=0, spare_rows=0, spare_blocks=0,
+                      out_dtype=pt.out_torch_dtype, **draw)
     base, prob, dev = case.inputs, case.problem, case.device
     ref = expected(base)
     # Enough input sets (at most 8) to span twice the L2 together, rotated between calls.
-    per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format)
+    per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format,
+                                 pt.out_torch_dtype.itemsize)
     n_sets = max(1, min(8, -(-L2_ROTATE_BYTES // max(per_set, 1))))
     sets = [base] + [build_inputs(s, pt.contexts, block_size=pt.block_size,
                                   cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
                                   device="cuda", seed=seed + 1 + i, spare_indices=0,
-                                  spare_rows=0, spare_blocks=0, **draw)
+                                  spare_rows=0, spare_blocks=0, out_dtype=pt.out_torch_dtype,
+                                  **draw)
             for i in range(n_sets - 1)]
 
     def timed(fn: Callable[..., Timing], *args) -> tuple[Timing, tuple[float, float]]:
@@ -355,8 +421,8 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
                                                             "correct": False}
             error = f"{type(e).__name__}: {str(e)[:200]}"
         out += [(dict(prov=prov, pt=pt, variant=name, timing=timing, us=t, dot=dot,
-                      ceilings=ceilings, max_rel_err=chk["max_rel_err"],
-                      correct=chk["correct"], config="" if cfg is None else repr(cfg),
+                      ceilings=ceilings, **check_columns(chk),
+                      config="" if cfg is None else repr(cfg),
                       error=error, design=design,
                       fp8_route_share=extras.get("fp8_route_share", NAN),
                       resolved_config="" if resolved_cfg is None else repr(resolved_cfg)),

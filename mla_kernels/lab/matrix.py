@@ -11,6 +11,8 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import replace
 
+import torch
+
 from ..core.devices import DEVICES, DeviceSpec, live_device
 from ..core.formats import WEIGHT_FORMATS
 from ..designs import DESIGNS
@@ -27,6 +29,11 @@ TIMED = ("chunked", "tiled", "tiled_tma", "hopper_ws", "auto")
 # What the kernel targets are scored on: timed at the full budget. The portable designs and
 # the torch paths are drawn beside them at a shorter one (data/README.md says which rows).
 TARGETS = ("hopper_ws", "auto")
+# The FP8-output points (``/fp8out``) time the targets, and tiled at 32000 tokens as a
+# portable design's reference: the other portable designs add device time, not a comparison.
+FP8_OUT_TIMED = ("hopper_ws", "auto")
+FP8_OUT_PORTABLE = ("tiled",)
+FP8_OUT_SUFFIX = "/fp8out"
 
 
 def budget(name: str) -> tuple[int, int]:
@@ -37,15 +44,17 @@ def budget(name: str) -> tuple[int, int]:
 
 def point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
           variants: Iterable[str], device: DeviceSpec | None = None,
-          weight_draw: str = "") -> Point:
-    """A Point timing those of ``variants`` that run this problem on ``device`` (default:
-    the live GPU, else the registry's H200); "auto" always."""
+          weight_draw: str = "", out_dtype: str = "bfloat16") -> Point:
+    """A Point timing those of ``variants`` that run this problem (with outputs of
+    ``out_dtype``, torch's name) on ``device`` (default: the live GPU, else the registry's
+    H200); "auto" always."""
     if device is None:
         device = live_device() or DEVICES["H200"]
-    prob = problem_for(shape, contexts, cache, fmt, page)
+    prob = problem_for(shape, contexts, cache, fmt, page, getattr(torch, out_dtype))
     runs = tuple(v for v in variants
                  if v == "auto" or (v in DESIGNS and DESIGNS[v].runs(prob, device)))
-    return Point(shape, tuple(contexts), fmt, cache, page, runs, weight_draw=weight_draw)
+    return Point(shape, tuple(contexts), fmt, cache, page, runs, weight_draw=weight_draw,
+                 out_dtype=out_dtype)
 
 
 def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
@@ -62,7 +71,12 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     """name -> Point: Kimi-K3 TP8 at the headline contexts for every weight format and cache
     dtype (MXFP4 also with a weight too wide for e4m3, ``.../wide``); fp8 per-row at page
     sizes 16, 64 and 128; the ragged batch; 64 sequences of 4096; DeepSeek-V3 TP8 and TP1
-    and GLM-5-style heads at 32000. The points of ``GRAPH8_POINTS`` also time graph8."""
+    and GLM-5-style heads at 32000. The points of ``GRAPH8_POINTS`` also time graph8.
+
+    FP8 outputs (e4m3, per-tensor scales), named ``<point>/fp8out``: every weight format on
+    an fp8 cache at the headline contexts and on a bf16 cache at 32000, timing
+    ``FP8_OUT_TIMED`` (and ``FP8_OUT_PORTABLE`` at 32000) beside the torch paths, each
+    quantizing its bf16 result; their bf16-output twins are the points without the suffix."""
     out = {}
     for cache in ("fp8", "bf16"):
         for fmt in WEIGHT_FORMATS:
@@ -81,6 +95,11 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     for shape in ("deepseek-v3-tp8", "deepseek-v3-tp1", "glm-5-style"):
         out[f"{shape}/fp8_row/fp8/p1/32000"] = _point(shape, (32000,), "fp8_row", "fp8", 1,
                                                       device)
+    for fmt in WEIGHT_FORMATS:
+        for cache, ctx in [("fp8", c) for c in HEADLINE] + [("bf16", 32000)]:
+            timed = FP8_OUT_TIMED + (FP8_OUT_PORTABLE if ctx == 32000 else ())
+            out[f"kimi/{fmt}/{cache}/p1/{ctx}{FP8_OUT_SUFFIX}"] = point(
+                KIMI, (ctx,), fmt, cache, 1, timed, device, out_dtype="float8_e4m3fn")
     return {name: replace(pt, graph8=name in GRAPH8_POINTS) for name, pt in out.items()}
 
 

@@ -87,10 +87,17 @@ class Measurement:
     sm_clock_mhz: float = float("nan")
     tc_tflops: float = float("nan")
     tc_floor_us: float = float("nan")
+    # The outputs' dtype, torch's name: "float8_e4m3fn" for e4m3 codes of value / a
+    # per-tensor scale. Rows of runs without the column wrote bf16 (``out_dtypes``).
+    out_dtype: str = "bfloat16"
+    # FP8 outputs against the contract's rule applied to the float reference: the share of
+    # values equal to it and the most e4m3 steps from it (NaN for other outputs).
+    fp8_exact_share: float = float("nan")
+    fp8_max_steps: float = float("nan")
 
     KEY: ClassVar[tuple[str, ...]] = ("device", "model", "heads", "weight_format",
                                       "cache_dtype", "block_size", "contexts", "variant",
-                                      "timing", "config", "weight_draw")
+                                      "timing", "config", "weight_draw", "out_dtype")
 
     def key(self) -> tuple:
         return tuple(getattr(self, f) for f in self.KEY)
@@ -100,6 +107,24 @@ class Measurement:
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Measurement))
+
+DEFAULT_OUT_DTYPE = "bfloat16"
+FP8_OUT_DTYPE = "float8_e4m3fn"
+
+
+def dtype_name(dtype) -> str:
+    """The ``out_dtype`` column's text for a torch dtype (or its name)."""
+    return str(dtype).removeprefix("torch.")
+
+
+def out_dtypes(df: pd.DataFrame) -> pd.Series:
+    """Each row's ``out_dtype``: "bfloat16" where the column is absent or empty (every run
+    before the column wrote bf16 outputs)."""
+    if "out_dtype" not in df.columns:
+        return pd.Series(DEFAULT_OUT_DTYPE, index=df.index, dtype=object)
+    s = df["out_dtype"]
+    return s.astype(object).where(s.notna() & (s.astype(str).str.strip() != ""),
+                                  DEFAULT_OUT_DTYPE).astype(str)
 
 
 def frame(rows: Iterable[Measurement | dict]) -> pd.DataFrame:

@@ -38,7 +38,8 @@ _SMEM_RESERVED = {"nvidia": 1024, "amd": 0}
 
 
 def problem_for(shape: str | MLAShape, contexts: Sequence[int], cache_dtype: str = "fp8",
-                weight_format: str = "fp8_row", block_size: int = 1) -> Problem:
+                weight_format: str = "fp8_row", block_size: int = 1,
+                out_dtype: torch.dtype = torch.bfloat16) -> Problem:
     """The Problem a call with these sequences would describe, without allocating the cache.
 
     Output rows are the total token count: the tightest output a caller can pass, and
@@ -61,7 +62,8 @@ def problem_for(shape: str | MLAShape, contexts: Sequence[int], cache_dtype: str
     return Problem(num_heads=s.num_heads, kv_c_dim=s.kv_c_dim, pe_dim=s.kv_pe_dim,
                    nope_dim=s.qk_nope_dim, v_dim=s.v_head_dim, block_size=block_size,
                    batch=len(contexts), out_rows=sum(contexts), weight_format=weight_format,
-                   cache_dtype=cdt, weight_dtype=wdt, weight_scale=DEFAULT_SCALE[weight_format])
+                   cache_dtype=cdt, weight_dtype=wdt, weight_scale=DEFAULT_SCALE[weight_format],
+                   out_dtype=out_dtype)
 
 
 # ------------------------------------------------------------------ programs that do work

@@ -16,7 +16,13 @@ import numpy as np
 import pandas as pd
 
 from ..core.devices import lookup_device
-from ..lab.measurements import Measurement, contexts_str, write_csv_atomic
+from ..lab.measurements import (
+    DEFAULT_OUT_DTYPE,
+    Measurement,
+    contexts_str,
+    out_dtypes,
+    write_csv_atomic,
+)
 
 __all__ = ["contexts_str", "write_csv_atomic"]  # re-exported for the notebooks
 
@@ -147,6 +153,8 @@ def load_measurements(data_dir: str | os.PathLike, names: Sequence[str] | None =
     df = df.drop_duplicates(subset=[c for c in df.columns if c != "source"])
     latest = df.groupby("commit")["date"].max().idxmax()
     df = df[df["commit"] == latest]
+    if "out_dtype" in df.columns:  # a part without the column wrote bf16 outputs
+        df = df.assign(out_dtype=out_dtypes(df))
     if names is not None:
         return df
     key = [c for c in RUN_KEY if c in df.columns]
@@ -224,13 +232,17 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
            variants: Sequence[str] | None = None,
            ragged_contexts: Sequence[int] | None = None,
            device: str | None = None, default_config: bool = True,
-           default_weight: bool = True) -> pd.DataFrame:
+           default_weight: bool = True, out_dtype: str | None = DEFAULT_OUT_DTYPE
+           ) -> pd.DataFrame:
     """The rows of one configuration; an empty frame when nothing matches.
 
     ``device`` (a registry name or torch's device name; None or "auto" for any) keeps the
     rows measured on that device. ``default_config`` drops rows of a tuning sweep (a
     non-empty ``config``): a figure compares designs as they ship; ``default_weight`` drops
     rows of another weight draw (a non-empty ``weight_draw``, e.g. MXFP4's ``wide``).
+    ``out_dtype`` keeps the rows of that output dtype (default bf16, as every row of a run
+    without the column; None: every one), so a figure of bf16 outputs never takes an FP8
+    output's time for the same point's.
     ``timing`` keeps the rows of one timing (None: every timing; a figure tells them apart
     by their ``timing`` column). ``batch="single"`` keeps one-sequence rows; ``"ragged"``
     keeps the rows whose ``contexts`` equal ``ragged_contexts`` (or every multi-sequence row
@@ -246,6 +258,8 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
                      ("weight_format", weight_format), ("timing", timing)):
         if val is not None and col in df.columns:
             keep &= df[col].astype(str) == str(val)
+    if out_dtype is not None:
+        keep &= out_dtypes(df) == str(out_dtype)
     if block_size is not None:
         keep &= df["block_size"].astype(int) == int(block_size)
     if batch == "single":
@@ -530,15 +544,20 @@ def run_over_run(rows: pd.DataFrame, previous: pd.DataFrame | None,
                  timing: str = "graph") -> pd.DataFrame:
     """Per matrix point and design, the median time in ``rows`` over ``previous``'s, in
     ``timing`` (a ratio above 1: slower than the previous run). Points only one run has are
-    left out; the frame's ``attrs`` name both commits."""
-    cols = [*POINT_KEY, "new_us", "previous_us", "new_over_previous"]
+    left out; the frame's ``attrs`` name both commits. Where either run has FP8-output rows
+    (an ``out_dtype`` column), the output dtype is part of the point."""
+    key = list(POINT_KEY)
+    if any(d is not None and "out_dtype" in d.columns for d in (rows, previous)):
+        key.append("out_dtype")
+    cols = [*key, "new_us", "previous_us", "new_over_previous"]
     if previous is None or rows is None or rows.empty:
         return pd.DataFrame(columns=cols)
 
     def medians(d: pd.DataFrame) -> pd.Series:
         d = d[(d["timing"] == timing) & d["median_us"].notna()].copy()
         d["config"] = d["config"].fillna("").astype(str) if "config" in d else ""
-        return d.groupby(list(POINT_KEY))["median_us"].median()
+        d["out_dtype"] = out_dtypes(d)
+        return d.groupby(key)["median_us"].median()
 
     both = pd.concat({"new_us": medians(rows), "previous_us": medians(previous)},
                      axis=1).dropna()

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..lab.measurements import DEFAULT_OUT_DTYPE, out_dtypes
 from ..lab.repo_files import REPO_ROOT, write_text_atomic
 
 START = "<!-- headline:start -->"
@@ -75,7 +76,7 @@ def _point_rows(df: pd.DataFrame, fmt: str, ctx: int) -> pd.DataFrame:
            & (df["ctx"].astype(int) == ctx) & (df["weight_format"] == fmt)]
     if "weight_draw" in d.columns:  # the default draw, not the 'wide' one
         d = d[d["weight_draw"].isna() | (d["weight_draw"].astype(str).str.strip() == "")]
-    return d
+    return d[out_dtypes(d) == DEFAULT_OUT_DTYPE]  # bf16 outputs: the FP8 ones are beside them
 
 
 def headline_table(df: pd.DataFrame) -> pd.DataFrame:

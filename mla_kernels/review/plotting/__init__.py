@@ -58,7 +58,9 @@ Conventions shared by every figure
   ``datasheet``); the roofline zoom's labels ``"label/<variant>/<timing>"`` and
   ``"label/roof/<kind>/<dot>"``; the bandwidth figure's line labels ``"label/<line>"``;
   occupancy cells ``"busy/<row>/<ctx>"`` and ``"per_cu/<row>/<ctx>"``, row labels
-  ``"row/<row>"``.
+  ``"row/<row>"``; the formats figure's FP8-output panels ``"fp8out/<cache>/<ctx>"``, their
+  bars' texts ``"fp8out/<cache>/<ctx>/<format>/<variant>"`` and target lines
+  ``"fp8out/target"``.
 
 Rows named ``<variant>_graph`` (how the tables of older runs in data/ name graph-timed rows)
 are read as ``<variant>`` timed ``graph``.
@@ -112,7 +114,7 @@ from .style import (
     variant_style,
 )
 from .sweep import plot_context_sweep
-from .tables import FORMAT_ORDER, format_table
+from .tables import FORMAT_ORDER, format_table, fp8_output_cells
 
 __all__ = [
     "ATTAINABLE_COLOR", "CEILING_COLOR", "DEFAULT_LIMIT", "DESIGN_COLORS", "DESIGN_MARKERS",
@@ -121,7 +123,8 @@ __all__ = [
     "TIMING_LINESTYLE", "TIMING_LONG", "TIMING_NAME", "TORCH_COLORS", "TORCH_EXTRA",
     "TORCH_MARKERS", "attainable_tbps", "base_variant", "choose_series", "column_values",
     "ctx_label", "default_series", "describe", "design_color", "design_marker", "device_timing",
-    "footer", "format_table", "is_torch", "left_out", "left_out_note", "plot_bandwidth", "plot_context_sweep",
+    "footer", "format_table", "fp8_output_cells", "is_torch", "left_out", "left_out_note",
+    "plot_bandwidth", "plot_context_sweep",
     "plot_formats", "plot_occupancy", "plot_peaks", "plot_roofline", "present_series",
     "ran_text", "reference_table", "run_label", "save_figure", "series_label", "set_ctx_axis",
     "set_style", "short_config",

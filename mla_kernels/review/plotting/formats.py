@@ -1,6 +1,7 @@
 """Weight formats at one context: per cache dtype, first what each format costs in time
 against fp8 per-row (the ratio written in every cell), then the fraction of the floor each
-cell reaches, scored by the dot that ran there."""
+cell reaches, scored by the dot that ran there; where the rows hold FP8 outputs, what those
+cost against bf16 outputs, per format and context, with their exactness."""
 
 from __future__ import annotations
 
@@ -14,8 +15,16 @@ from matplotlib.figure import Figure
 
 from .axes import column_values, describe, figure_title, footer, new_figure
 from .series import choose_series
-from .style import DEFAULT_LIMIT, TIMING_LONG, TIMING_NAME, TIMINGS, set_style
-from .tables import REFERENCE_FORMAT, cache_order, format_cells, format_rows, tables_of
+from .style import DEFAULT_LIMIT, TIMING_LONG, TIMING_NAME, TIMINGS, design_color, set_style
+from .tables import (
+    FP8_OUT_TIMING,
+    REFERENCE_FORMAT,
+    cache_order,
+    format_cells,
+    format_rows,
+    fp8_output_cells,
+    tables_of,
+)
 
 # What each ``dot_dtype`` a row can carry scores its fraction against.
 FLOOR_NAMES = {"fp8": "fp8 floor", "bf16": "bf16 floor", "fp8+bf16": "route-weighted floor"}
@@ -116,6 +125,85 @@ def _notes(d: pd.DataFrame, cells: pd.DataFrame, left_out: list[str]) -> list[st
     return out + left_out
 
 
+# What FP8 outputs are to cost against bf16 outputs, the same design at the same point.
+FP8_OUT_TARGET = 0.85
+
+
+def fp8_bar_text(cell: pd.Series) -> str:
+    """A bar of the FP8-output panel, one line (written up the bar): its time over bf16
+    outputs', its exact share and its most e4m3 steps."""
+    ratio = f"{cell['time_ratio']:.2f}x" if np.isfinite(cell["time_ratio"]) else "no bf16 row"
+    share = cell["fp8_exact_share"]
+    parts = [ratio, f"{100 * share:.1f}% exact" if np.isfinite(share) else "exact: n/a"]
+    if np.isfinite(cell["fp8_max_steps"]):
+        parts.append(f"≤{cell['fp8_max_steps']:.0f} steps")
+    if not cell["correct"]:
+        parts.append("WRONG")
+    return " · ".join(parts)
+
+
+FP8_OUT_NOTE = (
+    "FP8 outputs: time per call with e4m3 outputs (per-tensor scales) over the same series' "
+    "time with bf16 outputs at the same point, {timing}; dashed: the target, "
+    f"{FP8_OUT_TARGET}. The torch paths compute their bf16 result, then quantize K and V by "
+    "one compiled function. 'exact': the least share of values equal to the contract's rule "
+    "(reference.quantize_e4m3) applied to the float reference; 'steps': the most e4m3 steps "
+    "from it (values that cancelled lie many fine steps off by the dot's rounding alone).")
+
+
+def _fp8_panels(body, spec, cells: pd.DataFrame) -> None:
+    """One bar panel per (cache, context) of the FP8-output cells: per weight format a bar
+    per series, its height the time over bf16 outputs', the target line drawn."""
+    panels = list(dict.fromkeys(zip(cells["cache_dtype"], cells["ctx"], strict=True)))
+    sub = spec.subgridspec(1, len(panels), wspace=0.25)
+    series = list(dict.fromkeys(cells["variant"]))
+    top = max(1.15, float(np.nanmax(cells["time_ratio"].to_numpy(dtype=float), initial=0)) * 1.35)
+    for i, (cache, ctx) in enumerate(panels):
+        ax = body.add_subplot(sub[0, i])
+        ax.set_gid(f"fp8out/{cache}/{ctx}")
+        c = cells[(cells["cache_dtype"] == cache) & (cells["ctx"] == ctx)]
+        fmts = list(dict.fromkeys(c["weight_format"]))
+        width = 0.8 / max(1, len(series))
+        for j, v in enumerate(series):
+            for k, fmt in enumerate(fmts):
+                r = c[(c["weight_format"] == fmt) & (c["variant"] == v)]
+                if r.empty:
+                    continue
+                cell = r.iloc[0]
+                x = k - 0.4 + width * (j + 0.5)
+                h = float(cell["time_ratio"]) if np.isfinite(cell["time_ratio"]) else 0.0
+                ax.bar(x, h, width * 0.92, color=design_color(v), label=v,
+                       gid=f"fp8out/{cache}/{ctx}/{fmt}/{v}/bar")
+                # Up the bar from its foot: 20 bars a panel leave no room for text across.
+                ax.text(x, 0.02 * top, fp8_bar_text(cell), ha="center", va="bottom",
+                        fontsize=7.5, rotation=90, color="0.05",
+                        bbox={"fc": "white", "alpha": 0.75, "lw": 0, "pad": 1.0},
+                        gid=f"fp8out/{cache}/{ctx}/{fmt}/{v}")
+        ax.axhline(FP8_OUT_TARGET, ls="--", lw=1.4, color="0.1", gid="fp8out/target",
+                   label=f"target {FP8_OUT_TARGET}")
+        ax.text(1.01, FP8_OUT_TARGET, f"target\n{FP8_OUT_TARGET}", ha="left", va="center",
+                fontsize=9, color="0.1", transform=ax.get_yaxis_transform(),
+                gid=f"fp8out/{cache}/{ctx}/target")
+        ax.axhline(1.0, lw=0.8, color="0.6")
+        ax.set_xticks(range(len(fmts)), fmts)
+        ax.set_xlim(-0.5, len(fmts) - 0.5)
+        ax.set_ylim(0, top)
+        ax.set_xlabel("weight format")
+        if i == 0:
+            ax.set_ylabel("time, FP8 / bf16 outputs (ratio)")
+        ax.set_title(f"{cache} cache, {ctx} tokens: FP8 outputs / bf16 outputs", loc="left")
+        ax.grid(False, axis="x")
+    handles = {}
+    for ax in body.axes:
+        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+            if (ax.get_gid() or "").startswith("fp8out/"):
+                handles.setdefault(lab, h)
+    last = [ax for ax in body.axes if (ax.get_gid() or "").startswith("fp8out/")][-1]
+    last.legend(list(handles.values()), list(handles), loc="upper left", fontsize=9,
+                bbox_to_anchor=(1.08, 1.0),
+                title=f"series ({TIMING_NAME.get(FP8_OUT_TIMING, FP8_OUT_TIMING)})")
+
+
 def _heatmap(ax, table: pd.DataFrame, texts: dict[tuple[str, str], str], *, values, cmap, norm,
              gid: str, text_gid: str, dark) -> object:
     arr = np.ma.masked_invalid(np.asarray(values, dtype=float))
@@ -134,7 +222,8 @@ def _heatmap(ax, table: pd.DataFrame, texts: dict[tuple[str, str], str], *, valu
 
 
 def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
-                 variants: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT) -> Figure:
+                 variants: Sequence[str] | None = None, limit: int = DEFAULT_LIMIT,
+                 outputs: pd.DataFrame | None = None) -> Figure:
     """FP4 against the other weight formats at one context, per cache dtype.
 
     Top: time per call over the same series' fp8_row time on the same cache (the ratio
@@ -150,6 +239,15 @@ def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
     model are kept. ``variants``: the series asked for, each in its device timing (every one
     drawn, or named as not drawn); else ``series`` as in ``choose_series`` (default: every
     design in its device timing and every torch path, at most ``limit``).
+
+    FP8 outputs: where the rows (or ``outputs``, rows of any context, for the notebook's
+    rows kept to ``ctx``) hold rows with FP8 outputs (``out_dtype`` ``float8_e4m3fn``), a
+    row of bar panels above the notes, one per (cache, context) measured: per weight format,
+    the time of ``auto``, ``hopper_ws``, ``tiled`` and the torch paths with FP8 outputs over
+    the same one's with bf16 outputs at the same point (device time), the target line at
+    ``FP8_OUT_TARGET``, and each bar's exact share and most e4m3 steps written above it
+    (``tables.fp8_output_cells``). Without such rows the figure is as it was before them.
+    The heatmaps draw bf16 outputs only.
     """
     set_style()
     d = format_rows(df, ctx)
@@ -164,18 +262,25 @@ def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
     rows = list(next(iter(ratios.values())).index) if ratios else ["no rows"]
     cols = (list(next(iter(ratios.values())).columns) if ratios else []) or ["no rows"]
     notes = _notes(d, cells, _left_out(d, chosen, variants, series, limit, ctx))
+    # FP8 outputs against bf16 outputs: a row of panels only where the rows hold them.
+    fp8 = fp8_output_cells(df if outputs is None else outputs)
+    if not fp8.empty:
+        notes.append(FP8_OUT_NOTE.format(timing=TIMING_LONG[FP8_OUT_TIMING].split(":")[0]))
 
     n, ncols, nrows = len(caches), max(1, len(cols)), max(1, len(rows))
     panel_w, panel_h = 1.45 * ncols + 2.4, 0.95 * nrows + 2.6
     note_h = 0.3 * len(notes) + 0.3
     # Caches side by side; one above the other where the series make a panel wide.
     tall = n > 1 and ncols > 9
+    fp8_h = [] if fp8.empty else [6.0]
     if tall:
-        fig, body = new_figure((panel_w + 1.8, 2 * n * panel_h + note_h + 1.2))
-        gs = body.add_gridspec(2 * n + 1, 1, height_ratios=[panel_h] * (2 * n) + [note_h])
+        fig, body = new_figure((panel_w + 1.8, 2 * n * panel_h + sum(fp8_h) + note_h + 1.2))
+        gs = body.add_gridspec(2 * n + 1 + len(fp8_h), 1,
+                               height_ratios=[panel_h] * (2 * n) + fp8_h + [note_h])
     else:
-        fig, body = new_figure((n * panel_w + 1.8, 2 * panel_h + note_h + 1.2))
-        gs = body.add_gridspec(3, n, height_ratios=[panel_h, panel_h, note_h])
+        fig, body = new_figure((n * panel_w + 1.8, 2 * panel_h + sum(fp8_h) + note_h + 1.2))
+        gs = body.add_gridspec(3 + len(fp8_h), n,
+                               height_ratios=[panel_h, panel_h, *fp8_h, note_h])
 
     def at(row: int, i: int):  # the panel of (time: 0 / fraction: 1, cache i)
         return gs[row * n + i, 0] if tall else gs[row, i]
@@ -226,14 +331,17 @@ def plot_formats(df: pd.DataFrame, *, ctx: int = 32000, series=None,
         if i == n - 1 or tall:
             body.colorbar(im, ax=ax, fraction=0.05, pad=0.02,
                           label="fraction of the floor (floor_us / time)")
+    if not fp8.empty:
+        _fp8_panels(body, gs[-2, :], fp8)
     ax_n = body.add_subplot(gs[-1, :])
     ax_n.axis("off")
     ax_n.text(0.0, 1.0, "\n".join(notes), ha="left", va="top", fontsize=11, color="0.2",
               transform=ax_n.transAxes, gid="notes", wrap=True)
     timing_text = "; ".join(TIMING_LONG[t].split(":")[0] for t in timings)
+    also = "" if fp8.empty else ", and FP8 outputs against bf16 outputs"
     figure_title(fig, f"gather_kv_b_proj on {column_values(d, 'device')}: weight formats at {ctx} "
                    f"tokens: time against {REFERENCE_FORMAT}, then "
-                   f"the fraction of the floor\n"
+                   f"the fraction of the floor{also}\n"
                    f"{describe(d, skip=('weight_format', 'cache_dtype'))}; "
                    f"{timing_text or 'no rows'}")
     footer(fig, d)

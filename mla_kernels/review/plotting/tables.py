@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ...lab.measurements import DEFAULT_OUT_DTYPE, out_dtypes
 from .series import choose_series, rows_of, tidy
 from .style import DEFAULT_LIMIT
 
@@ -41,11 +42,12 @@ def text_values(s: pd.Series) -> pd.Series:
 
 def format_rows(df: pd.DataFrame, ctx: int) -> pd.DataFrame:
     """The rows a weight-format table compares at ``ctx`` (``tidy``'s copy): single
-    sequences, default launch configs (``auto``'s rows whatever their ``config``: it names
-    what auto resolved to), and the most common model where there are several; with
-    ``weight_draw`` ("" for the default draw) and ``weight_row`` (``format_label``)."""
+    sequences, bf16 outputs (``fp8_output_cells`` sets the FP8 ones beside them), default
+    launch configs (``auto``'s rows whatever their ``config``: it names what auto resolved
+    to), and the most common model where there are several; with ``weight_draw`` ("" for
+    the default draw) and ``weight_row`` (``format_label``)."""
     d = tidy(df)
-    d = d[d["ctx"].astype(int) == int(ctx)]
+    d = d[(d["ctx"].astype(int) == int(ctx)) & (out_dtypes(d) == DEFAULT_OUT_DTYPE)]
     if "batch" in d.columns:
         d = d[d["batch"].astype(int) == 1]
     if "config" in d.columns:
@@ -155,3 +157,66 @@ def tables_of(d: pd.DataFrame, chosen: Sequence[tuple[str, str]], cells: pd.Data
             t.loc[wrow, col] = val
         out[cache] = t
     return out
+
+
+# ------------------------------------------------------------------ FP8 outputs
+# The series the FP8-output comparison draws, where their rows are: the targets, the
+# portable reference and the torch paths (each quantizing its bf16 result).
+FP8_OUT_SERIES = ("auto", "hopper_ws", "tiled", "torch_bf16", "torch_fp8")
+FP8_OUT_TIMING = "graph"  # the device's time: the targets are scored on it
+FP8_OUT_CELL_COLUMNS = ("cache_dtype", "ctx", "weight_format", "variant", "fp8_us", "bf16_us",
+                        "time_ratio", "fp8_exact_share", "fp8_max_steps", "correct", "design")
+
+
+def fp8_output_cells(df: pd.DataFrame, series: Sequence[str] = FP8_OUT_SERIES,
+                     timing: str = FP8_OUT_TIMING) -> pd.DataFrame:
+    """Per (cache, context, weight format, series) with FP8-output rows (``out_dtype``
+    ``float8_e4m3fn``) in ``timing``: the median time with FP8 outputs, the same series'
+    with bf16 outputs at the same point (NaN where not measured) and their ratio, the
+    least exact share and the most e4m3 steps of its rows, and whether all were correct.
+    Single sequences of the default weight draw and launch config (``auto``'s whatever its
+    ``config``), of the most common model. Columns ``FP8_OUT_CELL_COLUMNS``; no rows when
+    none wrote FP8 outputs (every run before the column)."""
+    empty = pd.DataFrame(columns=list(FP8_OUT_CELL_COLUMNS))
+    if df is None or df.empty or "out_dtype" not in df.columns:
+        return empty
+    d = tidy(df)
+    d = d[(d["timing"] == timing) & d["variant"].isin(list(series))]
+    if "batch" in d.columns:
+        d = d[d["batch"].astype(int) == 1]
+    if "config" in d.columns:
+        d = d[(text_values(d["config"]) == "") | (d["variant"] == "auto")]
+    if "weight_draw" in d.columns:
+        d = d[text_values(d["weight_draw"]) == ""]
+    d = d.assign(out_dtype=out_dtypes(d))
+    fp8 = d[d["out_dtype"] == "float8_e4m3fn"]
+    if fp8.empty:
+        return empty
+    model = fp8["model"].value_counts().idxmax() if "model" in fp8.columns else None
+    if model is not None:
+        d, fp8 = d[d["model"] == model], fp8[fp8["model"] == model]
+    bf16 = d[d["out_dtype"] == DEFAULT_OUT_DTYPE]
+    key = ["cache_dtype", "ctx", "weight_format", "variant"]
+    base = bf16.groupby(key)["median_us"].median()
+    recs = []
+    for k, g in fp8.groupby(key, sort=False):
+        us, ref = _median(g, "median_us"), float(base.get(k, np.nan))
+        recs.append({"cache_dtype": str(k[0]), "ctx": int(k[1]), "weight_format": str(k[2]),
+                     "variant": str(k[3]), "fp8_us": us, "bf16_us": ref,
+                     "time_ratio": us / ref,
+                     "fp8_exact_share": (float(pd.to_numeric(g["fp8_exact_share"]).min())
+                                         if "fp8_exact_share" in g else np.nan),
+                     "fp8_max_steps": (float(pd.to_numeric(g["fp8_max_steps"]).max())
+                                       if "fp8_max_steps" in g else np.nan),
+                     "correct": bool(g["correct"].astype(str).str.lower().eq("true").all())
+                     if "correct" in g else True,
+                     "design": _joined(g, "design")})
+    out = pd.DataFrame(recs, columns=list(FP8_OUT_CELL_COLUMNS))
+    fmt = {f: i for i, f in enumerate(FORMAT_ORDER)}
+    order = {v: i for i, v in enumerate(series)}
+    return out.sort_values(
+        ["cache_dtype", "ctx", "weight_format", "variant"],
+        key=lambda c: (c.map(lambda x: int(x != "fp8")) if c.name == "cache_dtype" else
+                       c.map(lambda x: fmt.get(x, len(fmt))) if c.name == "weight_format" else
+                       c.map(order) if c.name == "variant" else c),
+        ignore_index=True)
