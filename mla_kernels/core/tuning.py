@@ -55,7 +55,11 @@ TUNED: dict[tuple[str, str, str, object], object] = {
 }
 
 # FP8 outputs (e4m3fn): entries measured with them, keyed as TUNED and looked up first; a
-# class with none here takes TUNED's entry (the epilogue differs, the rest does not).
+# class with none here takes TUNED's entry (the epilogue differs, the rest does not). None
+# yet: with FP8 outputs TUNED's configs were as fast as any other timed, fp8 per row at
+# 32000 and 109440 tokens (two MMA groups with and without the latent in registers, a
+# 4-deep ring), a bf16 weight and a bf16 cache at 32000
+# (data/exploration/h200/2026-12-02-0030d2ce6b44-fp8-outputs/).
 TUNED_FP8_OUT: dict[tuple[str, str, str, object], object] = {}
 
 # The best portable design on every format measured: tiled, split, 64-row tiles.

@@ -44,7 +44,7 @@ class Job:
         """Jobs of one group most likely share their kernels: the first compiles them."""
         p = self.point
         return (p.variants, p.shape, p.weight_format, p.cache_dtype, p.block_size,
-                p.weight_draw, repr(sorted(p.configs.items())))
+                p.weight_draw, p.out_dtype, repr(sorted(p.configs.items())))
 
 
 def matrix_jobs(patterns: Sequence[str] | None = None) -> list[Job]:

@@ -134,15 +134,15 @@ def test_a_scale_that_is_no_tensor(device, seed):
 # Contents, read by validate_inputs (validate=True; the default under the interpreter).
 VALUE_CASES = [
     ("k_out_scale 0", lambda i: {"k_out_scale": _scale(i, 0.0)},
-     ["k_out_scale", "a finite value > 0", "got 0.0"]),
+     ["k_out_scale", "a finite value >= 2^-126", "got 0.0"]),
     ("v_out_scale negative", lambda i: {"v_out_scale": _scale(i, -0.25)},
-     ["v_out_scale", "a finite value > 0", "got -0.25"]),
+     ["v_out_scale", "a finite value >= 2^-126", "got -0.25"]),
     ("k_out_scale inf", lambda i: {"k_out_scale": _scale(i, float("inf"))},
-     ["k_out_scale", "a finite value > 0", "got inf"]),
+     ["k_out_scale", "a finite value >= 2^-126", "got inf"]),
     ("v_out_scale nan", lambda i: {"v_out_scale": _scale(i, float("nan"))},
-     ["v_out_scale", "a finite value > 0", "got nan"]),
+     ["v_out_scale", "a finite value >= 2^-126", "got nan"]),
     ("k_out_scale -0", lambda i: {"k_out_scale": _scale(i, -0.0)},
-     ["k_out_scale", "a finite value > 0", "got -0.0"]),
+     ["k_out_scale", "a finite value >= 2^-126", "got -0.0"]),
 ]
 
 ENTRIES = ["call", "call after a good call", "op"]
@@ -244,5 +244,5 @@ def test_a_compiled_op_reads_the_scale_s_value_on_every_call(device, seed):
     before = _snapshot(args)
     with pytest.raises((ValueError, RuntimeError)) as err:
         run(*args)
-    assert "v_out_scale: expected a finite value > 0, got 0.0" in str(err.value)
+    assert "v_out_scale: expected a finite value >= 2^-126 (a float32 whose reciprocal is finite), got 0.0" in str(err.value)
     _assert_unchanged(args, before)

@@ -77,3 +77,16 @@ def test_auto_is_within_5_percent_on_the_mxfp4_run():
     misses, checked, untimed = _check(rows)
     assert checked >= 7 and not untimed, untimed  # 4 contexts, 3 with a weight too wide
     assert not misses, misses
+
+
+def test_fp8_outputs_look_up_their_own_entries_first(monkeypatch):
+    from mla_kernels.core import tuning
+
+    plain = tuning.lookup("H200", "fp8_row", "fp8", 1, 32000)
+    assert tuning.lookup("H200", "fp8_row", "fp8", 1, 32000, out_fp8=True) == plain
+    own = ("tiled", {"block_m": 128})
+    monkeypatch.setitem(tuning.TUNED_FP8_OUT, ("H200", "fp8_row", "fp8", tuning.ANY), own)
+    assert tuning.lookup("H200", "fp8_row", "fp8", 16, 32000, out_fp8=True) == own
+    assert tuning.lookup("H200", "fp8_row", "fp8", 16, 32000) == plain  # bf16 outputs
+    assert tuning.lookup("H200", "bf16", "fp8", 1, 32000, out_fp8=True) == \
+        tuning.lookup("H200", "bf16", "fp8", 1, 32000)  # no entry of its own: TUNED's
