@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from mla_kernels.core.devices import DEVICES
 from mla_kernels.designs import DESIGNS, resolve
@@ -15,7 +16,8 @@ from mla_kernels.lab.occupancy import problem_for
 from mla_kernels.review import analysis
 
 ROOT = Path(__file__).parents[2]
-POINT = ["model", "weight_format", "cache_dtype", "block_size", "contexts", "weight_draw"]
+POINT = ["model", "weight_format", "cache_dtype", "block_size", "contexts", "weight_draw",
+         "out_dtype"]
 
 
 def matrix_rows(where: Path = ROOT / "data" / "h200") -> pd.DataFrame:
@@ -23,7 +25,10 @@ def matrix_rows(where: Path = ROOT / "data" / "h200") -> pd.DataFrame:
     if df is None:
         pytest.skip(f"no committed performance matrix under {where}")
     # A run before the column existed drew every weight the default way.
-    df = df.assign(weight_draw=df.get("weight_draw", pd.Series("", index=df.index)).fillna(""))
+    df = df.assign(weight_draw=df.get("weight_draw", pd.Series("", index=df.index)).fillna(""),
+                   # ... and wrote bf16 outputs.
+                   out_dtype=df.get("out_dtype", pd.Series("bfloat16", index=df.index))
+                   .fillna("bfloat16"))
     return df[(df["timing"] == "graph") & df["correct"].astype(bool)]
 
 
@@ -38,10 +43,11 @@ def _check(rows: pd.DataFrame) -> tuple[list, int, list]:
     points where auto's choice was not timed)."""
     misses, checked, untimed = [], 0, []
     for key, g in rows.groupby(POINT):
-        model, fmt, cache, page, contexts, _ = key
+        model, fmt, cache, page, contexts, _, out = key
         times = g.set_index("variant")["median_us"]
         designs = times[[v for v in times.index if v in DESIGNS]]
-        prob = problem_for(model, parse_contexts(contexts), cache, fmt, int(page))
+        prob = problem_for(model, parse_contexts(contexts), cache, fmt, int(page),
+                           getattr(torch, out))
         design, cfg = resolve("auto", prob, DEVICES["H200"])
         if cfg == design.config():  # its default config: the design's own row
             chosen = times.get(design.name)

@@ -191,7 +191,8 @@ def _fp8_panels(body, spec, cells: pd.DataFrame) -> None:
         ax.set_xlabel("weight format")
         if i == 0:
             ax.set_ylabel("time, FP8 / bf16 outputs (ratio)")
-        ax.set_title(f"{cache} cache, {ctx} tokens: FP8 outputs / bf16 outputs", loc="left")
+        # Short: five panels share the row (the y label and the suptitle say the ratio).
+        ax.set_title(f"FP8 outputs, {cache} cache, {ctx} tokens", loc="left", fontsize=11)
         ax.grid(False, axis="x")
     handles = {}
     for ax in body.axes:
