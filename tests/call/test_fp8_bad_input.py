@@ -7,6 +7,8 @@ bytes as they were.
 
 import pytest
 import torch
+from test_bad_input import _op  # the op on the call's arguments
+from test_bad_input import fresh as bad_input_fresh
 
 import mla_kernels as mk
 from mla_kernels.core.shapes import MLAShape
@@ -19,23 +21,8 @@ SENTINEL = 7.0  # exact in e4m3 and bf16
 
 
 def fresh(device, seed, out_dtype=FP8, **kw):
-    args = dict(block_size=16, cache_dtype="fp8", weight_format="fp8_row", device=device,
-                seed=seed, out_dtype=out_dtype)
-    args.update(kw)
-    inp = mk.build_inputs(SMALL, [20, 9], **args)
-    inp.k_prefix.fill_(SENTINEL)
-    inp.v_prefix.fill_(SENTINEL)
-    return inp
-
-
-def _op(*args, **kw):
-    """The custom op: the nine arguments by position, the FP8 outputs' scales (given as
-    the tenth and eleventh, as the call takes them) by keyword, as its schema takes them."""
-    from mla_kernels import ops  # noqa: F401  registers torch.ops.mla_kernels
-
-    if len(args) > 9:
-        kw = dict(kw, k_out_scale=args[9], v_out_scale=args[10])
-    return torch.ops.mla_kernels.gather_kv_b_proj(*args[:9], **kw)
+    """test_bad_input's inputs over an fp8 cache, FP8 outputs unless asked otherwise."""
+    return bad_input_fresh(device, seed, **{"cache_dtype": "fp8", "out_dtype": out_dtype, **kw})
 
 
 def _bytes(t):
@@ -244,5 +231,6 @@ def test_a_compiled_op_reads_the_scale_s_value_on_every_call(device, seed):
     before = _snapshot(args)
     with pytest.raises((ValueError, RuntimeError)) as err:
         run(*args)
-    assert "v_out_scale: expected a finite value >= 2^-126 (a float32 whose reciprocal is finite), got 0.0" in str(err.value)
+    assert ("v_out_scale: expected a finite value >= 2^-126 (a float32 whose reciprocal is "
+            "finite), got 0.0") in str(err.value)
     _assert_unchanged(args, before)

@@ -4,6 +4,7 @@ get their own plan; the scales are read on every call, never baked into a plan o
 
 import pytest
 import torch
+from test_bad_input import _op  # the op on the call's arguments
 
 import mla_kernels as mk
 from mla_kernels import api
@@ -23,16 +24,6 @@ def build(device, seed, out_dtype=FP8, contexts=(21, 0, 6)):
 
 def _bytes(inp):
     return inp.k_prefix.view(torch.uint8).clone(), inp.v_prefix.view(torch.uint8).clone()
-
-
-def _op(*args, **kw):
-    """The custom op: the nine arguments by position, the FP8 outputs' scales (given as
-    the tenth and eleventh, as the call takes them) by keyword, as its schema takes them."""
-    from mla_kernels import ops  # noqa: F401  registers torch.ops.mla_kernels
-
-    if len(args) > 9:
-        kw = dict(kw, k_out_scale=args[9], v_out_scale=args[10])
-    return torch.ops.mla_kernels.gather_kv_b_proj(*args[:9], **kw)
 
 
 def _layer(variant):
