@@ -12,7 +12,7 @@ from ..api import gather_kv_b_proj
 from ..core.problem import interpreting
 from .cases import build_case
 from .inputs import GatherInputs
-from .measurements import contexts_str
+from .measurements import contexts_str, dtype_name
 
 # Largest relative error per output column (see max_rel_err) each weight format may show.
 # bf16 output rounding alone is up to 2^-8 per element; fp8 adds Hopper's fast fp8
@@ -76,10 +76,15 @@ def error_measures(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor
     return {"column": float(col.max()), "row": float(row.max()), "gain": gain}
 
 
+def nan_max(values) -> float:
+    """The largest of ``values``, NaN if any is NaN (a NaN never reads as small)."""
+    return max(values, key=lambda x: (x != x, x))
+
+
 def max_rel_err(out: torch.Tensor, ref: torch.Tensor, magnitude: torch.Tensor | None = None
                 ) -> float:
     """The largest of ``error_measures`` (NaN if anything is NaN)."""
-    return max(error_measures(out, ref, magnitude).values(), key=lambda x: (x != x, x))
+    return nan_max(error_measures(out, ref, magnitude).values())
 
 
 class Expected(NamedTuple):
@@ -164,9 +169,8 @@ def check_outputs(inp: GatherInputs, ref: Expected | None = None) -> dict[str, f
         vm = fp8_measures(inp.v_prefix[:t], v_ref, v_mag, inp.v_out_scale, tol)
         n_k, n_v = inp.k_prefix[:t].numel(), inp.v_prefix[:t].numel()
         share = (km["exact_share"] * n_k + vm["exact_share"] * n_v) / max(n_k + n_v, 1)
-        steps = max(km["max_steps"], vm["max_steps"], key=lambda x: (x != x, x))
-        beyond = max(km["beyond_steps"], vm["beyond_steps"], key=lambda x: (x != x, x))
-        err = max(km["gain"], vm["gain"], key=lambda x: (x != x, x))
+        steps, beyond, err = (nan_max((km[m], vm[m]))
+                              for m in ("max_steps", "beyond_steps", "gain"))
         return {"max_rel_err": err, "spare_rows_untouched": spare_ok,
                 "fp8_exact_share": share, "fp8_max_steps": steps, "fp8_beyond_steps": beyond,
                 "correct": bool(beyond == 0 and share >= FP8_MIN_EXACT_SHARE) and spare_ok}
@@ -211,7 +215,7 @@ def check_variants(shape: str, contexts: Sequence[int], *, variants: Sequence[st
                      "block_size": block_size, "contexts": contexts_str(contexts),
                      "batch": len(contexts), "ctx": t, "variant": v, "design": design.name,
                      "device": device,
-                     "out_dtype": str(out_dtype).removeprefix("torch."),
+                     "out_dtype": dtype_name(out_dtype),
                      "max_rel_err": res["max_rel_err"], "correct": res["correct"],
                      "compared_with": first[0], "max_abs_diff": diff,
                      "bit_identical": diff == 0.0})

@@ -17,6 +17,7 @@ from ..core.devices import DEVICES, DeviceSpec, live_device
 from ..core.formats import WEIGHT_FORMATS
 from ..designs import DESIGNS
 from .bench import Point
+from .measurements import DEFAULT_OUT_DTYPE, FP8_OUT_DTYPE
 from .occupancy import problem_for
 from .timing import FULL, SHORT
 
@@ -45,7 +46,7 @@ def budget(name: str) -> tuple[int, int]:
 
 def point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: int,
           variants: Iterable[str], device: DeviceSpec | None = None,
-          weight_draw: str = "", out_dtype: str = "bfloat16") -> Point:
+          weight_draw: str = "", out_dtype: str = DEFAULT_OUT_DTYPE) -> Point:
     """A Point timing those of ``variants`` that run this problem (with outputs of
     ``out_dtype``, torch's name) on ``device`` (default: the live GPU, else the registry's
     H200); "auto" always."""
@@ -100,7 +101,7 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
         for cache, ctx in [("fp8", c) for c in HEADLINE] + [("bf16", 32000)]:
             timed = FP8_OUT_TIMED + (FP8_OUT_PORTABLE if (cache, ctx) == ("fp8", 32000) else ())
             out[f"kimi/{fmt}/{cache}/p1/{ctx}{FP8_OUT_SUFFIX}"] = point(
-                KIMI, (ctx,), fmt, cache, 1, timed, device, out_dtype="float8_e4m3fn")
+                KIMI, (ctx,), fmt, cache, 1, timed, device, out_dtype=FP8_OUT_DTYPE)
     return {name: replace(pt, graph8=name in GRAPH8_POINTS) for name, pt in out.items()}
 
 

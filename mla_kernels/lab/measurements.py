@@ -31,6 +31,10 @@ def parse_contexts(text: str | int) -> tuple[int, ...]:
     return tuple(int(c) for c in str(text).split())
 
 
+DEFAULT_OUT_DTYPE = "bfloat16"  # the ``out_dtype`` column of bf16 outputs
+FP8_OUT_DTYPE = "float8_e4m3fn"  # ... and of FP8 ones
+
+
 @dataclass(frozen=True)
 class Measurement:
     """One row of a measurement CSV."""
@@ -89,7 +93,7 @@ class Measurement:
     tc_floor_us: float = float("nan")
     # The outputs' dtype, torch's name: "float8_e4m3fn" for e4m3 codes of value / a
     # per-tensor scale. Rows of runs without the column wrote bf16 (``out_dtypes``).
-    out_dtype: str = "bfloat16"
+    out_dtype: str = DEFAULT_OUT_DTYPE
     # FP8 outputs against the contract's rule applied to the float reference: the share of
     # values equal to it and the most e4m3 steps from it (NaN for other outputs).
     fp8_exact_share: float = float("nan")
@@ -107,10 +111,6 @@ class Measurement:
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Measurement))
-
-DEFAULT_OUT_DTYPE = "bfloat16"
-FP8_OUT_DTYPE = "float8_e4m3fn"
-
 
 def dtype_name(dtype) -> str:
     """The ``out_dtype`` column's text for a torch dtype (or its name)."""

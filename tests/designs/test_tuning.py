@@ -11,7 +11,7 @@ import torch
 
 from mla_kernels.core.devices import DEVICES
 from mla_kernels.designs import DESIGNS, resolve
-from mla_kernels.lab.measurements import parse_contexts
+from mla_kernels.lab.measurements import out_dtypes, parse_contexts
 from mla_kernels.lab.occupancy import problem_for
 from mla_kernels.review import analysis
 
@@ -27,8 +27,7 @@ def matrix_rows(where: Path = ROOT / "data" / "h200") -> pd.DataFrame:
     # A run before the column existed drew every weight the default way.
     df = df.assign(weight_draw=df.get("weight_draw", pd.Series("", index=df.index)).fillna(""),
                    # ... and wrote bf16 outputs.
-                   out_dtype=df.get("out_dtype", pd.Series("bfloat16", index=df.index))
-                   .fillna("bfloat16"))
+                   out_dtype=out_dtypes(df))
     return df[(df["timing"] == "graph") & df["correct"].astype(bool)]
 
 

@@ -431,8 +431,6 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         v_inv = out.v_inverse()
         pe_scale = k_scale * k_inv
     else:
-        k_inv = 1.0
-        v_inv = 1.0
         pe_scale = k_scale
     cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))

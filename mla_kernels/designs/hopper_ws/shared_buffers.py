@@ -9,6 +9,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
+from ..jit import load_out_inverse
 from .compat import Buffer, Descriptor, bundle, partition_sync, tma_io
 from .conversions import ring_as_bf16
 from .schedule import Cache, Items
@@ -126,22 +127,14 @@ class Outputs:
 
     @gluon.jit
     def k_inverse(self):
-        """What K's values are multiplied by before they are stored: 1 / k_out_scale for
-        FP8 outputs (its float32 reciprocal), else 1."""
-        if self.FP8:
-            inv = 1.0 / gl.load(self.k_scale_ptr)
-        else:
-            inv = 1.0
-        return inv
+        """What K's values are multiplied by before they are stored (the portable designs'
+        ``load_out_inverse``): 1 / k_out_scale for FP8 outputs, else 1."""
+        return load_out_inverse(self.k_scale_ptr, self.FP8)
 
     @gluon.jit
     def v_inverse(self):
         """``k_inverse`` for V."""
-        if self.FP8:
-            inv = 1.0 / gl.load(self.v_scale_ptr)
-        else:
-            inv = 1.0
-        return inv
+        return load_out_inverse(self.v_scale_ptr, self.FP8)
 
 
 @bundle

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ...lab.measurements import DEFAULT_OUT_DTYPE, out_dtypes
+from ...lab.measurements import DEFAULT_OUT_DTYPE, FP8_OUT_DTYPE, out_dtypes
 from .series import choose_series, rows_of, tidy
 from .style import DEFAULT_LIMIT
 
@@ -189,7 +189,7 @@ def fp8_output_cells(df: pd.DataFrame, series: Sequence[str] = FP8_OUT_SERIES,
     if "weight_draw" in d.columns:
         d = d[text_values(d["weight_draw"]) == ""]
     d = d.assign(out_dtype=out_dtypes(d))
-    fp8 = d[d["out_dtype"] == "float8_e4m3fn"]
+    fp8 = d[d["out_dtype"] == FP8_OUT_DTYPE]
     if fp8.empty:
         return empty
     model = fp8["model"].value_counts().idxmax() if "model" in fp8.columns else None
