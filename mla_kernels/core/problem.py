@@ -362,8 +362,9 @@ def validate_inputs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_cont
     Raises ValueError naming the first bad sequence or value: indptr and prefix sums start
     at 0 and never decrease, each sequence holds ceil(ctx / block_size) blocks, every
     block id is in range, the outputs have a row for every token, no context exceeds
-    ``max_context_len``; scales (the FP8 outputs' too) are finite and > 0 (no e8m0 NaN
-    code 255); the weight and every cache row a token reads hold no NaN or infinity.
+    ``max_context_len``; scales are finite and > 0 (no e8m0 NaN code 255), the FP8
+    outputs' at least 2^-126; the weight and every cache row a token reads hold no NaN or
+    infinity.
     """
     args = GatherArgs(k_buffer, k_scale, kv_indptr, kv_indices, kv_prefix_sum_context_lens,
                       kv_proj_weight, kv_proj_scale, k_prefix, v_prefix, k_out_scale,

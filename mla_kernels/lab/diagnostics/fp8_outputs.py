@@ -16,6 +16,7 @@ import torch
 
 from ...api import gather_kv_b_proj
 from ...designs.hopper_ws import HopperWSConfig
+from ..bench import check_columns
 from ..checks import check_outputs
 from ..inputs import build_inputs
 from ..provenance import provenance
@@ -54,10 +55,7 @@ def run(cases, warm: bool) -> list[dict]:
                        "median_us": float("nan") if t is None else t.median_us,
                        "q1_us": float("nan") if t is None else t.q1_us,
                        "q3_us": float("nan") if t is None else t.q3_us,
-                       "reps": 0 if t is None else t.reps,
-                       "correct": res["correct"], "max_rel_err": res["max_rel_err"],
-                       "fp8_exact_share": res.get("fp8_exact_share", float("nan")),
-                       "fp8_max_steps": res.get("fp8_max_steps", float("nan"))}
+                       "reps": 0 if t is None else t.reps, **check_columns(res)}
                 rows.append(row)
                 print(f"{fmt:9s} {cache:4s} {tokens:6d} {name:6s} {out:13s} "
                       f"{row['median_us']:8.1f} us  correct {res['correct']}  exact "

@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 
-from .axes import column_values, describe, figure_title, footer, new_figure
+from .axes import column_values, describe, figure_title, footer, new_figure, unique_handles
 from .series import choose_series
 from .style import DEFAULT_LIMIT, TIMING_LONG, TIMING_NAME, TIMINGS, design_color, set_style
 from .tables import (
@@ -194,15 +194,11 @@ def _fp8_panels(body, spec, cells: pd.DataFrame) -> None:
         # Short: five panels share the row (the y label and the suptitle say the ratio).
         ax.set_title(f"FP8 outputs, {cache} cache, {ctx} tokens", loc="left", fontsize=11)
         ax.grid(False, axis="x")
-    handles = {}
-    for ax in body.axes:
-        for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
-            if (ax.get_gid() or "").startswith("fp8out/"):
-                handles.setdefault(lab, h)
-    last = [ax for ax in body.axes if (ax.get_gid() or "").startswith("fp8out/")][-1]
-    last.legend(list(handles.values()), list(handles), loc="upper left", fontsize=9,
-                bbox_to_anchor=(1.08, 1.0),
-                title=f"series ({TIMING_NAME.get(FP8_OUT_TIMING, FP8_OUT_TIMING)})")
+    panels_axes = [ax for ax in body.axes if (ax.get_gid() or "").startswith("fp8out/")]
+    handles, labels = unique_handles(panels_axes)
+    panels_axes[-1].legend(handles, labels, loc="upper left", fontsize=9,
+                           bbox_to_anchor=(1.08, 1.0),
+                           title=f"series ({TIMING_NAME.get(FP8_OUT_TIMING, FP8_OUT_TIMING)})")
 
 
 def _heatmap(ax, table: pd.DataFrame, texts: dict[tuple[str, str], str], *, values, cmap, norm,
