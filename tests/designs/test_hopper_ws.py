@@ -183,6 +183,123 @@ def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, regs, devi
         ring_depth=stages, programs=programs, mma_groups=2, latent_in_registers=regs))
 
 
+# ------------------------------------------------ the ping-pong schedule
+# Two MMA groups take whole items of runs of whole heads, group 0 every K-nope item (and the
+# rope), group 1 every V item, their K loops in turn; each reads only its items' weight
+# chunks from the one ring and stages in its own buffer.
+PINGPONG = HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True)
+PINGPONG_R4 = HopperWSConfig(mma_groups=2, ring_depth=4, pingpong=True)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
+    (KIMI, [4096], 1),  # two programs or more a tile: a tile's heads split between them
+    (KIMI, [1000], 1),  # the last tile shifted back
+    (KIMI, [100], 1),  # the one partial tile: both groups store masked, the rope by group 0
+    (KIMI, [37, 0, 300, 129, 1], 16),
+    (KIMI, [513, 2048, 70], 64),
+    (KIMI, [40000], 1),  # runs that start and end inside tiles
+    ("deepseek-v3-tp1", [700], 1),  # lockstep runs, in heads
+])
+@pytest.mark.parametrize(("fmt", "out"), [("fp8_row", "fp8"), ("fp8_block", "fp8"),
+                                          ("fp8_row", "bf16"), ("fp8_block", "bf16")])
+def test_pingpong_matches_reference(shape, contexts, block_size, fmt, out, device, seed):
+    fp8 = out == "fp8"
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format=fmt, device=device, seed=seed,
+                          out_dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
+    # bf16 outputs stage twice the bytes: a ring of at most four beside both buffers.
+    run_and_check(inp, "hopper_ws", config=PINGPONG if fp8 else PINGPONG_R4)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 3, 6])
+def test_pingpong_program_runs_and_ring_depth(programs, stages, device, seed):
+    # One program runs every tile in turn; a ring shallower than an item makes each group
+    # wait for the other's chunks to be read before its own land.
+    inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=seed,
+                          out_dtype=torch.float8_e4m3fn)
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(
+        ring_depth=stages, programs=programs, mma_groups=2, pingpong=True))
+
+
+@pytest.mark.parametrize(("fmt", "cache", "out", "config", "field"), [
+    ("fp8_row", "fp8", "fp8", HopperWSConfig(pingpong=True), "pingpong"),
+    ("fp8_row", "fp8", "fp8", HopperWSConfig(mma_groups=2, pingpong=True,
+                                             latent_in_registers=True), "latent_in_registers"),
+    ("bf16", "fp8", "fp8", HopperWSConfig(mma_groups=2, pingpong=True), "mma_groups"),
+    ("mxfp4", "fp8", "fp8", HopperWSConfig(mma_groups=2, pingpong=True), "mma_groups"),
+    ("fp8_row", "bf16", "fp8", HopperWSConfig(mma_groups=2, pingpong=True), "mma_groups"),
+    ("fp8_row", "fp8", "bf16", HopperWSConfig(mma_groups=2, pingpong=True, ring_depth=5),
+     "ring_depth"),
+])
+def test_pingpong_refused_where_it_does_not_apply(fmt, cache, out, config, field):
+    # Refused when the launch is prepared, before anything is written.
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel
+    from mla_kernels.lab.occupancy import problem_for
+
+    dtype = torch.float8_e4m3fn if out == "fp8" else torch.bfloat16
+    inp = mk.build_inputs(KIMI, [300], cache_dtype=cache, weight_format=fmt, out_dtype=dtype)
+    prob = problem_for(KIMI, [300], cache, fmt, 1, out_dtype=dtype)
+    with pytest.raises(ValueError, match=rf"config\.{field}: expected .*, got"):
+        compile_main_kernel("hopper_ws", inp, prob, config, HOPPER, 90)
+
+
+def test_pingpong_shared_memory_rule():
+    # The deepest ring beside two staging buffers: six with FP8 outputs, four with bf16 ones,
+    # within an sm_90 program's shared memory and above what one more slot would ask.
+    from mla_kernels.designs.hopper_ws.plan import max_pingpong_ring, pingpong_smem
+    from mla_kernels.lab.occupancy import problem_for
+
+    h200 = DEVICES["H200"]
+    fp8 = problem_for(KIMI, [300], "fp8", "fp8_row", 1, out_dtype=torch.float8_e4m3fn)
+    bf16 = problem_for(KIMI, [300], "fp8", "fp8_row", 1)
+    assert max_pingpong_ring(fp8, h200) == 6
+    assert max_pingpong_ring(bf16, h200) == 4
+    assert pingpong_smem(bf16, 4) <= h200.smem_per_program < pingpong_smem(bf16, 5)
+    # Each slot is one [128 x 128] fp8 chunk; bf16 staging doubles the staged bytes.
+    assert pingpong_smem(fp8, 6) - pingpong_smem(fp8, 5) == 128 * 128 + 16
+    assert pingpong_smem(bf16, 4) - pingpong_smem(fp8, 4) == (2 * 128 + 64) * 128
+
+
+@pytest.mark.parametrize(("tokens", "heads_shape"), [(32000, KIMI), (4096, KIMI), (700,
+                                                     "deepseek-v3-tp1"), (300000, KIMI)])
+def test_pingpong_work_model_counts_runs_of_whole_heads(tokens, heads_shape):
+    # As Items.run with PAIRS: the same splits made in heads. A tile's 2 x heads items give
+    # at most `heads` shares where programs outnumber tiles; runs in lockstep count granules
+    # of heads.
+    from mla_kernels.designs.hopper_ws import hopper_ws_work
+    from mla_kernels.lab.occupancy import problem_for
+
+    h200 = DEVICES["H200"]
+    prob = problem_for(heads_shape, [tokens], "fp8", "fp8_row", 1,
+                       out_dtype=torch.float8_e4m3fn)
+    tiles = -(-tokens // 128)
+    heads = prob.num_heads
+    pp = hopper_ws_work(prob, [tokens], None, PINGPONG, h200)
+    plain = hopper_ws_work(prob, [tokens], None, HopperWSConfig(), h200)
+    if 2 * tiles <= h200.compute_units:
+        assert pp == tiles * min(h200.compute_units // tiles, heads)
+    else:
+        g = lockstep_granule(2 * heads, tiles, h200.compute_units, 2)
+        assert g % 2 == 0
+        assert pp == min(h200.compute_units, tiles * 2 * heads // (g or 2))
+    assert pp <= plain
+
+
+def test_lockstep_granule_in_heads():
+    # Granules counted in heads are whole heads: 128 heads a tile, halved up to three times.
+    for tiles in (60, 250, 855, 1001):
+        g = lockstep_granule(256, tiles, 132, 2)
+        assert g in (0, 256, 128, 64, 32)
+    assert lockstep_granule(256, 250, 132, 2) == lockstep_granule(256, 250, 132)
+    assert lockstep_granule(24, 250, 132, 2) == 0
+
+
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block", "mxfp4"])
@@ -219,8 +336,9 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
 
 def test_config_fields_checked():
     for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
-                dict(latent_in_registers=1), dict(latent_in_registers="yes")):
-        with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers)"
+                dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2)):
+        with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
+                                             "|pingpong)"
                                              ": expected"):
             HopperWSConfig(**bad)
 
@@ -748,7 +866,9 @@ FP8_OUT_PATHS = [
     ("fp8_row", "fp8", None),
     ("fp8_row", "fp8", HopperWSConfig(ring_depth=6)),
     ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
+    ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True)),
     ("fp8_block", "fp8", None),
+    ("fp8_block", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True)),
     ("bf16", "fp8", None),  # a bf16 latent tile widened by the gatherer, two staging buffers
     ("mxfp4", "fp8", None),
     ("fp8_row", "bf16", None),
@@ -761,7 +881,9 @@ FP8_OUT_PATHS = [
 def _fp8_out_id(path):
     fmt, cache, config = path
     return f"{fmt}-{cache}" + ("" if config is None else
-                               f"-r{config.ring_depth}g{config.mma_groups}")
+                               f"-r{config.ring_depth}g{config.mma_groups}"
+                               + ("pp" if config.pingpong else
+                                  "L" if config.latent_in_registers else ""))
 
 
 @pytest.mark.gpu

@@ -50,14 +50,18 @@ class HopperWSConfig(DesignConfig):
     persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
     warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache (each takes 64 of a
     tile's 128 rows); ``latent_in_registers``: with two groups, each holds its rows of a
-    tile's latent as wgmma's A operand in registers. What each option bought, and where
-    ``auto`` sets them: README.md."""
+    tile's latent as wgmma's A operand in registers; ``pingpong``: with two groups, each
+    takes whole items instead (one every K-nope item, the other every V item, of runs of
+    whole heads), their K loops in turn, so one group's epilogue runs while the other
+    multiplies (an fp8 per-row or per-block weight over an fp8 cache). What each option
+    bought, and where ``auto`` sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None
     mma_groups: int = 1
     latent_in_registers: bool = False
+    pingpong: bool = False
 
     _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
-              "mma_groups": one_of(1, 2), "latent_in_registers": flag()}
+              "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag()}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

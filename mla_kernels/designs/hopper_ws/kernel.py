@@ -24,7 +24,8 @@ def hopper_ws_kernel(
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
-    LAT_REGS: gl.constexpr, OUT_FP8: gl.constexpr, num_warps: gl.constexpr,
+    LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
@@ -71,39 +72,55 @@ def hopper_ws_kernel(
                                             k_desc.layout)
         pe_out = out_buf
     else:
-        out_buf = gl.allocate_shared_memory(k_desc.dtype, [NBUF, BM, BN], k_desc.layout)
+        # The ping-pong groups (PAIRS) stage their items in a buffer each.
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [2 if PAIRS else NBUF, BM, BN],
+                                            k_desc.layout)
         pe_out = gl.allocate_shared_memory(pe_desc.dtype, [BM, PE], pe_desc.layout)
 
     w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     w_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     # One barrier per K chunk of the latent tile and a last one for its rope part, both ways:
     # a chunk is refilled as soon as the tile's last item has multiplied it.
+    # The ping-pong groups' turns at the tensor cores: each group's K loop waits for the
+    # other's to be issued (a stand-in otherwise, never used).
+    if PAIRS:
+        turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+        for g in gl.static_range(2):
+            mbarrier.init(turns.index(g), count=1)
+    else:
+        turns = lat_ready
+    # A weight chunk is read by every MMA group, or with PAIRS by the one whose item it is.
+    READERS: gl.constexpr = 1 if PAIRS else MMA_GROUPS
     for s in gl.static_range(STAGES):
         mbarrier.init(w_ready.index(s), count=1)
-        mbarrier.init(w_empty.index(s), count=MMA_GROUPS)  # freed by each MMA group
+        mbarrier.init(w_empty.index(s), count=READERS)  # freed by each reader
     for kb in gl.static_range(NK + 1):
         if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (publish_slot)
             mbarrier.init(lat_ready.index(kb), count=1)
         else:  # each gather thread's arrival, when its own cp.async copies have landed
             mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)
-    for kb in gl.static_range(NK + 1):
+    # Every MMA group reads every latent chunk; with PAIRS only the K-nope group the rope.
+    for kb in gl.static_range(NK):
         mbarrier.init(lat_empty.index(kb), count=MMA_GROUPS)
+    mbarrier.init(lat_empty.index(NK), count=READERS)
 
-    p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE),
+    p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS),
                 Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
                       stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, CACHE_FP8),
                 w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
                 WeightRing(w_ring, w_ready, w_empty, info, STAGES),
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16),
                 Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
-                        ko_scale_ptr, vo_scale_ptr, OUT_FP8))
+                        ko_scale_ptr, vo_scale_ptr, OUT_FP8), turns)
     # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two
     # MMA groups, a second MMA partition. The partitions and their warps differ, so each
     # set is its own call: a list of partitions cannot be held in a variable.
+    # Two groups split each item's rows, or with PAIRS take whole items (one row group).
+    NWG: gl.constexpr = 1 if PAIRS else 2
     if MMA_GROUPS == 2:
         gl.warp_specialize([
-            (mma_epilogue, (p, 0, 2, LAT_REGS, num_warps)),
-            (mma_epilogue, (p, 1, 2, LAT_REGS, num_warps)),
+            (mma_epilogue, (p, 0, NWG, LAT_REGS, num_warps)),
+            (mma_epilogue, (p, 1, NWG, LAT_REGS, num_warps)),
             (latent_gatherer, (p,)),
             (weight_loader, (p,)),
         ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])

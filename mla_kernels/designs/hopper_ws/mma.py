@@ -41,7 +41,8 @@ class Group:
     """One MMA group's part of every item: rows [R0, R0 + HM) of each tile, and what its
     epilogue reuses item after item (the token count, k_scale, the rope's factor: k_scale,
     over k_out_scale for FP8 outputs, column and row offsets in the layouts it stores from,
-    its rows of the rope buffers)."""
+    its rows of the rope buffers); OWN_BUF: the staging buffer a ping-pong group keeps, -1
+    where the groups take the buffers in turn."""
 
     total: gl.tensor
     k_scale: gl.tensor
@@ -59,11 +60,13 @@ class Group:
     acc_layout: gl.constexpr
     pe_layout: gl.constexpr
     st_layout: gl.constexpr
+    OWN_BUF: gl.constexpr
 
 
 @gluon.jit
 def _item_at(items, it, start, end, total, tiles_seen):
-    """Item ``it`` of the run [start, end) (``Item``), and the tiles begun with it."""
+    """Item ``it`` of the run [start, end) (``Item``), and the tiles begun with it. With PAIRS
+    a group runs every other item: first and last are of its own items in the tile."""
     ITEMS_PER_TILE: gl.constexpr = items.PER_TILE
     tile = it // ITEMS_PER_TILE
     hp = it % ITEMS_PER_TILE
@@ -71,8 +74,12 @@ def _item_at(items, it, start, end, total, tiles_seen):
     half = hp % 2
     row0 = tile_row0(tile, total)
     full = row0 + BM <= total
-    last_of_tile = (hp == ITEMS_PER_TILE - 1) | (it == end - 1)
-    new_tile = (it == start) | (hp == 0)
+    if items.PAIRS:
+        last_of_tile = (hp >= ITEMS_PER_TILE - 2) | (it >= end - 2)
+        new_tile = (it < start + 2) | (hp < 2)
+    else:
+        last_of_tile = (hp == ITEMS_PER_TILE - 1) | (it == end - 1)
+        new_tile = (it == start) | (hp == 0)
     if new_tile:
         tiles_seen += 1
     return Item(it, head, half, row0, full, new_tile, last_of_tile, tiles_seen), tiles_seen
@@ -197,8 +204,27 @@ def _item_done(ring, lat, acc, c, last_of_tile, NK: gl.constexpr,
 
 
 @gluon.jit
+def _wait_turn(turns, WG: gl.constexpr, j):
+    """Ping-pong group WG's turn at the tensor cores for its ``j``-th item: group 0 (the
+    K-nope items) goes first, then each waits until the other has issued its K loop. A
+    group's K loop never overlaps the other's, so its epilogue runs while the other
+    multiplies, and a group reaching a ring slot finds every earlier chunk there landed,
+    which makes a slot's phase parity unambiguous though each group skips the other's
+    chunks."""
+    mbarrier.wait(turns.index(WG), (j & 1) ^ 1 ^ WG)
+
+
+@gluon.jit
+def _hand_over(turns, NEXT: gl.constexpr):
+    """The turn passes to group NEXT once this group's K loop is issued (one thread's
+    arrival: its waits saw every chunk of the loop land, which is what the other group's
+    parity waits rely on; the other warps need not have caught up)."""
+    mbarrier.arrive(turns.index(NEXT), count=1)
+
+
+@gluon.jit
 def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.constexpr,
-                       WK: gl.constexpr):
+                       WK: gl.constexpr, turns, NEXT: gl.constexpr = -1):
     """One item's K loop with a per-128x128-block weight scale: its 128 weight rows are one
     block row and each 128-wide latent chunk one block column, so chunk kb has one scalar
     scale s[kb] (row ``ws_row`` of the scale). Returns the two halves of the product
@@ -214,7 +240,8 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
     accumulator (64 registers each, as one 128-row accumulator): the top half is
     renormalised while the bottom half's previous chunk still runs, and the other way
     round, so the queue never empties. What remains is the multiplies and the waits' issue
-    slots, while the tensor cores work.
+    slots, while the tensor cores work. NEXT >= 0: the ping-pong group whose turn it is once
+    the last wgmma is issued (``_hand_over``).
     """
     NK: gl.constexpr = KV_C // BK
     STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
@@ -256,6 +283,8 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
                     acc_t, acc_b = warpgroup_mma_wait(num_outstanding=2, deps=(acc_t, acc_b))
                     ring.release(c - 1)
             c += 1
+    if NEXT >= 0:
+        _hand_over(turns, NEXT)
     acc_t, acc_b = warpgroup_mma_wait(num_outstanding=0, deps=(acc_t, acc_b))
     ring.release(c - 1)
     if item.last:
@@ -319,16 +348,20 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.const
     LAT16: gl.constexpr = lat.LAT16
     row0 = item.row0
     head = item.head
-    buf = out.bufs.index(n_tma % out.bufs.shape[0])
+    if grp.OWN_BUF >= 0:
+        buf = out.bufs.index(grp.OWN_BUF)
+    else:
+        buf = out.bufs.index(n_tma % out.bufs.shape[0])
     if grp.NWG > 1:
         buf = buf.slice(R0, HM, dim=0)
     # Before reusing a staging buffer, the stores of the item that last used it (two
     # items back) must be done. Full tiles' items alternate K (rope + K-nope stores, in
     # that order) and V (one store), so that is all but the newest 1 (or 2) groups. A
     # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
-    # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done.
+    # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done,
+    # and so with a ping-pong group's own one (issued an item of the other group ago).
     # A bf16 tile's K items store no rope (the gather warps do): one store an item.
-    if not item.full or out.bufs.shape[0] == 1:
+    if not item.full or out.bufs.shape[0] == 1 or grp.OWN_BUF >= 0:
         tma.store_wait(0)
     elif item.half == 0 or LAT16:
         tma.store_wait(1)
@@ -369,7 +402,8 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.const
             gl.store(out.v_ptr + r * (V * HEADS) + head * V + grp.st_cols[None, :], val,
                      mask=rmask)
         if item.last and not LAT16:  # the tile's rope buffer was read until now
-            mbarrier.arrive(lat.empty.index(NK), count=1)
+            if grp.OWN_BUF < 0 or item.half == 0:  # ping-pong: by the K-nope group only
+                mbarrier.arrive(lat.empty.index(NK), count=1)
     return n_tma
 
 
@@ -391,7 +425,8 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     LAT16: gl.constexpr = lat.LAT16
     NK: gl.constexpr = KV_C // BK  # latent chunks (and scale blocks along K) per tile
     HM: gl.constexpr = BM // NWG  # this group's rows of a tile
-    R0: gl.constexpr = WG * HM
+    PAIRS: gl.constexpr = items.PAIRS  # ping-pong: group WG takes the items of half WG
+    R0: gl.constexpr = 0 if PAIRS else WG * HM
     STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
     # K of one wgmma instruction: 32 fp8 values, 16 bf16 ones.
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -451,13 +486,21 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         pe_src = lat.pe.slice(R0, HM, dim=0)
         pe_dst = out.pe.slice(R0, HM, dim=0)
     grp = Group(total, k_scale, pe_scale, cols, pe_cols, pe_rows, st_cols, st_rows, pe_src, pe_dst, R0, HM,
-                NWG, acc_layout, pe_layout, st_layout)
+                NWG, acc_layout, pe_layout, st_layout, WG if PAIRS else -1)
     c = 0  # weight chunks consumed
     n_tma = 0  # items staged: picks the staging buffer
     tiles_seen = 0
-    for it in range(start, end):
+    # A ping-pong group runs every other item of its run of whole heads: group 0 the K-nope
+    # items, group 1 the V items, each item's chunks at its place in the weight stream.
+    IT_STEP: gl.constexpr = 2 if PAIRS else 1
+    NEXT: gl.constexpr = 1 - WG if PAIRS else -1
+    for it in range(start + WG if PAIRS else start, end, IT_STEP):
         item, tiles_seen = _item_at(items, it, start, end, total, tiles_seen)
-        if item.first and not LAT16:  # a bf16 tile's rope is the gather warps' (_store_rope)
+        if PAIRS:
+            c = (it - start) * (NK * STEP)
+        # A bf16 tile's rope is the gather warps' (_store_rope); a ping-pong run's, the
+        # K-nope group's.
+        if item.first and not LAT16 and (not PAIRS or WG == 0):
             _stage_rope(lat, out, grp, item, NK)
         w_row = items.weight_row(it)
         if OUT_FP8:
@@ -468,8 +511,11 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         else:
             factor = k_scale
         if SCALE == SCALE_BLOCK:
+            if PAIRS:
+                _wait_turn(p.turns, WG, (it - start) // 2)
             acc_t, acc_b, s_last, c = _block_scaled_item(
-                ring, lat, item, acc_t, acc_b, p.ws_ptr + (w_row // BN) * p.WS_LD, c, KV_C, WK)
+                ring, lat, item, acc_t, acc_b, p.ws_ptr + (w_row // BN) * p.WS_LD, c, KV_C, WK,
+                p.turns, NEXT)
             f = s_last * factor
             out_t = (acc_t * f).to(out_ty)
             out_b = (acc_b * f).to(out_ty)
@@ -480,10 +526,25 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             out_b = out_t
         else:
             if SCALE == SCALE_ROW:
-                # Fetched now, so their latency hides behind the wgmma.
-                scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
+                # Fetched now, so their latency hides behind the wgmma; a ping-pong group
+                # fetches one value a thread and spreads them over the accumulator's columns
+                # after its K loop (its whole-tile accumulator leaves no room for 32).
+                if PAIRS:
+                    scale1 = gl.load(p.ws_ptr + w_row + gl.arange(0, BN, layout=one_layout))
+                else:
+                    scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
+            if PAIRS:
+                _wait_turn(p.turns, WG, (it - start) // 2)
+                # A fresh accumulator (its first wgmma does not read it): none is carried
+                # through the epilogue into the next item.
+                acc = gl.zeros((HM, BN), gl.float32, acc_layout)
             acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout, WG, NWG,
                                           a_regs, LAT_REGS)
+            if PAIRS:
+                _hand_over(p.turns, NEXT)
+                if SCALE == SCALE_ROW:
+                    scale = gl.convert_layout(scale1.to(gl.float32) * factor,
+                                              gl.SliceLayout(0, acc_layout))
             if LAT_REGS:  # (a loop-carried value only then)
                 a_regs = a_next
             acc = _item_done(ring, lat, acc, c, item.last, NK, LAT_REGS)

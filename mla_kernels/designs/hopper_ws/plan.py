@@ -33,15 +33,17 @@ def hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int 
     # As the kernel splits its items: at least two programs a token tile give each tile
     # min(parts, items a tile) non-empty shares; otherwise contiguous runs of items (of
     # whole granules in lockstep, where fewer granules than programs leave some idle).
+    # With the ping-pong schedule the runs are split in heads (two items each).
     launched = hopper_ws_grid(prob, max_context_len, config, device)[0]
     tiles = -(-sum(contexts) // TILE)
+    unit = 2 if config.pingpong else 1
     per_tile = 2 * prob.num_heads
     if tiles == 0:
         return 0
     if 2 * tiles <= launched:
-        return tiles * min(launched // tiles, per_tile)
-    g = lockstep_granule(per_tile, tiles, launched)
-    return min(launched, tiles * per_tile // (g or 1))
+        return tiles * min(launched // tiles, per_tile // unit)
+    g = lockstep_granule(per_tile, tiles, launched, unit)
+    return min(launched, tiles * per_tile // (g or unit))
 
 
 @lru_cache(maxsize=16)
@@ -103,10 +105,25 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         wk = TILE // w.element_size()
         w_desc = _descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
     groups = config.mma_groups
-    if groups == 2 and not (prob.scale == "row" and prob.cache_is_fp8 and not lat16):
+    pingpong = config.pingpong
+    if pingpong and groups != 2:
+        raise ValueError("config.pingpong: expected False with one MMA group (the ping-pong "
+                         "schedule runs two groups in turn; set mma_groups=2), got True")
+    if pingpong and config.latent_in_registers:
+        raise ValueError("config.latent_in_registers: expected False with pingpong (each "
+                         "group's whole-tile accumulator takes the registers), got True")
+    two_group_scales = ("row", "block") if pingpong else ("row",)
+    if groups == 2 and not (prob.scale in two_group_scales and prob.cache_is_fp8
+                            and not lat16):
         raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
-                         f"per-row weight over an fp8 cache), got 2 (weight format "
-                         f"{prob.weight_format}, cache {prob.cache_dtype})")
+                         f"per-row weight over an fp8 cache, or with pingpong a per-row or "
+                         f"per-block one), got 2 (weight format {prob.weight_format}, cache "
+                         f"{prob.cache_dtype})")
+    if pingpong and pingpong_smem(prob, config.ring_depth) > device.smem_per_program:
+        raise ValueError(f"config.ring_depth: expected at most {max_pingpong_ring(prob, device)} "
+                         f"with pingpong and {prob.out_dtype} outputs (each group stages its own "
+                         f"item: {pingpong_smem(prob, config.ring_depth)} bytes of shared memory "
+                         f"asked, {device.smem_per_program} there), got {config.ring_depth}")
     if config.latent_in_registers and groups != 2:
         raise ValueError("config.latent_in_registers: expected False with one MMA group (the "
                          "latent rows take the registers of two groups' halves; set "
@@ -115,7 +132,8 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         # A bf16 latent tile (128 KB) leaves room for four weight slots.
         raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
                          f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
-    srows = TILE // groups  # rows of one TMA store: a group's share of a tile
+    # Rows of one TMA store: a group's share of a tile, or with pingpong the whole tile.
+    srows = TILE if pingpong else TILE // groups
     k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, TILE)
     pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, prob.pe_dim)
     v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, srows, TILE)
@@ -139,7 +157,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
-                  OUT_FP8=prob.out_is_fp8,
+                  PAIRS=pingpong, OUT_FP8=prob.out_is_fp8,
                   maxnreg=168 if groups == 1 else 128)
     has_ws = ws is not None
 
@@ -162,6 +180,23 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                 w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
                 v_desc(c.v_prefix), *ints]
     return JitLauncher(hopper_ws_kernel, grid, 19, consts, make)
+
+
+def pingpong_smem(prob: Problem, ring_depth: int) -> int:
+    """Shared memory the ping-pong schedule's kernel asks (over an fp8 cache): the latent
+    tile and its rope, the weight ring, a staging buffer for each group and the rope's, the
+    barriers and the unused info entry."""
+    out = torch.empty((), dtype=prob.out_dtype).element_size()
+    tile = TILE * (prob.kv_c_dim + prob.pe_dim)
+    stage = (2 * TILE + prob.pe_dim) * TILE * out
+    barriers = 8 * (2 * (prob.kv_c_dim // TILE + 1) + 2 * ring_depth + 2)
+    return tile + ring_depth * TILE * TILE + stage + barriers + 4 * TILE
+
+
+def max_pingpong_ring(prob: Problem, device: DeviceSpec) -> int:
+    """The deepest weight ring the ping-pong schedule fits in ``device``'s shared memory."""
+    return max((d for d in range(2, 7) if pingpong_smem(prob, d) <= device.smem_per_program),
+               default=0)
 
 
 def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:

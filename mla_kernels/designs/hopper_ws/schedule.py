@@ -27,8 +27,9 @@ def tile_row0(tile, total):
 @bundle
 class Items:
     """The batch's work items: ``cs`` (the prefix sums of the batch's context lengths, its
-    last entry the token count), the heads' shape (PER_TILE = 2 x heads items a tile) and
-    the latent's width (KV_C, then PE rope columns)."""
+    last entry the token count), the heads' shape (PER_TILE = 2 x heads items a tile), the
+    latent's width (KV_C, then PE rope columns), and with PAIRS runs of whole heads (a head's
+    K-nope item and its V item: the ping-pong groups take one each)."""
 
     cs_ptr: gl.tensor
     batch: Scalar
@@ -37,6 +38,7 @@ class Items:
     PE: gl.constexpr
     KV_C: gl.constexpr
     PER_TILE: gl.constexpr
+    PAIRS: gl.constexpr
 
     @gluon.jit
     def run(self):
@@ -48,8 +50,12 @@ class Items:
         possible: equal runs, or, for a weight of LOCKSTEP_ITEMS items a tile or more, runs
         of whole granules (``lockstep_granule``), so that programs start at one of a few
         heads and read each weight chunk at about the same time, while it is in L2.
+        With PAIRS the same splits are made in heads (two items each), so a run holds
+        whole heads.
         """
-        ITEMS_PER_TILE: gl.constexpr = self.PER_TILE
+        # Runs are split in units of UNIT items; per tile UNITS of them.
+        UNIT: gl.constexpr = 2 if self.PAIRS else 1
+        UNITS: gl.constexpr = self.PER_TILE // UNIT
         total = gl.load(self.cs_ptr + self.batch)
         n_tiles = gl.cdiv(total, BM)
         pid = gl.program_id(0)
@@ -58,27 +64,27 @@ class Items:
             parts = nprog // n_tiles
             tile = pid // parts
             part = pid % parts
-            start = tile * ITEMS_PER_TILE + (part * ITEMS_PER_TILE) // parts
-            end = tile * ITEMS_PER_TILE + ((part + 1) * ITEMS_PER_TILE) // parts
+            start = tile * UNITS + (part * UNITS) // parts
+            end = tile * UNITS + ((part + 1) * UNITS) // parts
             if tile >= n_tiles:
                 end = start
         else:
-            n_items = n_tiles * ITEMS_PER_TILE
-            start = (pid * n_items) // nprog
-            end = ((pid + 1) * n_items) // nprog
-            if ITEMS_PER_TILE >= LOCKSTEP_ITEMS:
+            n_units = n_tiles * UNITS
+            start = (pid * n_units) // nprog
+            end = ((pid + 1) * n_units) // nprog
+            if self.PER_TILE >= LOCKSTEP_ITEMS:
                 # The largest granule (a tile, a half, ... an eighth) whose whole-granule
                 # runs cost at most 1/16 in balance; none: the equal runs above.
                 g = 0
                 for k in gl.static_range(LOCKSTEP_SPLITS - 1, -1, -1):
-                    n_g = n_items // (ITEMS_PER_TILE >> k)
+                    n_g = n_units // (UNITS >> k)
                     if gl.cdiv(n_g, nprog) * nprog * 16 <= n_g * 17:
-                        g = ITEMS_PER_TILE >> k
+                        g = UNITS >> k
                 if g > 0:
-                    n_g = n_items // g
+                    n_g = n_units // g
                     start = (pid * n_g) // nprog * g
                     end = ((pid + 1) * n_g) // nprog * g
-        return total, start, end
+        return total, start * UNIT, end * UNIT
 
     @gluon.jit
     def span(self):
@@ -153,16 +159,18 @@ class Cache:
         return rows, tmask
 
 
-def lockstep_granule(items_per_tile: int, n_tiles: int, programs: int) -> int:
+def lockstep_granule(items_per_tile: int, n_tiles: int, programs: int, unit: int = 1) -> int:
     """The kernel's choice (``Items.run``) of a run granule in items, 0 for equal runs:
     for LOCKSTEP_ITEMS items a tile or more, the largest of a tile, 1/2 ... 1/8 of one whose
-    whole-granule runs cost at most 1/16 in balance."""
+    whole-granule runs cost at most 1/16 in balance; ``unit``: 2 where runs hold whole heads
+    (PAIRS), whose granules are counted in heads."""
     if items_per_tile < LOCKSTEP_ITEMS.value or n_tiles * 2 <= programs:
         return 0
-    n_items = n_tiles * items_per_tile
+    units = items_per_tile // unit
+    n_units = n_tiles * units
     for k in range(LOCKSTEP_SPLITS.value):
-        g = items_per_tile >> k
-        n_g = n_items // g
+        g = units >> k
+        n_g = n_units // g
         if -(-n_g // programs) * programs * 16 <= n_g * 17:
-            return g
+            return g * unit
     return 0

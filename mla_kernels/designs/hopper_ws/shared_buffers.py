@@ -140,8 +140,9 @@ class Outputs:
 @bundle
 class Handles:
     """Everything a partition reads: the schedule, the cache, the weight (its descriptor
-    or pointers, its scale, how it is chunked), the ring, the latent tile and the outputs.
-    A partition that leaves a handle unused does not capture it."""
+    or pointers, its scale, how it is chunked), the ring, the latent tile, the outputs and
+    the ping-pong groups' turn barriers (a stand-in without PAIRS). A partition that leaves
+    a handle unused does not capture it."""
 
     items: Items
     cache: Cache
@@ -154,3 +155,4 @@ class Handles:
     ring: WeightRing
     tile: LatentTile
     out: Outputs
+    turns: Buffer

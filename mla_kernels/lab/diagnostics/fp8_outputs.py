@@ -25,10 +25,15 @@ from .command_line import parser, write_rows
 
 CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6),
            "r6g2": HopperWSConfig(ring_depth=6, mma_groups=2),
-           "r6g2L": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True)}
-# (weight format, cache, tokens of one sequence, configs): Kimi-K3 TP8, page size 1.
-CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6g2", "r6", "r4")),
-         ("fp8_row", "fp8", 109440, ("r6g2L", "r6g2", "r6", "r4")),
+           "r6g2L": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True),
+           "r6pp": HopperWSConfig(ring_depth=6, mma_groups=2, pingpong=True),
+           "r4pp": HopperWSConfig(ring_depth=4, mma_groups=2, pingpong=True)}
+# (weight format, cache, tokens of one sequence, configs): Kimi-K3 TP8, page size 1. A
+# config the design refuses for one output dtype (r6pp: bf16 outputs' staging does not fit
+# beside six slots) is left out for it.
+CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4")),
+         ("fp8_row", "fp8", 109440, ("r6g2L", "r6pp", "r4pp", "r4")),
+         ("fp8_block", "fp8", 32000, ("r4", "r6pp", "r4pp")),
          ("bf16", "fp8", 32000, ("r4",)),
          ("fp8_row", "bf16", 32000, ("r4",))]
 OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
@@ -44,7 +49,11 @@ def run(cases, warm: bool) -> list[dict]:
             cfg = CONFIGS[name]
             for out, inp in inputs.items():
                 inp.poison_outputs()
-                gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=cfg)
+                try:
+                    gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=cfg)
+                except ValueError as e:  # refused before anything is written
+                    print(f"{fmt:9s} {cache:4s} {tokens:6d} {name:6s} {out:13s} left out: {e}")
+                    continue
                 res = check_outputs(inp)
                 t = None if warm else measure(graphed(
                     lambda inp=inp, cfg=cfg: gather_kv_b_proj(*inp.args(), variant="hopper_ws",
