@@ -224,7 +224,8 @@ def _hand_over(turns, NEXT: gl.constexpr):
 
 @gluon.jit
 def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.constexpr,
-                       WK: gl.constexpr, turns, NEXT: gl.constexpr = -1):
+                       WK: gl.constexpr, turns, NEXT: gl.constexpr = -1,
+                       RENORM: gl.constexpr = True):
     """One item's K loop with a per-128x128-block weight scale: its 128 weight rows are one
     block row and each 128-wide latent chunk one block column, so chunk kb has one scalar
     scale s[kb] (row ``ws_row`` of the scale). Returns the two halves of the product
@@ -241,15 +242,21 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
     renormalised while the bottom half's previous chunk still runs, and the other way
     round, so the queue never empties. What remains is the multiplies and the waits' issue
     slots, while the tensor cores work. NEXT >= 0: the ping-pong group whose turn it is once
-    the last wgmma is issued (``_hand_over``).
+    the last wgmma is issued (``_hand_over``). Without RENORM (a per-row weight scale, applied
+    by the caller) the same two halves' K loop, the returned scale 1: a ping-pong group's
+    128-row product as two 64-row accumulators, whose epilogue ptxas fits in its registers
+    where one 128-row accumulator's spills.
     """
     NK: gl.constexpr = KV_C // BK
     STEP: gl.constexpr = BK // WK  # weight chunks per latent chunk: 1 (fp8), 2 (bf16)
     HM: gl.constexpr = BM // 2
     # The next chunk's scale is always in flight.
-    s_cur = gl.load(ws_row).to(gl.float32)
-    if NK > 1:
-        s_nxt = gl.load(ws_row + 1).to(gl.float32)
+    if RENORM:
+        s_cur = gl.load(ws_row).to(gl.float32)
+        if NK > 1:
+            s_nxt = gl.load(ws_row + 1).to(gl.float32)
+    else:
+        s_cur = 1.0
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(ring, lat, item, c, kb, h)
@@ -258,7 +265,7 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
             sl = lat.bufs.index(kb * STEP + h)
             a_t = sl.slice(0, HM, dim=0)
             a_b = sl.slice(HM, HM, dim=0)
-            if kb > 0:
+            if kb > 0 and RENORM:
                 if h == 0:
                     # A block boundary. In flight: the previous chunk's top, then bottom.
                     ratio = s_cur / s_nxt
@@ -275,7 +282,7 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
                     s_cur = s_nxt
                     if kb + 1 < NK:
                         s_nxt = gl.load(ws_row + kb + 1).to(gl.float32)
-            if kb == 0 or h > 0:
+            if kb == 0 or h > 0 or not RENORM:
                 acc_t = warpgroup_mma(a_t, w, acc_t, use_acc=kb * STEP + h > 0, is_async=True)
                 acc_b = warpgroup_mma(a_b, w, acc_b, use_acc=kb * STEP + h > 0, is_async=True)
                 if kb * STEP + h > 0:
@@ -334,9 +341,9 @@ def _stage_rope(lat, out, grp, item, NK: gl.constexpr):
 
 
 @gluon.jit
-def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.constexpr):
-    """Stage an item's output (``out_t``; with a block scale its top half, ``out_b`` the
-    bottom) in a staging buffer and store it: by TMA for a full tile (a K item with its
+def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.constexpr):
+    """Stage an item's output (``out_t``; with HALVES its top half, ``out_b`` the bottom) in
+    a staging buffer and store it: by TMA for a full tile (a K item with its
     tile's rope), else row-masked from the buffer. Returns the count of items staged."""
     NOPE: gl.constexpr = items.NOPE
     V: gl.constexpr = items.V
@@ -367,7 +374,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE: gl.const
         tma.store_wait(1)
     else:
         tma.store_wait(2)
-    if SCALE == SCALE_BLOCK:
+    if HALVES:
         buf.slice(0, BM // 2, dim=0).store(out_t)
         buf.slice(BM // 2, BM // 2, dim=0).store(out_b)
     else:
@@ -473,7 +480,10 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     st_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [num_warps, 1], [1, 0])
     st_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
     st_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, st_layout))
-    if SCALE == SCALE_BLOCK:  # two 64-row halves (_block_scaled_item)
+    # Two 64-row halves (_block_scaled_item): a block scale's, and a ping-pong group's
+    # per-row one.
+    HALVES: gl.constexpr = SCALE == SCALE_BLOCK or (PAIRS and SCALE == SCALE_ROW)
+    if HALVES:
         half_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])
         acc_t = gl.zeros((BM // 2, BN), gl.float32, half_layout)
@@ -510,15 +520,23 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
                 factor = k_scale * v_inv
         else:
             factor = k_scale
-        if SCALE == SCALE_BLOCK:
+        if HALVES:
+            if SCALE == SCALE_ROW:
+                scale1 = gl.load(p.ws_ptr + w_row + gl.arange(0, BN, layout=one_layout))
             if PAIRS:
                 _wait_turn(p.turns, WG, (it - start) // 2)
             acc_t, acc_b, s_last, c = _block_scaled_item(
                 ring, lat, item, acc_t, acc_b, p.ws_ptr + (w_row // BN) * p.WS_LD, c, KV_C, WK,
-                p.turns, NEXT)
-            f = s_last * factor
-            out_t = (acc_t * f).to(out_ty)
-            out_b = (acc_b * f).to(out_ty)
+                p.turns, NEXT, SCALE == SCALE_BLOCK)
+            if SCALE == SCALE_ROW:
+                scale = gl.convert_layout(scale1.to(gl.float32) * factor,
+                                          gl.SliceLayout(0, half_layout))
+                out_t = (acc_t * scale[None, :]).to(out_ty)
+                out_b = (acc_b * scale[None, :]).to(out_ty)
+            else:
+                f = s_last * factor
+                out_t = (acc_t * f).to(out_ty)
+                out_b = (acc_b * f).to(out_ty)
         elif SCALE == SCALE_E8M0:
             acc, out_t, c = _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK,
                                              a_layout, acc16_layout, a16_layout, one_layout,
@@ -526,25 +544,10 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             out_b = out_t
         else:
             if SCALE == SCALE_ROW:
-                # Fetched now, so their latency hides behind the wgmma; a ping-pong group
-                # fetches one value a thread and spreads them over the accumulator's columns
-                # after its K loop (its whole-tile accumulator leaves no room for 32).
-                if PAIRS:
-                    scale1 = gl.load(p.ws_ptr + w_row + gl.arange(0, BN, layout=one_layout))
-                else:
-                    scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
-            if PAIRS:
-                _wait_turn(p.turns, WG, (it - start) // 2)
-                # A fresh accumulator (its first wgmma does not read it): none is carried
-                # through the epilogue into the next item.
-                acc = gl.zeros((HM, BN), gl.float32, acc_layout)
+                # Fetched now, so their latency hides behind the wgmma.
+                scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
             acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout, WG, NWG,
                                           a_regs, LAT_REGS)
-            if PAIRS:
-                _hand_over(p.turns, NEXT)
-                if SCALE == SCALE_ROW:
-                    scale = gl.convert_layout(scale1.to(gl.float32) * factor,
-                                              gl.SliceLayout(0, acc_layout))
             if LAT_REGS:  # (a loop-carried value only then)
                 a_regs = a_next
             acc = _item_done(ring, lat, acc, c, item.last, NK, LAT_REGS)
@@ -553,5 +556,5 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             else:
                 out_t = (acc * factor).to(out_ty)
             out_b = out_t
-        n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, SCALE)
+        n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES)
     tma.store_wait(0)
