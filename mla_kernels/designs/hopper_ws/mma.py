@@ -289,6 +289,9 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
                     # Both halves of the previous chunk are done: its ring slot is free.
                     acc_t, acc_b = warpgroup_mma_wait(num_outstanding=2, deps=(acc_t, acc_b))
                     ring.release(c - 1)
+                    if kb > 0 and h == 0 and not RENORM:
+                        if item.last:  # as at a block boundary above
+                            mbarrier.arrive(lat.empty.index(kb - 1), count=1)
             c += 1
     if NEXT >= 0:
         _hand_over(turns, NEXT)

@@ -35,7 +35,10 @@ CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4")),
          ("fp8_row", "fp8", 109440, ("r6g2L", "r6pp", "r4pp", "r4")),
          ("fp8_block", "fp8", 32000, ("r4", "r6pp", "r4pp")),
          ("bf16", "fp8", 32000, ("r4",)),
-         ("fp8_row", "bf16", 32000, ("r4",))]
+         ("fp8_row", "bf16", 32000, ("r4",)),
+         ("fp8_row", "fp8", 4096, ("r4", "r6pp")),
+         ("fp8_block", "fp8", 4096, ("r4", "r6pp")),
+         ("fp8_block", "fp8", 109440, ("r4", "r6pp"))]
 OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
 
 
