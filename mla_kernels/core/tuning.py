@@ -57,7 +57,7 @@ TUNED: dict[tuple[str, str, str, object], object] = {
 # FP8 outputs (e4m3fn): entries measured with them, keyed as TUNED and looked up first; a
 # class with none here takes TUNED's entry (the epilogue differs, the rest does not).
 # fp8 per row and per block over an fp8 cache: the ping-pong schedule with a 6-deep ring,
-# 8-13% under TUNED's configs at 4096, 32000 and 109440 tokens; a bf16 weight and a bf16
+# 4-13% under the fastest config timed before at 4096, 32000 and 109440 tokens; a bf16 weight and a bf16
 # cache keep TUNED's (data/exploration/h200/2026-12-02-bb00066240dc-pingpong/; before it,
 # TUNED's configs were as fast as any other timed:
 # data/exploration/h200/2026-12-02-0030d2ce6b44-fp8-outputs/).
