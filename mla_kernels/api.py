@@ -44,6 +44,16 @@ def target_device(device: torch.device) -> DeviceSpec:
     return INTERPRETER if interpreting() else device_spec(device)
 
 
+def _capturing(device: torch.device) -> bool:
+    """Whether the launch's stream, the current one of the tensors' GPU, is being captured
+    into a CUDA graph: that GPU need not be the current device (a capture on ``cuda:1``'s
+    stream with ``cuda:0`` current at the call)."""
+    if device.type != "cuda":
+        return False
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
+
+
 def _addresses(ptrs: tuple) -> GatherArgs:
     return tuple.__new__(GatherArgs, ptrs)  # the named tuple without its Python-level __new__
 
@@ -187,8 +197,7 @@ def gather_kv_b_proj(
         key = plan = None  # unhashable variant / config: the checked path says which argument
     if plan is None:
         plan = _Plan(args, variant, max_context_len, config, validate, debug)
-        if key is not None and not (torch.cuda.is_available()
-                                    and torch.cuda.is_current_stream_capturing()):
+        if key is not None and not _capturing(k_buffer.device):
             with _LOCK:  # no cache fill while a graph is captured; warm up outside it
                 if len(PLANS) >= _PLAN_LIMIT:
                     PLANS.clear()

@@ -1,12 +1,14 @@
 """``scripts/device_run.sh``'s command line, with stand-ins for ``python3``: the usage on no
 arguments, ``-h`` or ``--help`` (exit 2, nothing created or installed), ``--plan`` from the
-latest committed run's ``steps.csv``, and each step timed into ``steps.csv``."""
+latest committed run's ``steps.csv``, each step timed into ``steps.csv``, and the two-GPU
+tests' command (``TESTS_K=second_gpu`` with ``tests-all``) selecting exactly those tests."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,3 +141,36 @@ def test_a_copy_with_its_manifest_is_stamped_from_it_not_from_a_git_beside_it(tm
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert any("provenance" in c for c in calls) and any("perf_matrix" in c for c in calls)
     assert all(c.startswith("GIT_DIR=/nonexistent/.git ") for c in calls if "pip" not in c)
+
+
+@needs_bash
+def test_device_run_tests_all_with_tests_k_second_gpu_runs_the_two_gpu_tests_alone(
+        tmp_path: Path):
+    # The two-GPU machine's command, `TESTS_K=second_gpu bash scripts/device_run.sh <commit>
+    # tests-all`: python3 stubbed, its pytest call is read back, and then collected for real
+    # here: exactly the tests of tests/call/test_second_gpu.py, every one of them.
+    work, env = _stubbed(tmp_path)
+    (tmp_path / "bin" / "python3").write_text(
+        f'#!/bin/sh\necho "python3 $*" >> "{tmp_path}/calls.log"\n'
+        'case "$*" in *provenance*) echo abc1234 ;; *pytest*) echo "48 passed" ;; esac\n')
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", "scripts/device_run.sh", "--out", str(out), "abc1234",
+                        "tests-all"], cwd=work, env=dict(env, TESTS_K="second_gpu"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "48 passed" in (out / "pytest_gpu_all.log").read_text()
+    assert (out / "steps.csv").read_text().splitlines()[-1].startswith("tests-all,")
+    (call,) = [c.split() for c in (tmp_path / "calls.log").read_text().splitlines()
+               if " -m pytest " in c]
+    assert call[call.index("-k") + 1] == "second_gpu"
+    paths = [w for w in call if w.startswith("tests")]
+
+    def collected(*args: str) -> list[str]:
+        res = subprocess.run([sys.executable, "-m", "pytest", "--co", "-q", "-p",
+                              "no:cacheprovider", *args], cwd=ROOT, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+        return [ln for ln in res.stdout.splitlines() if "::" in ln]
+
+    chosen = collected("-k", "second_gpu", *paths)
+    assert chosen and chosen == collected("tests/call/test_second_gpu.py")
