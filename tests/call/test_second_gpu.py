@@ -50,6 +50,17 @@ def skip_unless_served(variant, inp):
                     "cache on this GPU")
 
 
+def warmed_up(variant, seed):
+    """Inputs on the second GPU, compiled and planned for ``variant`` by one call made with
+    cuda:0 current, and a side stream of cuda:1."""
+    inp = build(seed)
+    skip_unless_served(variant, inp)
+    with torch.cuda.device(0):
+        mk.gather_kv_b_proj(*inp.args(), variant=variant)
+        torch.cuda.synchronize(1)
+    return inp, torch.cuda.Stream(device=1)
+
+
 def written(inp):
     t = inp.total_tokens
     return inp.k_prefix[:t].view(torch.uint8).cpu(), inp.v_prefix[:t].view(torch.uint8).cpu()
@@ -80,12 +91,8 @@ def test_every_design_on_the_second_gpu(variant, fmt, cache, seed):
 def test_the_call_launches_on_the_second_gpu_s_current_stream(variant, seed):
     # The cache is written on cuda:1's current stream (a side stream) after a long sleep, and
     # the call is made with cuda:0 current: only a launch on that stream reads it written.
-    inp = build(seed)
-    skip_unless_served(variant, inp)
-    side = torch.cuda.Stream(device=1)
+    inp, side = warmed_up(variant, seed)
     with torch.cuda.device(0):
-        mk.gather_kv_b_proj(*inp.args(), variant=variant)  # warm up: compile, cache the plan
-        torch.cuda.synchronize(1)
         cache = inp.k_buffer.clone()
         inp.k_buffer.zero_()
         inp.poison_outputs()
@@ -168,13 +175,9 @@ def test_the_op_on_the_second_gpu_eagerly_and_compiled(backend, seed):
 def test_a_cuda_graph_captured_on_the_second_gpu(variant, seed):
     # Captured on a stream of cuda:1 (torch.cuda.graph makes cuda:1 current for the capture),
     # the call made with cuda:0 current inside it; replayed with cuda:0 current.
-    inp = build(seed)
-    skip_unless_served(variant, inp)
-    side = torch.cuda.Stream(device=1)
     api.clear_plans()
+    inp, side = warmed_up(variant, seed)  # outside the capture
     with torch.cuda.device(0):
-        mk.gather_kv_b_proj(*inp.args(), variant=variant)  # warm up outside the capture
-        torch.cuda.synchronize(1)
         graphs = []
         for planned in (True, False):
             if not planned:  # a first call of the signature during capture: checked, not cached
