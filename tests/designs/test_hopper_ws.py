@@ -189,6 +189,15 @@ def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, regs, devi
 # chunks from the one ring and stages in its own buffer.
 PINGPONG = HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True)
 PINGPONG_R4 = HopperWSConfig(mma_groups=2, ring_depth=4, pingpong=True)
+# Spare latent chunk slots: the run's tiles' chunks take the slots as a ring, so a tile's
+# chunk kb sits in a different slot from the tile before's (and the phases of a slot's
+# barriers no longer follow the tile count).
+PINGPONG_SPARE = {1: HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True,
+                                    spare_latent_chunks=1),
+                  2: HopperWSConfig(mma_groups=2, ring_depth=5, pingpong=True,
+                                    spare_latent_chunks=2),
+                  3: HopperWSConfig(mma_groups=2, ring_depth=4, pingpong=True,
+                                    spare_latent_chunks=3)}
 
 
 @pytest.mark.gpu
@@ -215,6 +224,38 @@ def test_pingpong_matches_reference(shape, contexts, block_size, fmt, out, devic
 
 @pytest.mark.gpu
 @hopper
+@pytest.mark.parametrize(("shape", "contexts", "block_size"), [
+    (KIMI, [1000], 1),  # eight tiles, the last shifted back: most runs cross a tile
+    (KIMI, [100], 1),  # the one partial tile
+    (KIMI, [37, 0, 300, 129, 1], 16),
+    (KIMI, [40000], 1),  # runs that start and end inside tiles
+    ("deepseek-v3-tp1", [700], 1),  # lockstep runs, in heads
+])
+@pytest.mark.parametrize("spare", [1, 2, 3])
+@pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block"])
+def test_pingpong_spare_latent_chunks_match_reference(shape, contexts, block_size, spare, fmt,
+                                                      device, seed):
+    inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format=fmt, device=device, seed=seed,
+                          out_dtype=torch.float8_e4m3fn)
+    run_and_check(inp, "hopper_ws", config=PINGPONG_SPARE[spare])
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 3])
+@pytest.mark.parametrize("spare", [1, 3])
+def test_pingpong_spare_latent_chunks_over_many_tiles(programs, spare, device, seed):
+    # One or three programs: each run crosses tens of tiles, so every slot is used at many
+    # phases, the ring's chunk count wrapping past a multiple of the tile's.
+    inp = mk.build_inputs(KIMI, [3000, 1111], block_size=1, cache_dtype="fp8",
+                          weight_format="fp8_row", device=device, seed=seed,
+                          out_dtype=torch.float8_e4m3fn)
+    run_and_check(inp, "hopper_ws", config=replace(PINGPONG_SPARE[spare], programs=programs))
+
+
+@pytest.mark.gpu
+@hopper
 @pytest.mark.parametrize("programs", [1, 5, 131])
 @pytest.mark.parametrize("stages", [2, 3, 6])
 def test_pingpong_program_runs_and_ring_depth(programs, stages, device, seed):
@@ -236,6 +277,13 @@ def test_pingpong_program_runs_and_ring_depth(programs, stages, device, seed):
     ("fp8_row", "bf16", "fp8", HopperWSConfig(mma_groups=2, pingpong=True), "mma_groups"),
     ("fp8_row", "fp8", "bf16", HopperWSConfig(mma_groups=2, pingpong=True, ring_depth=5),
      "ring_depth"),
+    ("fp8_row", "fp8", "fp8", HopperWSConfig(mma_groups=2, pingpong=True, ring_depth=6,
+                                             spare_latent_chunks=2), "ring_depth"),
+    ("fp8_row", "fp8", "bf16", HopperWSConfig(mma_groups=2, pingpong=True, ring_depth=4,
+                                              spare_latent_chunks=1), "ring_depth"),
+    ("fp8_row", "fp8", "fp8", HopperWSConfig(mma_groups=2, spare_latent_chunks=1),
+     "spare_latent_chunks"),
+    ("fp8_row", "fp8", "fp8", HopperWSConfig(spare_latent_chunks=1), "spare_latent_chunks"),
 ])
 def test_pingpong_refused_where_it_does_not_apply(fmt, cache, out, config, field):
     # Refused when the launch is prepared, before anything is written.
@@ -264,6 +312,11 @@ def test_pingpong_shared_memory_rule():
     # Each slot is one [128 x 128] fp8 chunk; bf16 staging doubles the staged bytes.
     assert pingpong_smem(fp8, 6) - pingpong_smem(fp8, 5) == 128 * 128 + 16
     assert pingpong_smem(bf16, 4) - pingpong_smem(fp8, 4) == (2 * 128 + 64) * 128
+    # A spare latent slot is one more [128 x 128] fp8 chunk and its two barriers: six weight
+    # slots beside one, five beside two, four beside three.
+    assert pingpong_smem(fp8, 6, 1) - pingpong_smem(fp8, 6) == 128 * 128 + 16
+    assert [max_pingpong_ring(fp8, h200, k) for k in (1, 2, 3)] == [6, 5, 4]
+    assert max_pingpong_ring(bf16, h200, 1) == 3
 
 
 @pytest.mark.parametrize(("tokens", "heads_shape"), [(32000, KIMI), (4096, KIMI), (700,
@@ -336,9 +389,10 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
 
 def test_config_fields_checked():
     for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
-                dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2)):
+                dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2),
+                dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1)):
         with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
-                                             "|pingpong)"
+                                             "|pingpong|spare_latent_chunks)"
                                              ": expected"):
             HopperWSConfig(**bad)
 

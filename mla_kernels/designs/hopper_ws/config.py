@@ -53,15 +53,19 @@ class HopperWSConfig(DesignConfig):
     tile's latent as wgmma's A operand in registers; ``pingpong``: with two groups, each
     takes whole items instead (one every K-nope item, the other every V item, of runs of
     whole heads), their K loops in turn, so one group's epilogue runs while the other
-    multiplies (an fp8 per-row or per-block weight over an fp8 cache). What each option
-    bought, and where ``auto`` sets them: README.md."""
+    multiplies (an fp8 per-row or per-block weight over an fp8 cache);
+    ``spare_latent_chunks``: with pingpong, latent chunk slots beyond a tile's, so the next
+    tile's first chunks are gathered while the last items of a tile still read it. What each
+    option bought, and where ``auto`` sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None
     mma_groups: int = 1
     latent_in_registers: bool = False
     pingpong: bool = False
+    spare_latent_chunks: int = 0
 
     _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
-              "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag()}
+              "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
+              "spare_latent_chunks": int_in(0, 3)}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

@@ -42,7 +42,6 @@ def _latent_copier(items, cache, tile_bufs, k_out_ptr, rope_inv):
     PE: gl.constexpr = items.PE
     lat = tile_bufs.bufs
     lat_ready = tile_bufs.ready
-    lat_empty = tile_bufs.empty
     # 16 contiguous bytes per thread: one cp.async each; a row of a K slice (LK values).
     VEC: gl.constexpr = 8 if LAT16 else 16
     LK: gl.constexpr = BK // 2 if LAT16 else BK
@@ -56,8 +55,9 @@ def _latent_copier(items, cache, tile_bufs, k_out_ptr, rope_inv):
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     rows, tmask = cache.tile_rows(items, total, first_tile, lat_layout, index)
     for tile in range(first_tile, last_tile):
+        n = tile - first_tile
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
-        phase = ((tile - first_tile) & 1) ^ 1
+        free_phase = (n & 1) ^ 1
         # Rope first (the MMA warps stage it at the tile's start), then the K chunks in
         # order, each on its own barrier so the first wgmma starts as soon as its chunk
         # has landed.
@@ -65,17 +65,17 @@ def _latent_copier(items, cache, tile_bufs, k_out_ptr, rope_inv):
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
         pe_ptrs = cache.k_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :]
         if not LAT16:
-            mbarrier.wait(lat_empty.index(NK), phase)
+            mbarrier.wait(tile_bufs.rope_empty(), free_phase)
             cp_async.load(tile_bufs.pe, pe_ptrs, mask=pe_mask[:, None])
             # Each thread's arrival lands when its own copies have: the barriers count
             # threads.
-            async_copy.mbarrier_arrive(lat_ready.index(NK), increment_count=False)
+            async_copy.mbarrier_arrive(tile_bufs.rope_ready(), increment_count=False)
         for kb in gl.static_range(NK):
-            mbarrier.wait(lat_empty.index(kb), phase)
+            s = tile_bufs.wait_free(n, kb, free_phase)
             for h in gl.static_range(BK // LK):
-                cp_async.load(lat.index(kb * (BK // LK) + h), cache.k_ptr + rows[:, None]
+                cp_async.load(lat.index(s * (BK // LK) + h), cache.k_ptr + rows[:, None]
                               + (kb * BK + h * LK + k_cols)[None, :], mask=tmask[:, None])
-            async_copy.mbarrier_arrive(lat_ready.index(kb), increment_count=False)
+            async_copy.mbarrier_arrive(lat_ready.index(s), increment_count=False)
         if LAT16:  # a bf16 cache: nothing to dequantise
             _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, rope_inv, total, tile, start,
                         end, pe_cols, pe_layout)
@@ -137,15 +137,16 @@ def _tile_words(items, cache, k32, words, total, tile, NS: gl.constexpr, layout:
 
 
 @gluon.jit
-def _widen_chunk(tile_bufs, kb: gl.constexpr, phase, x_lo, x_hi, NS: gl.constexpr):
-    """K chunk ``kb`` of a tile (its two slices' words in registers) widened into the bf16
-    tile once the MMA warps have freed it, and handed to them."""
+def _widen_chunk(tile_bufs, kb: gl.constexpr, n, free_phase, x_lo, x_hi, NS: gl.constexpr):
+    """K chunk ``kb`` of the run's ``n``-th tile (its two slices' words in registers)
+    widened into the bf16 tile once the MMA warps have freed its slot (``free_phase``:
+    ``LatentTile.wait_free``), and handed to them."""
     if 2 * kb < NS:
         lat = tile_bufs.bufs
-        mbarrier.wait(tile_bufs.empty.index(kb), phase)
-        as_words(lat.index(2 * kb)).store(widen_words(x_lo))
-        as_words(lat.index(2 * kb + 1)).store(widen_words(x_hi))
-        publish_slot(tile_bufs.ready.index(kb))
+        s = tile_bufs.wait_free(n, kb, free_phase)
+        as_words(lat.index(2 * s)).store(widen_words(x_lo))
+        as_words(lat.index(2 * s + 1)).store(widen_words(x_hi))
+        publish_slot(tile_bufs.ready.index(s))
 
 
 @gluon.jit
@@ -179,12 +180,13 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv):
     rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
         items, cache, k32, words, total, first_tile, NS, word_layout, index)
     for tile in range(first_tile, last_tile):
+        n = tile - first_tile
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
-        phase = ((tile - first_tile) & 1) ^ 1
-        _widen_chunk(tile_bufs, 0, phase, x0, x1, NS)
-        _widen_chunk(tile_bufs, 1, phase, x2, x3, NS)
-        _widen_chunk(tile_bufs, 2, phase, x4, x5, NS)
-        _widen_chunk(tile_bufs, 3, phase, x6, x7, NS)
+        free_phase = (n & 1) ^ 1
+        _widen_chunk(tile_bufs, 0, n, free_phase, x0, x1, NS)
+        _widen_chunk(tile_bufs, 1, n, free_phase, x2, x3, NS)
+        _widen_chunk(tile_bufs, 2, n, free_phase, x4, x5, NS)
+        _widen_chunk(tile_bufs, 3, n, free_phase, x6, x7, NS)
         pe_ptrs = cache.k_ptr + gl.convert_layout(rw * 4, gl.SliceLayout(1, pe_layout))[:, None] \
             + (KV_C + pe_cols)[None, :]
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))

@@ -25,10 +25,12 @@ def hopper_ws_kernel(
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
-    num_warps: gl.constexpr,
+    LAT_SPARE: gl.constexpr, num_warps: gl.constexpr,
 ):
     ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
     NK: gl.constexpr = KV_C // BK
+    # Latent chunk slots: a tile's, and LAT_SPARE more (an fp8 tile), taken as a ring.
+    SLOTS: gl.constexpr = NK + LAT_SPARE
     # Output staging buffers of an fp8 tile: two (an item's stores may still read one while
     # the next item stages), or one, whose 32 KB hold the fifth and sixth weight slots (each
     # item then waits for the last item's stores, which a deeper ring leaves long done).
@@ -47,7 +49,7 @@ def hopper_ws_kernel(
         lat = gl.allocate_shared_memory(gl.bfloat16, [2 * NK, BM, BK // 2], bf16_smem)
         pe_raw = lat
     else:
-        lat = gl.allocate_shared_memory(gl.float8e4nv, [NK, BM, BK], lat_smem)
+        lat = gl.allocate_shared_memory(gl.float8e4nv, [SLOTS, BM, BK], lat_smem)
         pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
     if SCALE == SCALE_E8M0:
@@ -58,8 +60,8 @@ def hopper_ws_kernel(
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     else:
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
-    lat_ready = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
-    lat_empty = gl.allocate_shared_memory(gl.int64, [NK + 1, 1], mbarrier.MBarrierLayout())
+    lat_ready = gl.allocate_shared_memory(gl.int64, [SLOTS + 1, 1], mbarrier.MBarrierLayout())
+    lat_empty = gl.allocate_shared_memory(gl.int64, [SLOTS + 1, 1], mbarrier.MBarrierLayout())
     if SCALE != SCALE_E8M0:
         if LAT16:
             info = lat_ready  # a stand-in, never read (a partition's argument cannot be None)
@@ -79,8 +81,8 @@ def hopper_ws_kernel(
 
     w_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     w_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    # One barrier per K chunk of the latent tile and a last one for its rope part, both ways:
-    # a chunk is refilled as soon as the tile's last item has multiplied it.
+    # One barrier per latent chunk slot and a last one for the rope, both ways: a slot is
+    # refilled as soon as the last item of its chunk's tile has multiplied it.
     # The ping-pong groups' turns at the tensor cores: each group's K loop waits for the
     # other's to be issued (a stand-in otherwise, never used).
     if PAIRS:
@@ -94,22 +96,22 @@ def hopper_ws_kernel(
     for s in gl.static_range(STAGES):
         mbarrier.init(w_ready.index(s), count=1)
         mbarrier.init(w_empty.index(s), count=READERS)  # freed by each reader
-    for kb in gl.static_range(NK + 1):
+    for kb in gl.static_range(SLOTS + 1):
         if LAT16 and CACHE_FP8:  # one arrival a chunk, after its stores (publish_slot)
             mbarrier.init(lat_ready.index(kb), count=1)
         else:  # each gather thread's arrival, when its own cp.async copies have landed
             mbarrier.init(lat_ready.index(kb), count=GATHER_WARPS * 32)
     # Every MMA group reads every latent chunk; with PAIRS only the K-nope group the rope.
-    for kb in gl.static_range(NK):
+    for kb in gl.static_range(SLOTS):
         mbarrier.init(lat_empty.index(kb), count=MMA_GROUPS)
-    mbarrier.init(lat_empty.index(NK), count=READERS)
+    mbarrier.init(lat_empty.index(SLOTS), count=READERS)
 
     p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS),
                 Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
                       stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, CACHE_FP8),
                 w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
                 WeightRing(w_ring, w_ready, w_empty, info, STAGES),
-                LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16),
+                LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),
                 Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
                         ko_scale_ptr, vo_scale_ptr, OUT_FP8), turns)
     # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two

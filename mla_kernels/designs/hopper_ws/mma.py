@@ -93,7 +93,7 @@ def _wait_for_chunk(ring, lat, item, c, kb, h):
     s = ring.wait_full(c)
     if h == 0:
         if item.first:
-            mbarrier.wait(lat.ready.index(kb), (item.tiles_seen - 1) & 1)
+            lat.wait_chunk(item.tiles_seen - 1, kb)
             fence_async_shared()
     return s
 
@@ -111,21 +111,22 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
     which frees the chunk for the next tile at once). Returns with the last wgmma in flight
     (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
     WK: gl.constexpr = BK // STEP
+    n = item.tiles_seen - 1
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(ring, lat, item, c, kb, h)
             if LAT_REGS:
                 if item.first:
-                    a_regs = _take_latent_chunk(lat, a_regs, kb, WG, NWG)
+                    a_regs = _take_latent_chunk(lat, a_regs, n, kb, WG, NWG)
                 a = _words_as_fp8(a_regs[kb], a_layout)
             elif STEP == 1 or lat.LAT16:  # an fp8 chunk, or a bf16 tile's slice
-                a = lat.bufs.index(kb * STEP + h)
+                a = lat.bufs.index(lat.slot(n, kb) * STEP + h)
                 if NWG > 1:  # this group's rows of the tile
                     a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
             else:
                 # This K slice of the fp8 latent chunk, widened (exactly) in registers while
                 # the previous slice's wgmma runs.
-                a = lat.bufs.index(kb).slice(h * WK, WK, dim=1).load(a_layout)
+                a = lat.bufs.index(lat.slot(n, kb)).slice(h * WK, WK, dim=1).load(a_layout)
                 a = a.to(gl.bfloat16)
             acc = warpgroup_mma(a, ring.slots.index(s).permute((1, 0)), acc,
                                 use_acc=kb * STEP + h > 0, is_async=True)
@@ -135,7 +136,7 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                 ring.release(c - 1)
                 if h == 0 and not LAT_REGS:
                     if item.last:  # the tile's last reader of that chunk is done
-                        mbarrier.arrive(lat.empty.index(kb - 1), count=1)
+                        lat.release(n, kb - 1)
             c += 1
     return acc, c, a_regs
 
@@ -171,15 +172,18 @@ def _words_as_fp8(w, a_layout: gl.constexpr):
 
 
 @gluon.jit
-def _take_latent_chunk(lat, a_regs, kb: gl.constexpr, WG: gl.constexpr, NWG: gl.constexpr):
-    """This group's rows of latent chunk ``kb``, loaded into registers as int32 words in
-    the layout of entry kb of ``a_regs`` (``_word_layout``), in its place; the chunk is then
+def _take_latent_chunk(lat, a_regs, n, kb: gl.constexpr, WG: gl.constexpr,
+                      NWG: gl.constexpr):
+    """This group's rows of latent chunk ``kb`` (of the run's ``n``-th tile), loaded into
+    registers as int32 words in the layout of entry kb of ``a_regs`` (``_word_layout``), in
+    its place; the chunk is then
     released to the gatherer: every warp of the group has read it (the partition's barrier)
     before the one arrival."""
     HM: gl.constexpr = BM // NWG
-    fresh = as_words(lat.bufs.index(kb)).slice(WG * HM, HM, dim=0).load(a_regs[kb].type.layout)
+    fresh = as_words(lat.bufs.index(lat.slot(n, kb))).slice(WG * HM, HM, dim=0).load(
+        a_regs[kb].type.layout)
     partition_sync()
-    mbarrier.arrive(lat.empty.index(kb), count=1)
+    lat.release(n, kb)
     if kb == 0:
         a_regs = (fresh, a_regs[1], a_regs[2], a_regs[3])
     elif kb == 1:
@@ -192,14 +196,14 @@ def _take_latent_chunk(lat, a_regs, kb: gl.constexpr, WG: gl.constexpr, NWG: gl.
 
 
 @gluon.jit
-def _item_done(ring, lat, acc, c, last_of_tile, NK: gl.constexpr,
-               LAT_REGS: gl.constexpr = False):
-    """Retire an item's last wgmma and release its last weight chunk (and latent chunk,
-    unless it was released when it was loaded into registers)."""
+def _item_done(ring, lat, acc, c, item, NK: gl.constexpr, LAT_REGS: gl.constexpr = False):
+    """Retire an item's last wgmma and release its last weight chunk (and, for the tile's
+    last item, its last latent chunk, unless it was released when it was loaded into
+    registers)."""
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     ring.release(c - 1)
-    if last_of_tile and not LAT_REGS:
-        mbarrier.arrive(lat.empty.index(NK - 1), count=1)
+    if item.last and not LAT_REGS:
+        lat.release(item.tiles_seen - 1, NK - 1)
     return acc
 
 
@@ -257,12 +261,13 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
             s_nxt = gl.load(ws_row + 1).to(gl.float32)
     else:
         s_cur = 1.0
+    n = item.tiles_seen - 1
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(ring, lat, item, c, kb, h)
             w = ring.slots.index(s).permute((1, 0))
             # Both operands from shared memory: an fp8 chunk, or a bf16 tile's slice.
-            sl = lat.bufs.index(kb * STEP + h)
+            sl = lat.bufs.index(lat.slot(n, kb) * STEP + h)
             a_t = sl.slice(0, HM, dim=0)
             a_b = sl.slice(HM, HM, dim=0)
             if kb > 0 and RENORM:
@@ -276,29 +281,33 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
                     # Both halves of the previous chunk are done.
                     ring.release(c - 1)
                     if item.last:  # the tile's last reader of that latent chunk is done
-                        mbarrier.arrive(lat.empty.index(kb - 1), count=1)
+                        lat.release(n, kb - 1)
                     acc_b = acc_b * ratio
                     acc_b = warpgroup_mma(a_b, w, acc_b, is_async=True)
+                    if NEXT >= 0 and kb == NK - 1:
+                        _hand_over(turns, NEXT)
                     s_cur = s_nxt
                     if kb + 1 < NK:
                         s_nxt = gl.load(ws_row + kb + 1).to(gl.float32)
             if kb == 0 or h > 0 or not RENORM:
                 acc_t = warpgroup_mma(a_t, w, acc_t, use_acc=kb * STEP + h > 0, is_async=True)
                 acc_b = warpgroup_mma(a_b, w, acc_b, use_acc=kb * STEP + h > 0, is_async=True)
+                if NEXT >= 0 and kb == NK - 1 and h == STEP - 1:
+                    # The loop is issued: the other group's turn, while two chunks are
+                    # still in flight to cover its wake-up.
+                    _hand_over(turns, NEXT)
                 if kb * STEP + h > 0:
                     # Both halves of the previous chunk are done: its ring slot is free.
                     acc_t, acc_b = warpgroup_mma_wait(num_outstanding=2, deps=(acc_t, acc_b))
                     ring.release(c - 1)
                     if kb > 0 and h == 0 and not RENORM:
                         if item.last:  # as at a block boundary above
-                            mbarrier.arrive(lat.empty.index(kb - 1), count=1)
+                            lat.release(n, kb - 1)
             c += 1
-    if NEXT >= 0:
-        _hand_over(turns, NEXT)
     acc_t, acc_b = warpgroup_mma_wait(num_outstanding=0, deps=(acc_t, acc_b))
     ring.release(c - 1)
     if item.last:
-        mbarrier.arrive(lat.empty.index(NK - 1), count=1)
+        lat.release(n, NK - 1)
     return acc_t, acc_b, s_cur, c
 
 
@@ -322,25 +331,25 @@ def _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK: gl.constex
         acc = gl.convert_layout(acc16, grp.acc_layout)
     # Each column's 2^F x k_scale, read behind the last wgmma.
     scale = pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 1) * factor
-    acc = _item_done(ring, lat, acc, c, item.last, NK)
+    acc = _item_done(ring, lat, acc, c, item, NK)
     return acc, (acc * scale[None, :]).to(out_ty), c
 
 
 @gluon.jit
-def _stage_rope(lat, out, grp, item, NK: gl.constexpr):
+def _stage_rope(lat, out, grp, item):
     """At a tile's first item: wait for its rope (cp.async, generic proxy; fenced for the
     async proxy's wgmma and TMA), and for a full tile stage it x k_scale in the output's rope
     buffer, freeing the rope's slot for the next tile. A partial tile's rope is stored from
     ``pe`` with its K-nope items (``_store_item``)."""
     out_ty: gl.constexpr = out.k_ptr.dtype.element_ty
-    mbarrier.wait(lat.ready.index(NK), (item.tiles_seen - 1) & 1)
+    mbarrier.wait(lat.rope_ready(), (item.tiles_seen - 1) & 1)
     fence_async_shared()
     if item.full:
         pe = grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.pe_scale
         tma.store_wait(0)  # the previous tile's rope stores have left its buffer
         grp.pe_dst.store(pe.to(out_ty))
         fence_async_shared()
-        mbarrier.arrive(lat.empty.index(NK), count=1)  # the next tile's rope may land
+        mbarrier.arrive(lat.rope_empty(), count=1)  # the next tile's rope may land
 
 
 @gluon.jit
@@ -350,7 +359,6 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
     tile's rope), else row-masked from the buffer. Returns the count of items staged."""
     NOPE: gl.constexpr = items.NOPE
     V: gl.constexpr = items.V
-    NK: gl.constexpr = items.KV_C // BK
     KROW: gl.constexpr = NOPE + items.PE  # one head's columns in k_out
     HEADS: gl.constexpr = items.PER_TILE // 2
     R0: gl.constexpr = grp.R0
@@ -413,7 +421,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
                      mask=rmask)
         if item.last and not LAT16:  # the tile's rope buffer was read until now
             if grp.OWN_BUF < 0 or item.half == 0:  # ping-pong: by the K-nope group only
-                mbarrier.arrive(lat.empty.index(NK), count=1)
+                mbarrier.arrive(lat.rope_empty(), count=1)
     return n_tma
 
 
@@ -514,7 +522,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         # A bf16 tile's rope is the gather warps' (_store_rope); a ping-pong run's, the
         # K-nope group's.
         if item.first and not LAT16 and (not PAIRS or WG == 0):
-            _stage_rope(lat, out, grp, item, NK)
+            _stage_rope(lat, out, grp, item)
         w_row = items.weight_row(it)
         if OUT_FP8:
             if item.half == 0:
@@ -553,7 +561,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
                                           a_regs, LAT_REGS)
             if LAT_REGS:  # (a loop-carried value only then)
                 a_regs = a_next
-            acc = _item_done(ring, lat, acc, c, item.last, NK, LAT_REGS)
+            acc = _item_done(ring, lat, acc, c, item, NK, LAT_REGS)
             if SCALE == SCALE_ROW:
                 out_t = (acc * scale[None, :]).to(out_ty)
             else:

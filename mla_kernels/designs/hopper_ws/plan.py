@@ -119,11 +119,17 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                          f"per-row weight over an fp8 cache, or with pingpong a per-row or "
                          f"per-block one), got 2 (weight format {prob.weight_format}, cache "
                          f"{prob.cache_dtype})")
-    if pingpong and pingpong_smem(prob, config.ring_depth) > device.smem_per_program:
-        raise ValueError(f"config.ring_depth: expected at most {max_pingpong_ring(prob, device)} "
-                         f"with pingpong and {prob.out_dtype} outputs (each group stages its own "
-                         f"item: {pingpong_smem(prob, config.ring_depth)} bytes of shared memory "
-                         f"asked, {device.smem_per_program} there), got {config.ring_depth}")
+    spare = config.spare_latent_chunks
+    if spare and not pingpong:
+        raise ValueError("config.spare_latent_chunks: expected 0 without pingpong (spare latent "
+                         f"slots are the ping-pong schedule's), got {spare}")
+    if pingpong and pingpong_smem(prob, config.ring_depth, spare) > device.smem_per_program:
+        deepest = max_pingpong_ring(prob, device, spare)
+        raise ValueError(f"config.ring_depth: expected at most {deepest} with pingpong, {spare} "
+                         f"spare latent chunks and {prob.out_dtype} outputs (each group stages "
+                         f"its own item: {pingpong_smem(prob, config.ring_depth, spare)} bytes of "
+                         f"shared memory asked, {device.smem_per_program} there), got "
+                         f"{config.ring_depth}")
     if config.latent_in_registers and groups != 2:
         raise ValueError("config.latent_in_registers: expected False with one MMA group (the "
                          "latent rows take the registers of two groups' halves; set "
@@ -157,7 +163,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
-                  PAIRS=pingpong, OUT_FP8=prob.out_is_fp8,
+                  PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
                   maxnreg=168 if groups == 1 else 128)
     has_ws = ws is not None
 
@@ -182,21 +188,23 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     return JitLauncher(hopper_ws_kernel, grid, 19, consts, make)
 
 
-def pingpong_smem(prob: Problem, ring_depth: int) -> int:
+def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:
     """Shared memory the ping-pong schedule's kernel asks (over an fp8 cache): the latent
-    tile and its rope, the weight ring, a staging buffer for each group and the rope's, the
-    barriers and the unused info entry."""
+    tile, its ``spare`` extra chunk slots and its rope, the weight ring, a staging buffer for
+    each group and the rope's, the barriers and the unused info entry."""
     out = torch.empty((), dtype=prob.out_dtype).element_size()
-    tile = TILE * (prob.kv_c_dim + prob.pe_dim)
+    slots = prob.kv_c_dim // TILE + spare
+    tile = TILE * (slots * TILE + prob.pe_dim)
     stage = (2 * TILE + prob.pe_dim) * TILE * out
-    barriers = 8 * (2 * (prob.kv_c_dim // TILE + 1) + 2 * ring_depth + 2)
+    barriers = 8 * (2 * (slots + 1) + 2 * ring_depth + 2)
     return tile + ring_depth * TILE * TILE + stage + barriers + 4 * TILE
 
 
-def max_pingpong_ring(prob: Problem, device: DeviceSpec) -> int:
-    """The deepest weight ring the ping-pong schedule fits in ``device``'s shared memory."""
-    return max((d for d in range(2, 7) if pingpong_smem(prob, d) <= device.smem_per_program),
-               default=0)
+def max_pingpong_ring(prob: Problem, device: DeviceSpec, spare: int = 0) -> int:
+    """The deepest weight ring the ping-pong schedule fits in ``device``'s shared memory
+    beside ``spare`` extra latent chunk slots."""
+    return max((d for d in range(2, 7)
+                if pingpong_smem(prob, d, spare) <= device.smem_per_program), default=0)
 
 
 def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:

@@ -95,17 +95,74 @@ class WeightRing:
 
 @bundle
 class LatentTile:
-    """One token tile's latent in shared memory: ``bufs``, NK fp8 K chunks [128 x 128], or
-    with LAT16 (a bf16 weight) 2 NK bf16 K slices [128 x 64]; ``pe``, the rope's fp8 rows
-    (a stand-in with LAT16, whose rope skips shared memory); a ready and an empty barrier
-    per K chunk and a last pair for the rope. The tile is refilled once its last reader has
-    released it, chunk by chunk."""
+    """The latent of the run's token tiles in shared memory: ``bufs``, SLOTS fp8 K chunk
+    slots [128 x 128], or with LAT16 (a bf16 weight) 2 NK bf16 K slices [128 x 64]; ``pe``,
+    the rope's fp8 rows (a stand-in with LAT16, whose rope skips shared memory); a ready and
+    an empty barrier per slot and a last pair for the rope. A slot is refilled once the last
+    reader of its chunk has released it.
+
+    With SLOTS = NK (a tile's chunks) each tile reuses the slots of the one before, chunk kb
+    in slot kb. With spare slots (SLOTS > NK) the chunks of the run's tiles, in order, take
+    the slots as a ring, so the next tile's first chunks land while the last items of this
+    one still read its chunks."""
 
     bufs: Buffer
     pe: Buffer
     ready: Buffer
     empty: Buffer
     LAT16: gl.constexpr
+    NK: gl.constexpr  # K chunks a tile
+    SLOTS: gl.constexpr  # chunk slots: NK, or more with spare ones
+
+    @gluon.jit
+    def slot(self, n, kb: gl.constexpr):
+        """The slot of K chunk ``kb`` of the run's ``n``-th tile (from 0)."""
+        if self.SLOTS == self.NK:
+            return kb
+        else:
+            return (n * self.NK + kb) % self.SLOTS
+
+    @gluon.jit
+    def phase(self, n, kb: gl.constexpr):
+        """The phase of that chunk's use of its slot at the slot's barriers."""
+        if self.SLOTS == self.NK:
+            return n & 1
+        else:
+            return ring_phase(n * self.NK + kb, self.SLOTS)
+
+    @gluon.jit
+    def wait_chunk(self, n, kb: gl.constexpr):
+        """Wait until chunk ``kb`` of the ``n``-th tile has landed; returns its slot."""
+        s = self.slot(n, kb)
+        mbarrier.wait(self.ready.index(s), self.phase(n, kb))
+        return s
+
+    @gluon.jit
+    def wait_free(self, n, kb: gl.constexpr, free_phase):
+        """Wait until the slot of chunk ``kb`` of the ``n``-th tile is released by the
+        readers of its previous chunk (a slot's first fill passes); returns the slot.
+        ``free_phase``: ``(n & 1) ^ 1``, the phase every slot waits on where a tile reuses
+        the slots of the one before, computed once a tile by the caller (so the kernel
+        compiles as it did before spare slots); spare slots' phases follow the ring."""
+        s = self.slot(n, kb)
+        if self.SLOTS == self.NK:
+            mbarrier.wait(self.empty.index(s), free_phase)
+        else:
+            mbarrier.wait(self.empty.index(s), self.phase(n, kb) ^ 1)
+        return s
+
+    @gluon.jit
+    def release(self, n, kb: gl.constexpr):
+        """This reader is done with chunk ``kb`` of the ``n``-th tile."""
+        mbarrier.arrive(self.empty.index(self.slot(n, kb)), count=1)
+
+    @gluon.jit
+    def rope_ready(self):
+        return self.ready.index(self.SLOTS)
+
+    @gluon.jit
+    def rope_empty(self):
+        return self.empty.index(self.SLOTS)
 
 
 @bundle

@@ -4,10 +4,10 @@ L2 flushed), bf16 and FP8 outputs of one config back to back. A round's look bef
 matrix, which times only what ``auto`` and the default run.
 
 Usage on the H200: python3 -m mla_kernels.lab.diagnostics.fp8_outputs [--out FOLDER]
-[--cases I,J] [--warm]  (rows to FOLDER/fp8_outputs.csv; FOLDER defaults to reports/diag/,
-which git ignores). ``--warm`` compiles and checks every config on 1000 tokens and times
-nothing (several such processes fill the compile cache side by side); ``--cases`` picks
-entries of CASES by index.
+[--cases I,J] [--configs A,B] [--warm]  (rows to FOLDER/fp8_outputs.csv; FOLDER defaults
+to reports/diag/, which git ignores). ``--warm`` compiles and checks every config on 1000
+tokens and times nothing (several such processes fill the compile cache side by side);
+``--cases`` picks entries of CASES by index, ``--configs`` keeps only the named configs.
 """
 from __future__ import annotations
 
@@ -27,13 +27,22 @@ CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6
            "r6g2": HopperWSConfig(ring_depth=6, mma_groups=2),
            "r6g2L": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True),
            "r6pp": HopperWSConfig(ring_depth=6, mma_groups=2, pingpong=True),
-           "r4pp": HopperWSConfig(ring_depth=4, mma_groups=2, pingpong=True)}
+           "r4pp": HopperWSConfig(ring_depth=4, mma_groups=2, pingpong=True),
+           # The ping-pong schedule with spare latent chunk slots (s1-s3), each beside the
+           # deepest weight ring that fits with FP8 outputs.
+           "r6pp_s1": HopperWSConfig(ring_depth=6, mma_groups=2, pingpong=True,
+                                     spare_latent_chunks=1),
+           "r5pp_s2": HopperWSConfig(ring_depth=5, mma_groups=2, pingpong=True,
+                                     spare_latent_chunks=2),
+           "r4pp_s3": HopperWSConfig(ring_depth=4, mma_groups=2, pingpong=True,
+                                     spare_latent_chunks=3)}
 # (weight format, cache, tokens of one sequence, configs): Kimi-K3 TP8, page size 1. A
 # config the design refuses for one output dtype (r6pp: bf16 outputs' staging does not fit
 # beside six slots) is left out for it.
-CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4")),
-         ("fp8_row", "fp8", 109440, ("r6g2L", "r6pp", "r4pp", "r4")),
-         ("fp8_block", "fp8", 32000, ("r4", "r6pp", "r4pp")),
+SPARE = ("r6pp_s1", "r5pp_s2", "r4pp_s3")
+CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4", *SPARE)),
+         ("fp8_row", "fp8", 109440, ("r6g2L", "r6pp", "r4pp", "r4", *SPARE)),
+         ("fp8_block", "fp8", 32000, ("r4", "r6pp", "r4pp", *SPARE)),
          ("bf16", "fp8", 32000, ("r4",)),
          ("fp8_row", "bf16", 32000, ("r4",)),
          ("fp8_row", "fp8", 4096, ("r4", "r6pp")),
@@ -80,9 +89,16 @@ def run(cases, warm: bool) -> list[dict]:
 def main() -> None:
     ap = parser(__doc__, "fp8_outputs.csv")
     ap.add_argument("--cases", help="indices of CASES, comma-separated (default: all)")
+    ap.add_argument("--configs", help="names of CONFIGS to keep, comma-separated (default: all)")
     ap.add_argument("--warm", action="store_true", help="compile and check only, on 1000 tokens")
     a = ap.parse_args()
     cases = CASES if not a.cases else [CASES[int(i)] for i in a.cases.split(",")]
+    if a.configs:
+        keep = a.configs.split(",")
+        unknown = sorted(set(keep) - set(CONFIGS))
+        if unknown:
+            ap.error(f"--configs: expected names of {sorted(CONFIGS)}, got {unknown}")
+        cases = [(f, c, t, tuple(n for n in names if n in keep)) for f, c, t, names in cases]
     rows = run(cases, a.warm)
     if not a.warm:
         print(write_rows(pd.DataFrame(rows), a.out, "fp8_outputs.csv"))
