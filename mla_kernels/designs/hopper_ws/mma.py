@@ -284,18 +284,12 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
                         lat.release(n, kb - 1)
                     acc_b = acc_b * ratio
                     acc_b = warpgroup_mma(a_b, w, acc_b, is_async=True)
-                    if NEXT >= 0 and kb == NK - 1:
-                        _hand_over(turns, NEXT)
                     s_cur = s_nxt
                     if kb + 1 < NK:
                         s_nxt = gl.load(ws_row + kb + 1).to(gl.float32)
             if kb == 0 or h > 0 or not RENORM:
                 acc_t = warpgroup_mma(a_t, w, acc_t, use_acc=kb * STEP + h > 0, is_async=True)
                 acc_b = warpgroup_mma(a_b, w, acc_b, use_acc=kb * STEP + h > 0, is_async=True)
-                if NEXT >= 0 and kb == NK - 1 and h == STEP - 1:
-                    # The loop is issued: the other group's turn, while two chunks are
-                    # still in flight to cover its wake-up.
-                    _hand_over(turns, NEXT)
                 if kb * STEP + h > 0:
                     # Both halves of the previous chunk are done: its ring slot is free.
                     acc_t, acc_b = warpgroup_mma_wait(num_outstanding=2, deps=(acc_t, acc_b))
@@ -304,6 +298,8 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
                         if item.last:  # as at a block boundary above
                             lat.release(n, kb - 1)
             c += 1
+    if NEXT >= 0:
+        _hand_over(turns, NEXT)
     acc_t, acc_b = warpgroup_mma_wait(num_outstanding=0, deps=(acc_t, acc_b))
     ring.release(c - 1)
     if item.last:
