@@ -57,10 +57,12 @@ TUNED: dict[tuple[str, str, str, object], object] = {
 # FP8 outputs (e4m3fn): entries measured with them, keyed as TUNED and looked up first; a
 # class with none here takes TUNED's entry (the epilogue differs, the rest does not).
 # fp8 per row and per block over an fp8 cache: the ping-pong schedule with a 6-deep ring,
-# 4-13% under the fastest config timed before at 4096, 32000 and 109440 tokens; a bf16 weight and a bf16
-# cache keep TUNED's (data/exploration/h200/2026-12-02-bb00066240dc-pingpong/; before it,
-# TUNED's configs were as fast as any other timed:
-# data/exploration/h200/2026-12-02-0030d2ce6b44-fp8-outputs/).
+# 4-13% under the fastest config timed before at 4096, 32000 and 109440 tokens
+# (data/exploration/h200/2026-12-02-bb00066240dc-pingpong/), and one spare latent slot, faster
+# than none and than two or three beside shallower rings
+# (data/exploration/h200/2026-12-03-aa2576556aa4-spare-latent-slots/); a bf16 weight and a
+# bf16 cache keep TUNED's (before the schedule, TUNED's configs were as fast as any other
+# timed: data/exploration/h200/2026-12-02-0030d2ce6b44-fp8-outputs/).
 _PINGPONG = {"ring_depth": 6, "mma_groups": 2, "pingpong": True, "spare_latent_chunks": 1}
 TUNED_FP8_OUT: dict[tuple[str, str, str, object], object] = {
     ("H200", "fp8_row", "fp8", ANY): ("hopper_ws", _PINGPONG),
