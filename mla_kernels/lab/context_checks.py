@@ -16,8 +16,9 @@ import torch
 from ..context.reference import Attention
 from .checks import error_measures, nan_max
 
-# (column, row, lse): per K/V format.
-TOLERANCES = {"bf16": (4e-2, 2e-2, 2e-2), "fp8": (0.6, 0.15, 0.25)}
+# (column, row, lse): per K/V format. A column holds one head's value over the queries, a
+# few of them in the tests: its error is the noisiest of the three, so its bound is widest.
+TOLERANCES = {"bf16": (6e-2, 2e-2, 2e-2), "fp8": (0.6, 0.15, 0.25)}
 
 
 def attention_errors(out: torch.Tensor, lse: torch.Tensor, ref: Attention) -> dict[str, float]:

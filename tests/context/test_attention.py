@@ -43,7 +43,7 @@ def test_bf16_matches_reference(n, c, splits, device, seed):
 def test_fp8_kv_with_scales(device, seed):
     q, k, v = draw(seed, 9, 2, 200, device)
     ks = torch.tensor([k.float().abs().amax() / 448 * 3], device=device)  # scales far from 1
-    vs = torch.tensor([v.float().abs().amax() / 448 * 0.5], device=device)
+    vs = torch.tensor([v.float().abs().amax() / 448 * 1.7], device=device)  # none saturates
     k8 = (k.float() / ks).clamp(-448, 448).to(FP8)
     v8 = (v.float() / vs).clamp(-448, 448).to(FP8)
     out, lse = poisoned(9, 2, 128, device)
