@@ -11,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # Bottom to top, as the README lists them; the face sits above every layer.
-LAYERS = ("core", "designs", "call", "lab", "review", "face")
+LAYERS = ("core", "designs", "call", "context", "lab", "review", "face")
 CALL = {"mla_kernels.api", "mla_kernels.ops"}
 NAMED = re.compile(r"mla_kernels(?:\.\w+)+")
 

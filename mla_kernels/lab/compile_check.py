@@ -54,11 +54,9 @@ def _target(device: DeviceSpec, capability: int):
     return GPUTarget("cuda", capability, 32)
 
 
-def compile_launches(variant: str, inputs, prob, config: DesignConfig | None,
-                     device: DeviceSpec, capability: int) -> tuple:
-    """Compile what the launcher would launch, for the target, instead of launching it:
-    (the design, every kernel compiled, in launch order: a weight widening ahead of the
-    main kernel included).
+def compile_calls(run, device: DeviceSpec, capability: int) -> list:
+    """Every Triton kernel ``run()`` launches, compiled for the target instead of launched,
+    in launch order (``run`` may hand CPU tensors: only their dtypes reach the compiler).
 
     The launcher's kernel call is intercepted and handed to Triton's own argument binder
     and packer, so the signature, the constants and the specialisations (16-byte
@@ -81,16 +79,38 @@ def compile_launches(variant: str, inputs, prob, config: DesignConfig | None,
         seen.append(triton.compile(source(self, sig, consts, attrs), target=target,
                                    options=opts.__dict__))
 
-    design, cfg = resolve(variant, prob, device, config)
     real = JITFunction.run
     JITFunction.run = compile_instead
     try:
-        design.launch(prob, inputs.args(), None, cfg, device)
+        run()
     finally:
         JITFunction.run = real
+    return seen
+
+
+def compile_launches(variant: str, inputs, prob, config: DesignConfig | None,
+                     device: DeviceSpec, capability: int) -> tuple:
+    """Compile what the launcher would launch, for the target, instead of launching it:
+    (the design, every kernel compiled, in launch order: a weight widening ahead of the
+    main kernel included), by ``compile_calls``."""
+    design, cfg = resolve(variant, prob, device, config)
+    seen = compile_calls(lambda: design.launch(prob, inputs.args(), None, cfg, device), device,
+                         capability)
     if not seen:
         raise ValueError(f"variant: {variant!r} launched nothing for this problem")
     return design, seen
+
+
+def kernel_report(compiled, capability: int = 90) -> dict:
+    """What an sm_``capability`` kernel uses: its name, shared memory, warps, wgmma and
+    mma.sync counts, and ptxas' registers and spills."""
+    ptx = compiled.asm["ptx"]
+    return {"kernel": compiled.name if hasattr(compiled, "name") else compiled.metadata.name,
+            "shared_bytes": int(compiled.metadata.shared),
+            "num_warps": int(compiled.metadata.num_warps),
+            "wgmma": len(re.findall(r"wgmma\.mma_async", ptx)),
+            "mma_sync": len(re.findall(r"\bmma\.sync", ptx)),
+            **ptxas_report(ptx, capability)}
 
 
 def compile_main_kernel(variant: str, inputs, prob, config: DesignConfig | None,

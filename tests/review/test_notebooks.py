@@ -26,10 +26,15 @@ FIXTURE = Path(__file__).parent / "fixtures" / "measurements_sample.csv"
 COMMON_KNOBS = {"shape", "cache_dtype", "weight_format", "block_size", "contexts", "batch",
                 "ragged_contexts", "variants", "device", "mode", "data_dir", "out_dir"}
 FIGURES = {"01_occupancy": ["occupancy"], "02_context_sweep": ["context_sweep"],
-           "03_roofline": ["bandwidth", "roofline", "peaks"], "04_formats": ["formats"]}
+           "03_roofline": ["bandwidth", "roofline", "peaks"], "04_formats": ["formats"],
+           "05_context_path": ["context_crossover", "context_memory"]}
 ALWAYS_CSV = {"01_occupancy": ["occupancy.csv", "occupancy_ragged.csv"],
               "02_context_sweep": ["correctness.csv"],
-              "03_roofline": ["bytes_flops_model.csv"], "04_formats": []}
+              "03_roofline": ["bytes_flops_model.csv"], "04_formats": [],
+              "05_context_path": ["context_floors.csv", "context_crossover.csv",
+                                  "context_thresholds.csv"]}
+# Notebooks that draw from the floors where no measured rows are: their figures always come.
+MODEL_FALLBACK = {"01_occupancy", "05_context_path"}
 REPLOT_CSV = {"02_context_sweep": ["speedup_table.csv"],
               "03_roofline": ["roof_fraction.csv"]}
 PROVENANCE = {"device", "torch", "triton", "commit"}
@@ -56,7 +61,7 @@ def committed_h200_rows() -> bool:
 
 
 # ------------------------------------------------------------------ the sources
-def test_there_are_four_notebooks():
+def test_there_are_five_notebooks():
     assert [p.stem for p in NOTEBOOKS] == list(FIGURES)
 
 
@@ -77,8 +82,11 @@ def test_parameters_cell_holds_every_knob(path):
     tagged = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1 and tagged[0] is code[0]
     declared = pm.inspect_notebook(str(path))
-    knobs = COMMON_KNOBS if path.stem != "04_formats" else COMMON_KNOBS - {
-        "cache_dtype", "weight_format", "contexts", "batch", "ragged_contexts"}
+    knobs = {"04_formats": COMMON_KNOBS - {"cache_dtype", "weight_format", "contexts", "batch",
+                                           "ragged_contexts"},
+             # One sequence, page size 1, two fixed ways instead of designs.
+             "05_context_path": COMMON_KNOBS - {"block_size", "batch", "ragged_contexts",
+                                                "variants"}}.get(path.stem, COMMON_KNOBS)
     assert knobs <= set(declared), knobs - set(declared)
     # Every parameter is one the package checks (mla_kernels.review.params.SPECS).
     from mla_kernels.review.params import SPECS
@@ -99,8 +107,9 @@ def test_configs_name_only_declared_parameters(config, tmp_path):
         from mla_kernels.review.params import checked
 
         assert checked(params)["data_dir"].startswith(str(ROOT))
-        # On the H200 the formats notebook draws the matrix the same call measured first.
-        replot = config == "cpu" or path.stem == "04_formats"
+        # On the H200 the formats notebook draws the matrix the same call measured first; the
+        # context path's draws the committed map (its own run is the map's command).
+        replot = config == "cpu" or path.stem in ("04_formats", "05_context_path")
         assert params["mode"] == ("replot" if replot else "measure")
     report.check_shared_parameters(cfg, NOTEBOOKS)  # no shared typo
 
@@ -144,7 +153,7 @@ def test_cpu_batch_wrote_figures_and_csvs(cpu_report):
     out_dir, _ = cpu_report
     have_data = committed_h200_rows()
     for stem, names in FIGURES.items():
-        measured = stem != "01_occupancy"
+        measured = stem not in MODEL_FALLBACK
         for name in names:
             made = [(out_dir / "figures" / f"{name}.{ext}").is_file() for ext in ("png", "svg")]
             assert made == [not measured or have_data] * 2, (stem, name)
@@ -598,7 +607,7 @@ def test_a_plan_checks_everything_and_creates_nothing(tmp_path):
     plan = report.plan_report("cpu", out=out, overrides={"contexts": [4096]})
     assert [p for p, _ in plan.jobs] == NOTEBOOKS and plan.out_dir == out.resolve()
     assert all(v["out_dir"] == str(out.resolve()) for _, v in plan.jobs)
-    assert [v.get("contexts") for _, v in plan.jobs] == [[4096]] * 3 + [None]
+    assert [v.get("contexts") for _, v in plan.jobs] == [[4096]] * 3 + [None, [4096]]
     assert not (tmp_path / "a").exists()
 
 

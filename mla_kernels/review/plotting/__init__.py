@@ -69,6 +69,7 @@ are read as ``<variant>`` timed ``graph``.
 # Tables, computed in analysis; importable from here too, as before the split.
 from ..analysis import attainable_tbps, reference_table
 from .axes import column_values, ctx_label, describe, footer, run_label, save_figure, set_ctx_axis
+from .context import plot_context_memory, plot_crossover
 from .formats import plot_formats
 from .occupancy import plot_occupancy
 from .peaks import plot_peaks
@@ -124,7 +125,7 @@ __all__ = [
     "TORCH_MARKERS", "attainable_tbps", "base_variant", "choose_series", "column_values",
     "ctx_label", "default_series", "describe", "design_color", "design_marker", "device_timing",
     "footer", "format_table", "fp8_output_cells", "is_torch", "left_out", "left_out_note",
-    "plot_bandwidth", "plot_context_sweep",
+    "plot_bandwidth", "plot_context_memory", "plot_context_sweep", "plot_crossover",
     "plot_formats", "plot_occupancy", "plot_peaks", "plot_roofline", "present_series",
     "ran_text", "reference_table", "run_label", "save_figure", "series_label", "set_ctx_axis",
     "set_style", "short_config",

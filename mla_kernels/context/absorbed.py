@@ -1,0 +1,205 @@
+"""Absorbed prefix attention: the K up-projection folded into the queries, attention over
+the paged latent itself, the V up-projection applied to the n outputs.
+
+For head h, W_UK = W[h (nope + v) : h (nope + v) + nope] and W_UV the v rows after it
+([nope, kv_c] and [v, kv_c], the kv_b_proj weight the call reads, dequantised as the
+reference does). q_nope . (W_UK c) = (q_nope W_UK) . c, so each query becomes a
+(kv_c + pe)-wide row [q_nope W_UK, q_pe] scored against the cache row [c, pe] as it is
+stored: one key and one value (c) per token, shared by every head, as MLA decode reads them.
+The attention's output over c, times W_UV^T, is the expanded path's output.
+
+Every (query, head) pair is one row of the attention (n x H rows over the same keys), so
+the rows fill 64-row tiles from a few queries on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import triton
+
+from ..core.devices import device_spec
+from ..core.formats import dequantize_weight
+from . import checks
+from .attention import LOG2E, MAX_SPLITS, Blocking, split_count
+from .expanded import head_dims
+from .kernels import latent_attention_kernel
+from .merge import merge_parts
+
+
+def absorbed_blocking(rows: int) -> Blocking:
+    # A 64 x kv_c float32 accumulator is a whole warpgroup pair's registers: 8 warps, and
+    # 32 keys a step to leave room for the key tile.
+    return Blocking(64 if rows >= 64 else 16, 32, 8)
+
+
+class AbsorbedWeights(NamedTuple):
+    """The kv_b_proj weight split and laid out for the two projections, in the queries'
+    dtype: w_uk [H, nope, kv_c] (q_nope @ w_uk[h] folds), w_uv_t [H, kv_c, v] (o_lat @
+    w_uv_t[h] projects)."""
+
+    w_uk: torch.Tensor
+    w_uv_t: torch.Tensor
+
+
+def absorb_weights(kv_proj_weight: torch.Tensor, kv_proj_scale: torch.Tensor | None, *,
+                   num_heads: int, nope: int, dtype: torch.dtype = torch.bfloat16
+                   ) -> AbsorbedWeights:
+    """Dequantise the weight (``formats.dequantize_weight``, as the reference does) and split
+    it per head; once per weight, not per call."""
+    fmt = checks.weight_format(kv_proj_weight, kv_proj_scale, "kv_proj_weight",
+                               kv_proj_weight.device, kv_proj_weight.shape[0],
+                               kv_proj_weight.shape[1])
+    w = dequantize_weight(kv_proj_weight, kv_proj_scale, fmt)
+    n, kv_c = w.shape
+    w = w.view(num_heads, n // num_heads, kv_c)
+    return AbsorbedWeights(w[:, :nope].to(dtype).contiguous(),
+                           w[:, nope:].transpose(1, 2).to(dtype).contiguous())
+
+
+@dataclass
+class AbsorbedPlan:
+    """Everything one absorbed call launches, allocated and checked once: ``fold``,
+    ``attend`` and ``project`` (each timed apart by the map), or ``run``."""
+
+    q: torch.Tensor
+    k_buffer: torch.Tensor
+    k_scale: torch.Tensor | None
+    block_ids: torch.Tensor
+    context_len: int
+    weights: AbsorbedWeights
+    sm_scale: float
+    splits: int
+    q_absorbed: torch.Tensor
+    part_o: torch.Tensor
+    part_lse: torch.Tensor
+    o_latent: torch.Tensor
+    out: torch.Tensor
+    lse: torch.Tensor
+
+    def workspace(self) -> dict[str, torch.Tensor]:
+        """The tensors the plan allocated (the output and LSE included), by name; the
+        prepared weights apart."""
+        return {"q_absorbed": self.q_absorbed, "part_o": self.part_o,
+                "part_lse": self.part_lse, "o_latent": self.o_latent, "out": self.out,
+                "lse": self.lse}
+
+    def fold(self) -> None:
+        """[q_nope W_UK, q_pe] per head, into q_absorbed [n, H, kv_c + pe]."""
+        kv_c = self.o_latent.shape[2]
+        nope = self.weights.w_uk.shape[1]
+        lat = torch.bmm(self.q[..., :nope].transpose(0, 1), self.weights.w_uk)
+        self.q_absorbed[..., :kv_c].copy_(lat.transpose(0, 1))
+        self.q_absorbed[..., kv_c:].copy_(self.q[..., nope:])
+
+    def attend(self) -> None:
+        n, h, width = self.q_absorbed.shape
+        kv_c = self.o_latent.shape[2]
+        rows = n * h
+        blk = absorbed_blocking(rows)
+        per = max(1, triton.cdiv(triton.cdiv(self.context_len, self.splits), blk.block_n)) \
+            * blk.block_n
+        fp8 = self.k_buffer.dtype == checks.FP8
+        latent_attention_kernel[(triton.cdiv(rows, blk.block_m), self.splits)](
+            self.q_absorbed, self.k_buffer, self.k_scale if fp8 else self.q_absorbed,
+            self.block_ids, self.part_o, self.part_lse, rows, self.context_len, per,
+            self.sm_scale * LOG2E, self.k_buffer.stride(0), self.k_buffer.stride(1),
+            self.part_o[0].numel(), self.part_lse[0].numel(),
+            KV_C=kv_c, PE=width - kv_c, BKV=triton.next_power_of_2(kv_c),
+            BPE=max(16, triton.next_power_of_2(width - kv_c)),
+            BLOCK_SIZE=self.k_buffer.shape[1], BM=blk.block_m, BN=blk.block_n,
+            HAS_K_SCALE=fp8, num_warps=blk.num_warps)
+        merge_parts(self.part_o, self.part_lse, self.splits, self.o_latent, self.lse)
+
+    def project(self) -> None:
+        """o_latent [n, H, kv_c] @ W_UV^T per head, into out [n, H, v]."""
+        o = torch.bmm(self.o_latent.transpose(0, 1), self.weights.w_uv_t)
+        self.out.copy_(o.transpose(0, 1))
+
+    def run(self) -> tuple[torch.Tensor, torch.Tensor]:
+        self.fold()
+        self.attend()
+        self.project()
+        return self.out, self.lse
+
+
+def plan_absorbed(
+    q: torch.Tensor,  # [n, H, nope + pe] bf16 / fp16: the new tokens' queries (rope applied)
+    k_buffer: torch.Tensor,  # [num_blocks, block_size, kv_c + pe] bf16 / e4m3: the latent cache
+    k_scale: torch.Tensor | None,  # [1] float32: an fp8 cache's scale
+    kv_indptr: torch.Tensor,  # [2] int32: the sequence's pages, kv_indices[0 : kv_indptr[1]]
+    kv_indices: torch.Tensor,  # [>= ceil(C / block_size)] int32: block ids
+    context_len: int,  # C: the cached tokens
+    kv_proj_weight: torch.Tensor,  # [H * (nope + v), kv_c] bf16 or e4m3
+    kv_proj_scale: torch.Tensor | None,  # per row [N] / [N, 1] or per 128x128 block
+    *,
+    weights: AbsorbedWeights | None = None,  # absorb_weights' result, to skip the dequantise
+    sm_scale: float | None = None,  # None: 1 / sqrt(nope + pe), the expanded path's
+    num_splits: int | None = None,  # splits of the keys (None: to fill the device)
+    out: torch.Tensor | None = None,  # [n, H, v] q's dtype
+    lse: torch.Tensor | None = None,  # [n, H] float32
+    validate: bool | None = None,  # read the page table and scales (default: interpreter only)
+) -> AbsorbedPlan:
+    """Check every argument and allocate the absorbed queries and partials: the plan
+    ``absorbed_prefix_attention`` runs."""
+    dev = checks.device_of(q)
+    checks.tensor(q, "q", dims=3, dtypes=checks.QUERY_DTYPES, device=dev)
+    n, h, dk = q.shape
+    checks.tensor(k_buffer, "k_buffer", dims=3, dtypes=(torch.bfloat16, checks.FP8), device=dev)
+    checks.tensor(kv_proj_weight, "kv_proj_weight", dims=2, dtypes=(torch.bfloat16, checks.FP8),
+                  device=dev)
+    kv_c, pe, nope, v = head_dims(q, k_buffer, kv_proj_weight, kv_proj_scale)
+    checks.weight_format(kv_proj_weight, kv_proj_scale, "kv_proj_weight", dev,
+                         h * (nope + v), kv_c)
+    fp8 = checks.cache(k_buffer, k_scale, dev, kv_c + pe)
+    if not fp8 and k_scale is not None:  # a bf16 cache has nothing to dequantise: ignored
+        k_scale = None
+    checks.page_table(kv_indptr, kv_indices, dev)
+    checks.int_at_least(context_len, "context_len", 1)
+    if weights is not None:
+        if not (isinstance(weights, AbsorbedWeights)
+                and tuple(weights.w_uk.shape) == (h, nope, kv_c)
+                and tuple(weights.w_uv_t.shape) == (h, kv_c, v)
+                and weights.w_uk.dtype == q.dtype == weights.w_uv_t.dtype
+                and weights.w_uk.device == dev == weights.w_uv_t.device):
+            raise checks.fail("weights", f"absorb_weights' result for this weight ({q.dtype} "
+                              f"[{h}, {nope}, {kv_c}] and [{h}, {kv_c}, {v}] on {dev})",
+                              type(weights).__name__ if not isinstance(weights, AbsorbedWeights)
+                              else [list(weights.w_uk.shape), list(weights.w_uv_t.shape)])
+    scale = checks.sm_scale(sm_scale, dk)
+    splits = checks.optional_int_at_least(num_splits, "num_splits", 1)
+    if splits is not None and splits > MAX_SPLITS:
+        raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits)
+    checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype,))
+    checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
+    checks.no_overlap({"q": q, "k_buffer": k_buffer, "kv_proj_weight": kv_proj_weight,
+                       "kv_indices": kv_indices, "out": out, "lse": lse}, ["out", "lse"])
+    if checks.validating(checks.flag_or_none(validate, "validate")):
+        checks.check_pages(k_buffer, k_scale, kv_indptr, kv_indices, context_len)
+    if weights is None:
+        weights = absorb_weights(kv_proj_weight, kv_proj_scale, num_heads=h, nope=nope,
+                                 dtype=q.dtype)
+    rows = n * h
+    blk = absorbed_blocking(rows)
+    if splits is None:
+        splits = split_count(triton.cdiv(rows, blk.block_m), context_len, blk.block_n,
+                             device_spec(dev).compute_units)
+    return AbsorbedPlan(
+        q, k_buffer, k_scale, kv_indices, context_len, weights, scale, splits,
+        q_absorbed=torch.empty((n, h, kv_c + pe), dtype=q.dtype, device=dev),
+        part_o=torch.empty((splits, n, h, kv_c), dtype=torch.float32, device=dev),
+        part_lse=torch.empty((splits, n, h), dtype=torch.float32, device=dev),
+        o_latent=torch.empty((n, h, kv_c), dtype=q.dtype, device=dev),
+        out=torch.empty((n, h, v), dtype=q.dtype, device=dev) if out is None else out,
+        lse=torch.empty((n, h), dtype=torch.float32, device=dev) if lse is None else lse)
+
+
+def absorbed_prefix_attention(q, k_buffer, k_scale, kv_indptr, kv_indices, context_len,
+                              kv_proj_weight, kv_proj_scale, **options
+                              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The n new queries over the C cached tokens by attending over the latent directly:
+    (out [n, H, v], lse [n, H]). The arguments are ``plan_absorbed``'s."""
+    return plan_absorbed(q, k_buffer, k_scale, kv_indptr, kv_indices, context_len,
+                         kv_proj_weight, kv_proj_scale, **options).run()

@@ -1,0 +1,141 @@
+"""Attention of n new queries over C cached keys, split over the keys when the queries
+alone would leave the device idle (flash-decoding): each split writes a partial output and
+its log-sum-exp, and the merge weighs them into one output and its LSE, which merges in turn
+with the new tokens' own causal attention (``merge.merge_attention``).
+
+``prefix_attention`` reads expanded per-head K and V (what ``gather_kv_b_proj`` writes),
+bf16 or FP8 with per-tensor scales. The absorbed path's attention over the latent cache
+is in ``absorbed.py``; both share the split rule here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from ..core.devices import device_spec
+from . import checks
+from .kernels import prefix_attention_kernel
+from .merge import merge_parts
+
+LOG2E = 1.0 / math.log(2.0)
+MAX_SPLITS = 64
+# Splits are sized so each program walks at least this many key tiles: fewer would spend
+# more on the merge and the queries' loads than on the keys.
+MIN_TILES_PER_SPLIT = 4
+PROGRAMS_PER_UNIT = 2  # programs per SM (CU) a launch aims for
+
+
+@dataclass(frozen=True)
+class Blocking:
+    """A launch's tile sizes: ``block_m`` query rows and ``block_n`` keys per step."""
+
+    block_m: int
+    block_n: int
+    num_warps: int
+
+
+def expanded_blocking(n_queries: int) -> Blocking:
+    # 64-row tiles for the tensor cores' full-width instructions once there are enough
+    # queries; 16 (the smallest dot) otherwise.
+    return Blocking(64, 64, 4) if n_queries >= 64 else Blocking(16, 64, 4)
+
+
+def split_count(programs: int, n_keys: int, block_n: int, compute_units: int) -> int:
+    """How many splits of the keys fill the device: enough that ``programs`` (the launch
+    without splits) x splits reaches PROGRAMS_PER_UNIT per compute unit, each split
+    keeping MIN_TILES_PER_SPLIT key tiles, at most MAX_SPLITS."""
+    want = -(-PROGRAMS_PER_UNIT * compute_units // max(programs, 1))
+    most = max(1, -(-n_keys // (MIN_TILES_PER_SPLIT * block_n)))
+    return max(1, min(want, most, MAX_SPLITS))
+
+
+def keys_per_split(n_keys: int, splits: int, block_n: int) -> int:
+    """Keys each split walks: a whole number of key tiles (the last split takes the rest)."""
+    return max(1, triton.cdiv(triton.cdiv(n_keys, splits), block_n)) * block_n
+
+
+def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_scale,
+                  n_keys: int, sm_scale: float, splits: int, part_o: torch.Tensor,
+                  part_lse: torch.Tensor) -> None:
+    """The split attention's launch: ``splits`` partials into part_o [>= splits, n, H, DV]
+    (float32) and part_lse [>= splits, n, H]. No checks (the entry points' launch path)."""
+    n, h, dk = q.shape
+    dv = v.shape[-1]
+    blk = expanded_blocking(n)
+    da = 1 << (dk.bit_length() - 1)  # the largest power of two in the head dim, then the rest
+    db = dk - da
+    kv_fp8 = k.dtype == checks.FP8
+    per = keys_per_split(n_keys, splits, blk.block_n)
+    prefix_attention_kernel[(triton.cdiv(n, blk.block_m), h, splits)](
+        q, k, v, k_scale if kv_fp8 else q, v_scale if kv_fp8 else q, part_o, part_lse,
+        n, n_keys, per, h, sm_scale * LOG2E,
+        q.stride(0), k.stride(0), v.stride(0), part_o[0].numel(), part_lse[0].numel(),
+        DA=da, DB=db, DV=dv, BDA=da, BDB=max(16, triton.next_power_of_2(max(db, 1))),
+        BDV=max(16, triton.next_power_of_2(dv)), BM=blk.block_m, BN=blk.block_n,
+        KV_FP8=kv_fp8, num_warps=blk.num_warps)
+
+
+def default_splits(q: torch.Tensor, n_keys: int) -> int:
+    n, h, _ = q.shape
+    blk = expanded_blocking(n)
+    return split_count(triton.cdiv(n, blk.block_m) * h, n_keys, blk.block_n,
+                       device_spec(q.device).compute_units)
+
+
+def check_prefix(q, k, v, k_scale, v_scale, n_keys, sm_scale, num_splits, out, lse):
+    """The checks of ``prefix_attention``'s arguments; (n_keys, sm_scale, splits)."""
+    dev = checks.device_of(q)
+    checks.tensor(q, "q", dims=3, dtypes=checks.QUERY_DTYPES, device=dev)
+    n, h, dk = q.shape
+    if dk < 16:
+        raise checks.fail("q", "a head dim (shape[2]) of at least 16", dk)
+    kv_dtypes = (q.dtype, checks.FP8)
+    checks.tensor(k, "k", dims=3, dtypes=kv_dtypes, device=dev, shape=(None, h, dk))
+    checks.tensor(v, "v", dims=3, dtypes=(k.dtype,), device=dev, shape=(k.shape[0], h, None))
+    fp8 = k.dtype == checks.FP8
+    checks.scale(k_scale, "k_scale", dev, fp8, "FP8 K only")
+    checks.scale(v_scale, "v_scale", dev, fp8, "FP8 V only")
+    n_keys = k.shape[0] if n_keys is None else n_keys
+    if type(n_keys) is not int or not 1 <= n_keys <= k.shape[0]:
+        raise checks.fail("n_keys", f"None or an int in [1, {k.shape[0]}] (k's rows)", repr(n_keys))
+    scale = checks.sm_scale(sm_scale, dk)
+    splits = checks.optional_int_at_least(num_splits, "num_splits", 1)
+    if splits is not None and splits > MAX_SPLITS:
+        raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits)
+    checks.out_buffer(out, "out", dev, (n, h, v.shape[2]), (q.dtype, torch.float32))
+    checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
+    checks.no_overlap({"q": q, "k": k, "v": v, "k_scale": k_scale, "v_scale": v_scale,
+                       "out": out, "lse": lse}, ["out", "lse"])
+    return n_keys, scale, splits
+
+
+def prefix_attention(
+    q: torch.Tensor,  # [n, H, Dk] bf16 / fp16: the new tokens' queries (rope applied)
+    k: torch.Tensor,  # [>= C, H, Dk] q's dtype or float8_e4m3fn: expanded K
+    v: torch.Tensor,  # [>= C, H, Dv] k's dtype: expanded V
+    *,
+    k_scale: torch.Tensor | None = None,  # [1] float32: FP8 K's per-tensor scale
+    v_scale: torch.Tensor | None = None,  # [1] float32: FP8 V's per-tensor scale
+    n_keys: int | None = None,  # C: the first n_keys rows of k and v (None: all)
+    sm_scale: float | None = None,  # None: 1 / sqrt(Dk)
+    num_splits: int | None = None,  # None: enough to fill the device
+    out: torch.Tensor | None = None,  # [n, H, Dv] q's dtype or float32
+    lse: torch.Tensor | None = None,  # [n, H] float32
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every query over every one of the C keys (the cached prefix precedes the new tokens,
+    so no mask): (out, lse), lse the natural log-sum-exp of each row's scaled scores."""
+    n_keys, scale, splits = check_prefix(q, k, v, k_scale, v_scale, n_keys, sm_scale,
+                                         num_splits, out, lse)
+    n, h, _ = q.shape
+    splits = splits or default_splits(q, n_keys)
+    part_o = torch.empty((splits, n, h, v.shape[2]), dtype=torch.float32, device=q.device)
+    part_lse = torch.empty((splits, n, h), dtype=torch.float32, device=q.device)
+    out = torch.empty((n, h, v.shape[2]), dtype=q.dtype, device=q.device) if out is None else out
+    lse = torch.empty((n, h), dtype=torch.float32, device=q.device) if lse is None else lse
+    launch_prefix(q, k, v, k_scale, v_scale, n_keys, scale, splits, part_o, part_lse)
+    merge_parts(part_o, part_lse, splits, out, lse)
+    return out, lse

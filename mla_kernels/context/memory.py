@@ -1,0 +1,54 @@
+"""What each path holds on the device while it runs, counted from its shapes: the buffers
+its plan allocates (the output and its LSE included), the temporaries of its torch steps,
+and nothing of the caller's (queries, cache, weight). A test holds the count to the plans'
+own tensors; the map sets it beside torch's peak allocation on the GPU."""
+
+from __future__ import annotations
+
+import torch
+
+from ..core.shapes import MLAShape, get_shape
+
+F32 = 4
+
+
+def _size(dtype: torch.dtype) -> int:
+    return torch.empty((), dtype=dtype).element_size()
+
+
+def expanded_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int, *,
+                        chunk_tokens: int | None = None, splits: int = 1,
+                        kv_dtype: torch.dtype = torch.bfloat16,
+                        out_dtype: torch.dtype = torch.bfloat16) -> int:
+    """Expand-then-attend: one chunk's K and V, the partials of ``splits`` splits
+    (float32 output and LSE), the running float32 output (several chunks, an output of
+    another dtype), the output and LSE, and the chunks' page tables."""
+    s = get_shape(shape)
+    n, h = new_tokens, s.num_heads
+    chunk = min(context_len, chunk_tokens or context_len)
+    chunks = -(-context_len // chunk)
+    kv = chunk * h * (s.k_head_dim + s.v_head_dim) * _size(kv_dtype)
+    parts = splits * n * h * (s.v_head_dim + 1) * F32
+    running = n * h * s.v_head_dim * F32 if chunks > 1 and out_dtype != torch.float32 else 0
+    out = n * h * s.v_head_dim * _size(out_dtype) + n * h * F32
+    tables = chunks * 4 * 4
+    return kv + parts + running + out + tables
+
+
+def absorbed_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int, *,
+                        splits: int = 1, q_dtype: torch.dtype = torch.bfloat16) -> int:
+    """Absorbed: the absorbed queries and the fold's product before it is copied in, the
+    partials (float32, kv_c wide), the latent output, the projection's product and the
+    output with its LSE; and the prepared weights (held beside them while the call runs)."""
+    s = get_shape(shape)
+    n, h, b = new_tokens, s.num_heads, _size(q_dtype)
+    q_absorbed = n * h * s.latent_dim * b
+    fold_tmp = n * h * s.kv_c_dim * b
+    parts = splits * n * h * (s.kv_c_dim + 1) * F32
+    o_latent = n * h * s.kv_c_dim * b
+    proj_tmp = n * h * s.v_head_dim * b
+    out = n * h * s.v_head_dim * b + n * h * F32
+    weights = h * (s.qk_nope_dim + s.v_head_dim) * s.kv_c_dim * b
+    # The fold's product is freed once copied; the projection's comes after it, so the two
+    # temporaries are never held together: the larger counts.
+    return q_absorbed + max(fold_tmp, proj_tmp) + parts + o_latent + out + weights

@@ -1,0 +1,70 @@
+"""The merge of partial attentions by their log-sum-exp: the splits of one launch, the chunks
+of a long context, and the cached prefix with the new tokens' own causal attention.
+
+Two attentions of the same queries over disjoint key sets, each normalised by its own
+softmax sum, merge exactly: with weights exp(lse_a - m) and exp(lse_b - m) (m the larger
+LSE), out = (w_a o_a + w_b o_b) / (w_a + w_b) and lse = m + log(w_a + w_b).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+
+from . import checks
+from .kernels import merge_kernel
+
+MERGE_ROWS = 32  # rows a merge program covers
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+def merge_parts(part_o: torch.Tensor, part_lse: torch.Tensor, n_parts: int, out: torch.Tensor,
+                out_lse: torch.Tensor, prev_o: torch.Tensor | None = None,
+                prev_lse: torch.Tensor | None = None) -> None:
+    """Launch the merge of ``n_parts`` partials (part_o [>= n_parts, rows..., D], part_lse
+    [>= n_parts, rows...], contiguous) and ``prev`` (or none) into ``out`` / ``out_lse``
+    (which may be ``prev``). No checks: the entry points' own launch path."""
+    d = out.shape[-1]
+    rows = out_lse.numel()
+    if rows == 0:
+        return
+    has_prev = prev_o is not None
+    merge_kernel[(triton.cdiv(rows, MERGE_ROWS),)](
+        part_o, part_lse, prev_o if has_prev else out, prev_lse if has_prev else out_lse,
+        out, out_lse, rows, n_parts, part_o[0].numel() if n_parts else 0,
+        part_lse[0].numel() if n_parts else 0,
+        D=d, BD=triton.next_power_of_2(d), BR=MERGE_ROWS, HAS_PREV=has_prev, num_warps=4)
+
+
+def merge_attention(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
+                    lse_b: torch.Tensor, *, out: torch.Tensor | None = None,
+                    out_lse: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge two partial attentions of the same queries over disjoint keys.
+
+    o_a, o_b:  [n, H, D] bf16, fp16 or float32 (each normalised by its own softmax sum)
+    lse_a, lse_b: [n, H] float32, natural log-sum-exp of each one's scaled scores (-inf: no key)
+    out: [n, H, D] (default: o_a's dtype), out_lse: [n, H] float32; ``out`` may be ``o_a``
+    (and ``out_lse`` ``lse_a``), merged in place.
+    Returns (out, out_lse).
+    """
+    dev = checks.device_of(o_a, "o_a")
+    checks.tensor(o_a, "o_a", dims=3, dtypes=OUT_DTYPES, device=dev)
+    n, h, d = o_a.shape
+    checks.tensor(o_b, "o_b", dims=3, dtypes=OUT_DTYPES, device=dev, shape=(n, h, d))
+    checks.tensor(lse_a, "lse_a", dims=2, dtypes=(torch.float32,), device=dev, shape=(n, h))
+    checks.tensor(lse_b, "lse_b", dims=2, dtypes=(torch.float32,), device=dev, shape=(n, h))
+    checks.out_buffer(out, "out", dev, (n, h, d), OUT_DTYPES)
+    checks.out_buffer(out_lse, "out_lse", dev, (n, h), (torch.float32,))
+    named = {"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b}
+    # In place over the first partial is allowed: each row is read before it is written.
+    for name, t, first in (("out", out, o_a), ("out_lse", out_lse, lse_a)):
+        if t is not None:
+            others = {k: x for k, x in named.items() if x is not first}
+            other_out = {"out_lse": out_lse} if name == "out" else {"out": out}
+            checks.no_overlap({name: t, **others, **other_out}, [name])
+    if out is None:
+        out = torch.empty_like(o_a)
+    if out_lse is None:
+        out_lse = torch.empty_like(lse_a)
+    merge_parts(o_b.unsqueeze(0), lse_b.unsqueeze(0), 1, out, out_lse, o_a, lse_a)
+    return out, out_lse

@@ -1,0 +1,166 @@
+"""Bad input to the context path's entry points: a ValueError naming the argument, what it
+expects and what it got, before anything is written (the caller's outputs keep their NaN)."""
+
+import math
+import re
+
+import pytest
+import torch
+
+from mla_kernels.context import (
+    absorb_weights,
+    absorbed_prefix_attention,
+    expand_and_attend,
+    merge_attention,
+    prefix_attention,
+)
+from mla_kernels.core.shapes import MLAShape
+from mla_kernels.lab.context_inputs import build_context_inputs
+
+TWO = MLAShape("test-2h", num_heads=2)
+FP8 = torch.float8_e4m3fn
+
+
+@pytest.fixture(scope="module")
+def ci():
+    import os
+    dev = "cpu" if os.environ.get("TRITON_INTERPRET", "0") == "1" else "cuda"
+    return build_context_inputs(TWO, 40, 3, block_size=8, device=dev, seed=3)
+
+
+def outs(ci):
+    dev = ci.q.device
+    return {"out": torch.full((3, 2, 128), math.nan, dtype=torch.bfloat16, device=dev),
+            "lse": torch.full((3, 2), math.nan, device=dev)}
+
+
+def untouched(bufs):
+    return all(bool(t.isnan().all()) for t in bufs.values())
+
+
+def replaced(args, i, value):
+    return (*args[:i], value, *args[i + 1:])
+
+
+PATH_CASES = [
+    # (argument index or keyword, bad value, words the message must hold)
+    (0, "q", lambda ci: ci.q.float(), "q: expected dtype bfloat16 or float16, got float32"),
+    (0, "q", lambda ci: torch.cat((ci.q, ci.q[:, :1]), 1),
+     "kv_proj_weight: expected H x (nope + v) rows with H = 3 (q's heads) and nope = 128"),
+    (0, "q", lambda ci: ci.q.transpose(0, 1), "q: expected a contiguous tensor"),
+    (1, "k_buffer", lambda ci: torch.zeros(8, 8, 500, dtype=ci.cache.k_buffer.dtype,
+                                           device=ci.q.device),
+     "k_buffer: expected rows of kv_c (512, the weight's) + pe values"),
+    (1, "k_buffer", lambda ci: ci.cache.k_buffer.transpose(0, 1),
+     "k_buffer: expected a contiguous tensor"),
+    (3, "kv_indptr", lambda ci: ci.cache.kv_indptr.long(), "kv_indptr: expected dtype int32"),
+    (3, "kv_indptr", lambda ci: torch.zeros(3, dtype=torch.int32, device=ci.q.device),
+     "kv_indptr: expected shape [2]"),
+    (5, "context_len", lambda ci: 0, "context_len: expected an int >= 1, got 0"),
+    (5, "context_len", lambda ci: 40.0, "context_len: expected an int >= 1, got 40.0"),
+]
+
+
+@pytest.mark.parametrize("path", [expand_and_attend, absorbed_prefix_attention],
+                         ids=["expanded", "absorbed"])
+@pytest.mark.parametrize(("i", "name", "bad", "message"), PATH_CASES,
+                         ids=[f"{c[1]}-{j}" for j, c in enumerate(PATH_CASES)])
+def test_paths_name_the_bad_argument(ci, path, i, name, bad, message):
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        path(*replaced(ci.args(), i, bad(ci)), **bufs)
+    assert untouched(bufs)
+
+
+def test_page_table_contents_are_read_when_validating(ci):
+    bufs = outs(ci)
+    bad = ci.cache.kv_indices.clone()
+    bad[2] = ci.cache.k_buffer.shape[0]  # a block id out of range
+    for path in (expand_and_attend, absorbed_prefix_attention):
+        with pytest.raises(ValueError, match=r"kv_indices\[2\]: expected a block id in"):
+            path(*replaced(ci.args(), 4, bad), validate=True, **bufs)
+        with pytest.raises(ValueError, match=r"kv_indptr: expected \[0, 7\] .* got \[0, 5\]"):
+            path(*replaced(ci.args(), 5, 50), validate=True, **bufs)
+    assert untouched(bufs)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"chunk_tokens": 12}, "chunk_tokens: expected a multiple of the page size 8"),
+    ({"kv_dtype": torch.float32}, "kv_dtype: expected torch.bfloat16"),
+    ({"kv_dtype": FP8}, "k_out_scale: expected a float32 [1] tensor"),
+    ({"k_out_scale": torch.ones(1)}, "k_out_scale: expected None (FP8 K/V only)"),
+    ({"sm_scale": -1.0}, "sm_scale: expected None or a finite float > 0, got -1.0"),
+    ({"num_splits": 0}, "num_splits: expected an int >= 1, got 0"),
+    ({"variant": 3}, "variant: expected a design's name"),
+    ({"validate": "yes"}, "validate: expected None, True or False"),
+])
+def test_expanded_options(ci, kw, message):
+    bufs = outs(ci)
+    if "k_out_scale" in kw:
+        kw = {"k_out_scale": kw["k_out_scale"].to(ci.q.device)}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        expand_and_attend(*ci.args(), **kw, **bufs)
+    assert untouched(bufs)
+
+
+def test_expanded_refuses_a_variant_the_call_refuses(ci):
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match="variant"):
+        expand_and_attend(*ci.args(), variant="no_such_design", **bufs)
+    assert untouched(bufs)
+
+
+def test_outputs_checked(ci):
+    bad_out = {"out": torch.full((3, 2, 64), math.nan, dtype=torch.bfloat16, device=ci.q.device),
+               "lse": outs(ci)["lse"]}
+    for path in (expand_and_attend, absorbed_prefix_attention):
+        with pytest.raises(ValueError, match=r"out: expected shape \[3, 2, 128\], got \[3, 2, 64\]"):
+            path(*ci.args(), **bad_out)
+    assert untouched(bad_out)
+    alias = {"out": outs(ci)["out"], "lse": ci.q.view(torch.float32)[:, 0, :2].contiguous()}
+    alias["lse"] = ci.q.view(-1).view(torch.float32)[:6].view(3, 2)  # over the queries
+    with pytest.raises(ValueError, match="lse: expected memory apart from q"):
+        absorbed_prefix_attention(*ci.args(), **alias)
+
+
+def test_absorbed_weights(ci):
+    w = ci.cache.kv_proj_weight
+    ws = ci.cache.kv_proj_scale
+    with pytest.raises(ValueError, match="kv_proj_scale: expected a scale for an fp8 weight"):
+        absorbed_prefix_attention(*replaced(ci.args(), 7, None), **outs(ci))
+    with pytest.raises(ValueError, match=r"kv_proj_scale: expected shape \[512\], \[512, 1\]"):
+        absorbed_prefix_attention(*replaced(ci.args(), 7, ws[:7]), **outs(ci))
+    good = absorb_weights(w, ws, num_heads=2, nope=128)
+    bad = good._replace(w_uk=good.w_uk[:, :64])
+    with pytest.raises(ValueError, match="weights: expected absorb_weights' result"):
+        absorbed_prefix_attention(*ci.args(), weights=bad, **outs(ci))
+    out, _ = absorbed_prefix_attention(*ci.args(), weights=good)
+    ref, _ = absorbed_prefix_attention(*ci.args())
+    assert torch.equal(out, ref)
+
+
+def test_prefix_attention_and_merge_checks(device):
+    q = torch.randn(3, 2, 192, device=device).bfloat16()
+    k = torch.randn(10, 2, 192, device=device).bfloat16()
+    v = torch.randn(10, 2, 128, device=device).bfloat16()
+    cases = [
+        (dict(k=k.float()), "k: expected dtype bfloat16 or float8_e4m3fn, got float32"),
+        (dict(v=v[:, :1]), r"v: expected shape \[10, 2, \*\]"),
+        (dict(n_keys=11), r"n_keys: expected None or an int in \[1, 10\]"),
+        (dict(k=k.to(FP8), v=v.to(FP8)), r"k_scale: expected a float32 \[1\] tensor"),
+        (dict(k_scale=torch.ones(1, device=device)), r"k_scale: expected None \(FP8 K only\)"),
+        (dict(num_splits=65), r"num_splits: expected None or an int in \[1, 64\], got 65"),
+    ]
+    for kw, message in cases:
+        args = {"k": k, "v": v, **kw}
+        out = torch.full((3, 2, 128), math.nan, dtype=torch.bfloat16, device=device)
+        with pytest.raises(ValueError, match=message):
+            prefix_attention(q, args.pop("k"), args.pop("v"), out=out, **args)
+        assert bool(out.isnan().all())
+    o = torch.randn(3, 2, 128, device=device)
+    lse = torch.randn(3, 2, device=device)
+    with pytest.raises(ValueError, match=r"lse_b: expected 2 dimensions, got 1"):
+        merge_attention(o, lse, o.clone(), lse[:, 0].contiguous())
+    with pytest.raises(ValueError, match="out: expected memory apart from o_b"):
+        o_b = o.clone()
+        merge_attention(o, lse, o_b, lse.clone(), out=o_b)

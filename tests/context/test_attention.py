@@ -1,0 +1,123 @@
+"""Prefix attention over expanded K/V and the merge by log-sum-exp, against the float32
+reference (computed over the keys in chunks), under the interpreter on a CPU and compiled
+on a GPU. Queries and keys are random draws, never zeros; outputs poisoned with NaN."""
+
+import math
+
+import pytest
+import torch
+
+from mla_kernels.context import attention_reference, merge_attention, prefix_attention
+from mla_kernels.context.attention import keys_per_split, split_count
+from mla_kernels.lab.context_checks import attention_errors, judge
+
+FP8 = torch.float8_e4m3fn
+
+
+def draw(seed, n, h, c, device, dk=192, dv=128, spare=5):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(n, h, dk, generator=g) * 1.5
+    k = torch.randn(c + spare, h, dk, generator=g)
+    v = torch.randn(c + spare, h, dv, generator=g) * 3
+    return q.bfloat16().to(device), k.bfloat16().to(device), v.bfloat16().to(device)
+
+
+def poisoned(n, h, d, device, dtype=torch.bfloat16):
+    return (torch.full((n, h, d), float("nan"), dtype=dtype, device=device),
+            torch.full((n, h), float("nan"), device=device))
+
+
+@pytest.mark.parametrize(("n", "c", "splits"), [(5, 150, 1), (5, 150, 3), (70, 97, 2),
+                                                (16, 300, None)])
+def test_bf16_matches_reference(n, c, splits, device, seed):
+    # n = 5 pads a 16-row tile, 70 spans two 64-row tiles; C no multiple of a key tile;
+    # three splits of 150 keys leave the last one short; k and v hold rows past C.
+    q, k, v = draw(seed, n, 2, c, device)
+    out, lse = poisoned(n, 2, 128, device)
+    prefix_attention(q, k, v, n_keys=c, num_splits=splits, out=out, lse=lse)
+    ref = attention_reference(q, k, v, n_keys=c, chunk=64)
+    errs = attention_errors(out, lse, ref)
+    assert judge(errs, "bf16"), errs
+
+
+def test_fp8_kv_with_scales(device, seed):
+    q, k, v = draw(seed, 9, 2, 200, device)
+    ks = torch.tensor([k.float().abs().amax() / 448 * 3], device=device)  # scales far from 1
+    vs = torch.tensor([v.float().abs().amax() / 448 * 1.7], device=device)  # none saturates
+    k8 = (k.float() / ks).clamp(-448, 448).to(FP8)
+    v8 = (v.float() / vs).clamp(-448, 448).to(FP8)
+    out, lse = poisoned(9, 2, 128, device)
+    prefix_attention(q, k8, v8, k_scale=ks, v_scale=vs, n_keys=200, num_splits=2, out=out,
+                     lse=lse)
+    own = attention_reference(q, k8, v8, n_keys=200, k_scale=ks, v_scale=vs)
+    errs = attention_errors(out, lse, own)
+    assert judge(errs, "bf16"), errs  # the dequantised FP8 K/V, as exactly as bf16 ones
+    truth = attention_reference(q, k, v, n_keys=200)
+    errs = attention_errors(out, lse, truth)
+    assert judge(errs, "fp8"), errs
+    # A scale left out is no small error: the LSE moves by far more than the tolerance.
+    wrong, wrong_lse = prefix_attention(q, k8, v8, k_scale=ks * 2, v_scale=vs, n_keys=200)
+    assert not judge(attention_errors(wrong, wrong_lse, own), "bf16")
+
+
+def test_splits_agree(device, seed):
+    q, k, v = draw(seed, 7, 1, 260, device)
+    one = prefix_attention(q, k, v, n_keys=260, num_splits=1)
+    for s in (2, 5, 9):  # nine splits of 260 keys: the last ones see no key at all
+        many = prefix_attention(q, k, v, n_keys=260, num_splits=s)
+        assert (many[0].float() - one[0].float()).abs().max() <= 2e-2
+        assert (many[1] - one[1]).abs().max() <= 1e-4
+
+
+def test_merge_of_prefix_and_new_tokens_is_the_whole_attention(device, seed):
+    # The cached prefix's attention merged with the new tokens' own causal attention equals
+    # attention over both at once.
+    n, h, c = 12, 2, 90
+    q, k, v = draw(seed, n, h, c, device, spare=0)
+    g = torch.Generator().manual_seed(seed + 7)
+    k_new = torch.randn(n, h, 192, generator=g).bfloat16().to(device)
+    v_new = torch.randn(n, h, 128, generator=g).bfloat16().to(device)
+    o_pre, lse_pre = prefix_attention(q, k, v)
+    scale = 192 ** -0.5
+    s = torch.einsum("nhd,mhd->nhm", q.float(), k_new.float()) * scale
+    s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=device).triu(1)[:, None], -math.inf)
+    o_new = torch.einsum("nhm,mhd->nhd", s.softmax(-1), v_new.float()).contiguous()
+    lse_new = s.logsumexp(-1).contiguous()
+    out, out_lse = poisoned(n, h, 128, device, torch.float32)
+    merge_attention(o_pre, lse_pre, o_new, lse_new, out=out, out_lse=out_lse)
+    s_all = torch.cat((torch.einsum("nhd,chd->nhc", q.float(), k.float()) * scale, s), -1)
+    v_all = torch.cat((v.float(), v_new.float()))
+    ref_out = torch.einsum("nhc,chd->nhd", s_all.softmax(-1), v_all)
+    ref_lse = s_all.logsumexp(-1)
+    assert (out_lse - ref_lse).abs().max() <= 2e-2
+    assert ((out - ref_out).norm() / ref_out.norm()) <= 1e-2
+
+
+def test_merge_in_place_and_with_an_empty_side(device, seed):
+    g = torch.Generator().manual_seed(seed)
+    o_a = torch.randn(4, 3, 128, generator=g).to(device)
+    lse_a = torch.randn(4, 3, generator=g).to(device)
+    o_b = torch.randn(4, 3, 128, generator=g).to(device)
+    lse_b = torch.full((4, 3), -math.inf, device=device)
+    lse_b[0] = 0.5  # one row seen by both sides
+    expect_o = o_a.clone()
+    w_a, w_b = torch.exp(lse_a[0] - torch.maximum(lse_a[0], lse_b[0])), torch.exp(
+        lse_b[0] - torch.maximum(lse_a[0], lse_b[0]))
+    expect_o[0] = (w_a[:, None] * o_a[0] + w_b[:, None] * o_b[0]) / (w_a + w_b)[:, None]
+    expect_lse = lse_a.clone()
+    expect_lse[0] = torch.logaddexp(lse_a[0], lse_b[0])
+    merge_attention(o_a, lse_a, o_b, lse_b, out=o_a, out_lse=lse_a)  # in place
+    assert torch.allclose(o_a, expect_o, atol=1e-5) and torch.allclose(lse_a, expect_lse, atol=1e-5)
+    # Both sides empty: 0 and -inf, never NaN.
+    none = torch.full((4, 3), -math.inf, device=device)
+    o, lse = merge_attention(o_b, none, o_b, none)
+    assert bool((o == 0).all()) and bool((lse == -math.inf).all())
+
+
+def test_split_rule():
+    # Few programs over many keys: split until the device is full, tiles of keys a split.
+    assert split_count(12, 109440, 64, 132) == 22
+    assert split_count(12 * 128, 109440, 64, 132) == 1
+    assert split_count(1, 100, 64, 132) == 1  # too few keys to split
+    assert split_count(1, 10 ** 7, 64, 132) == 64  # at most MAX_SPLITS
+    assert keys_per_split(150, 3, 64) == 64 and keys_per_split(260, 9, 64) == 64

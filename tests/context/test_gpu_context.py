@@ -1,0 +1,56 @@
+"""The context path compiled on the GPU at the map's shape: both ways over a cached context
+of tens of thousands of tokens, chunked, FP8 K/V, against the float32 reference in chunks;
+a CUDA graph's replay equal to the eager run; the memory torch's allocator saw within the
+count. Skipped without a GPU (``TRITON_INTERPRET=0 pytest tests/context``)."""
+
+import pytest
+import torch
+
+from mla_kernels.context import absorbed_peak_bytes, expanded_peak_bytes, plan_absorbed, plan_expanded
+from mla_kernels.lab.context_checks import attention_errors, judge
+from mla_kernels.lab.context_inputs import build_context_inputs
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.mark.parametrize(("c", "n"), [(32000, 16), (20000, 600)])
+@pytest.mark.parametrize("fmt", ["fp8_row", "bf16"])
+def test_both_ways_at_scale(c, n, fmt, seed):
+    ci = build_context_inputs("kimi-k3-tp8", c, n, cache_dtype="fp8", weight_format=fmt,
+                              device="cuda", seed=seed)
+    ref = ci.reference()
+    for kv in ("bf16", "fp8"):
+        extra = ci.fp8_scales() if kv == "fp8" else {}
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        plan = plan_expanded(*ci.args(), chunk_tokens=8192, **extra)
+        plan.out.fill_(float("nan"))
+        out, lse = plan.run()
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() - base
+        errs = attention_errors(out, lse, ref)
+        assert judge(errs, kv), (kv, errs)
+        model = expanded_peak_bytes("kimi-k3-tp8", n, c, chunk_tokens=8192,
+                                    splits=max(plan.splits), kv_dtype=plan.k_chunk.dtype)
+        assert peak <= model * 1.05 + 2**22, (peak, model)
+    plan = plan_absorbed(*ci.args())
+    plan.out.fill_(float("nan"))
+    out, lse = plan.run()
+    errs = attention_errors(out, lse, ref)
+    assert judge(errs, "bf16"), errs
+    assert absorbed_peak_bytes("kimi-k3-tp8", n, c, splits=plan.splits) > 0
+
+
+def test_graph_replay_equals_the_eager_run(seed):
+    ci = build_context_inputs("kimi-k3-tp8", 9000, 40, device="cuda", seed=seed)
+    for plan in (plan_expanded(*ci.args(), chunk_tokens=4096), plan_absorbed(*ci.args())):
+        eager = [t.clone() for t in plan.run()]
+        torch.cuda.synchronize()
+        plan.out.fill_(float("nan"))
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            plan.run()
+        g.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1])

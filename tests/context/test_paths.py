@@ -1,0 +1,112 @@
+"""Both paths of the cached prefix against the float32 reference (each chunk of the latent
+expanded by the call's reference, attended with online softmax), and against each other:
+expand-then-attend chunk by chunk (bf16 and FP8 K/V), absorbed over bf16 and fp8 caches
+with fp8 per-row, fp8 per-block and bf16 weights. Real kv_c / pe / nope / v with two heads
+keep the interpreter fast; outputs are poisoned with NaN before a path writes them."""
+
+import os
+
+import pytest
+import torch
+
+from mla_kernels.context import (
+    absorbed_peak_bytes,
+    attention_reference,
+    expanded_peak_bytes,
+    plan_absorbed,
+    plan_expanded,
+)
+from mla_kernels.core.shapes import MLAShape
+from mla_kernels.lab.context_checks import attention_errors, judge
+from mla_kernels.lab.context_inputs import build_context_inputs
+
+TWO = MLAShape("test-2h", num_heads=2)
+
+
+def _interp():
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def poisoned(ci, dtype=torch.bfloat16):
+    n, h = ci.q.shape[:2]
+    dev = ci.q.device
+    return {"out": torch.full((n, h, 128), float("nan"), dtype=dtype, device=dev),
+            "lse": torch.full((n, h), float("nan"), device=dev)}
+
+
+@pytest.fixture(scope="module")
+def prefix():
+    """One prefix (fp8 cache, fp8 per-row weight, page 16) and its reference, shared by the
+    expanded path's cases."""
+    ci = build_context_inputs(TWO, 200, 6, block_size=16, cache_dtype="fp8",
+                              weight_format="fp8_row", device="cpu" if _interp() else "cuda",
+                              seed=11)
+    return ci, ci.reference(chunk=48)
+
+
+@pytest.mark.parametrize("chunk", [None, 64, 80])
+def test_expanded_in_chunks(prefix, chunk):
+    # 200 tokens in one chunk, in chunks of 64 (the last 8 tokens) and 80 (not a power of two).
+    ci, ref = prefix
+    bufs = poisoned(ci)
+    plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=2, **bufs)
+    assert plan.chunks == (1 if chunk is None else -(-200 // chunk))
+    plan.run()
+    errs = attention_errors(bufs["out"], bufs["lse"], ref)
+    assert judge(errs, "bf16"), errs
+    # Its memory: the plan's own tensors, as the analytic count says, set by the chunk.
+    held = sum(t.numel() * t.element_size() for t in plan.workspace().values())
+    assert held == expanded_peak_bytes(TWO, 6, 200, chunk_tokens=chunk, splits=2)
+
+
+def test_expanded_fp8_kv(prefix):
+    ci, ref = prefix
+    bufs = poisoned(ci, torch.float32)
+    plan = plan_expanded(*ci.args(), chunk_tokens=128, **ci.fp8_scales(), **bufs)
+    plan.run()
+    assert plan.k_chunk.dtype == torch.float8_e4m3fn
+    errs = attention_errors(bufs["out"], bufs["lse"], ref)
+    assert judge(errs, "fp8"), errs
+    # The last chunk's FP8 K/V (tokens 128..199, a page table of their own) attended
+    # alone match the reference of those codes times their scales as closely as bf16 ones.
+    q, kb, ks, ptr, idx, _, w, ws = ci.args()
+    tail = plan_expanded(q, kb, ks, torch.tensor([0, 72 // 16 + 1], dtype=torch.int32,
+                                                 device=q.device), idx[128 // 16:], 72, w, ws,
+                         **ci.fp8_scales())
+    o, lse = tail.run()
+    own = attention_reference(q, tail.k_chunk, tail.v_chunk, n_keys=72, k_scale=ci.k_out_scale,
+                              v_scale=ci.v_out_scale)
+    errs = attention_errors(o, lse, own)
+    assert judge(errs, "bf16"), errs
+
+
+@pytest.mark.parametrize(("cache", "fmt"), [("fp8", "fp8_row"), ("bf16", "bf16"),
+                                            ("fp8", "fp8_block"), ("bf16", "fp8_row")])
+def test_absorbed(cache, fmt, device, seed):
+    ci = build_context_inputs(TWO, 150, 9, block_size=4, cache_dtype=cache, weight_format=fmt,
+                              device=device, seed=seed)
+    ref = ci.reference(chunk=64)
+    bufs = poisoned(ci)
+    plan = plan_absorbed(*ci.args(), num_splits=3, **bufs)
+    plan.run()
+    errs = attention_errors(bufs["out"], bufs["lse"], ref)
+    assert judge(errs, "bf16"), errs
+    held = sum(t.numel() * t.element_size() for t in plan.workspace().values())
+    weights = sum(t.numel() * t.element_size() for t in plan.weights)
+    lat = 9 * 2 * 512 * 2  # the fold's product, freed once copied
+    assert held + weights + lat == absorbed_peak_bytes(TWO, 9, 150, splits=3)
+
+
+def test_both_paths_agree(device, seed):
+    # Kimi-K3 TP8's twelve heads, page 1, a few new tokens: the same attention both ways,
+    # each within the bf16 tolerance of the reference and of the other.
+    ci = build_context_inputs("kimi-k3-tp8", 96, 4, block_size=1, device=device, seed=seed)
+    ref = ci.reference()
+    ex = plan_expanded(*ci.args(), chunk_tokens=64).run()
+    ab = plan_absorbed(*ci.args()).run()
+    for out, lse in (ex, ab):
+        errs = attention_errors(out, lse, ref)
+        assert judge(errs, "bf16"), errs
+    other = ref._replace(out=ex[0].float(), lse=ex[1])
+    errs = attention_errors(ab[0], ab[1], other)
+    assert judge(errs, "bf16"), errs

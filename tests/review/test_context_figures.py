@@ -1,0 +1,84 @@
+"""The context path's crossover table and figures: which way wins, what each engine's rule
+chooses and where it is wrong, the crossover in new tokens, and the figures drawn from
+measured rows and from the floors alone."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pandas as pd  # noqa: E402
+import pytest  # noqa: E402
+
+from mla_kernels.review import crossover, plotting  # noqa: E402
+
+
+def map_rows(times):
+    """Map rows (lab.context_map's columns) for {(ctx, n): (expanded_us, absorbed_us)}."""
+    rows = []
+    for (c, n), (e, a) in times.items():
+        for path, us in (("expanded", e), ("absorbed", a), ("expanded_expand", e / 2),
+                         ("sdpa", e)):
+            rows.append({"model": "kimi-k3-tp8", "cache_dtype": "fp8", "weight_format": "fp8_row",
+                         "kv_dtype": "bf16", "ctx": c, "new_tokens": n, "path": path,
+                         "median_us": us, "floor_us": us / 2, "correct": True,
+                         "peak_bytes_model": 1000.0, "peak_bytes_measured": float("nan"),
+                         "chunk_tokens": min(c, 32768), "device": "NVIDIA H200",
+                         "commit": "abc", "date": "2026-12-03T00:00:00Z"})
+    return pd.DataFrame(rows)
+
+
+def test_winners_and_engine_rules():
+    rows = map_rows({(4096, 16): (30.0, 10.0), (4096, 512): (40.0, 80.0),
+                     (65536, 16): (300.0, 100.0), (65536, 512): (400.0, 1200.0)})
+    t = crossover.measured_table(rows).set_index(["ctx", "new_tokens"])
+    assert list(t["winner"]) == ["absorbed", "expanded", "absorbed", "expanded"]
+    assert list(t["speedup"]) == [3.0, 2.0, 3.0, 3.0]
+    assert (t["expanded_fraction"] == 0.5).all()
+    # SGLang expands from 8192 cached tokens on; ATOM absorbs above 32768.
+    assert list(t["SGLang_choice"]) == ["absorbed", "absorbed", "expanded", "expanded"]
+    assert list(t["SGLang_wrong"]) == [False, True, True, False]
+    assert list(t["ATOM_wrong"]) == [True, False, False, True]
+    assert t.loc[(4096, 512), "SGLang_cost"] == 2.0
+    assert (t["expanded_peak_bytes"] == 1000.0).all()  # the count, where nothing was measured
+    cross = crossover.crossover_new_tokens(crossover.measured_table(rows))
+    # log(3) above 1 at n = 16, log(1/2) below at 512: interpolated in log n between them.
+    assert 16 < cross.iloc[0]["expand_from_new_tokens"] < 512
+
+
+def test_engine_thresholds_at_their_edges():
+    assert crossover.engine_choice("SGLang", 8191) == "absorbed"
+    assert crossover.engine_choice("SGLang", 8192) == "expanded"
+    assert crossover.engine_choice("ATOM", 32768) == "expanded"
+    assert crossover.engine_choice("ATOM", 32769) == "absorbed"
+    with pytest.raises(ValueError, match="engine: expected one of"):
+        crossover.engine_choice("vLLM", 1)
+
+
+def test_model_table_crosses_near_the_flop_crossover():
+    t = crossover.model_table("kimi-k3-tp8", [32000], [16, 64, 128, 256, 512], cache_dtype="bf16",
+                              weight_format="bf16")
+    assert t["source"].iloc[0].startswith("model")
+    assert list(t["winner"]) == ["absorbed"] * 3 + ["expanded"] * 2
+    # bf16 everywhere: bytes aside, the floors cross where the FLOPs do (170.7 new tokens).
+    n = crossover.crossover_new_tokens(t).iloc[0]["expand_from_new_tokens"]
+    assert 128 < n < 256
+
+
+@pytest.mark.parametrize("measured", [True, False])
+def test_figures_draw_every_cell(measured, tmp_path):
+    if measured:
+        t = crossover.measured_table(map_rows({(c, n): (10.0 * n, 50.0) for c in (4096, 65536)
+                                               for n in (16, 512)}))
+    else:
+        t = crossover.model_table("kimi-k3-tp8", [4096, 65536], [16, 512], cache_dtype="fp8",
+                                  weight_format="fp8_row", chunk_tokens=4096)
+    fig = plotting.plot_crossover(t)
+    gids = {a.get_gid() for a in fig.findobj() if a.get_gid()}
+    assert {f"cell/{c}/{n}" for c in (4096, 65536) for n in (16, 512)} <= gids
+    assert {"engine/SGLang", "engine/ATOM", "footer"} <= gids
+    footer = [a for a in fig.findobj() if a.get_gid() == "footer"][0].get_text()
+    assert ("no measured rows" in footer) != measured
+    fig = plotting.plot_context_memory(t)
+    gids = {a.get_gid() for a in fig.findobj() if a.get_gid()}
+    assert {"memory/expanded/4096", "memory/absorbed/65536", "time/expanded/65536"} <= gids
+    assert plotting.save_figure(fig, tmp_path, "context_memory")
