@@ -147,8 +147,10 @@ def _run(plan):
 
 def run(*, shape: str = "kimi-k3-tp8", contexts=CONTEXTS, new_tokens=NEW_TOKENS,
         cache_dtype: str = "fp8", weight_format: str = "fp8_row", kv_dtype: str = "bf16",
-        chunk_tokens: int | None = CHUNK_TOKENS, budget=SHORT) -> pd.DataFrame:
-    """Every (C, n) point's rows, as one frame (GPU only)."""
+        chunk_tokens: int | None = CHUNK_TOKENS, budget=SHORT,
+        out: Path | None = None) -> pd.DataFrame:
+    """Every (C, n) point's rows, as one frame (GPU only); with ``out``, the rows so far are
+    rewritten to ``out`` after each point, so a run cut short keeps what it measured."""
     if not torch.cuda.is_available():
         raise RuntimeError("context_map: needs a CUDA GPU, and this machine has none")
     rates = Rates.measured(measure_ceilings(shape), attention_rate())
@@ -163,6 +165,8 @@ def run(*, shape: str = "kimi-k3-tp8", contexts=CONTEXTS, new_tokens=NEW_TOKENS,
                 print(f"C {c:6d} n {n:5d} {r['path']:16s} {r['median_us']:10.1f} us  floor "
                       f"{r['floor_us']:9.1f}  correct {r['correct']}", flush=True)
             rows += got
+            if out is not None:
+                write_text_atomic(out, pd.DataFrame(rows).to_csv(index=False))
     return pd.DataFrame(rows)
 
 
@@ -191,11 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         print("context_map: needs a CUDA GPU (this machine has none); nothing was run",
               file=sys.stderr)
         return 2
+    a.out.mkdir(parents=True, exist_ok=True)
     df = run(shape=a.shape, contexts=a.contexts, new_tokens=a.new_tokens,
              cache_dtype=a.cache_dtype, weight_format=a.weight_format, kv_dtype=a.kv_dtype,
-             chunk_tokens=a.chunk_tokens or None)
-    a.out.mkdir(parents=True, exist_ok=True)
-    print(write_text_atomic(a.out / FILE, df.to_csv(index=False)))
+             chunk_tokens=a.chunk_tokens or None, out=a.out / FILE)
+    print(a.out / FILE)
     return 0 if bool(df["correct"].all()) else 1
 
 
