@@ -70,7 +70,8 @@ def hopper_ws_kernel(
             info = gl.allocate_shared_memory(gl.int32, [1, BN],
                                              gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     if LAT16:
-        out_buf = gl.allocate_shared_memory(k_desc.dtype, [2 if OUT_FP8 else 1, BM, BN],
+        # Two with FP8 outputs, and the ping-pong groups' one each.
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [2 if OUT_FP8 or PAIRS else 1, BM, BN],
                                             k_desc.layout)
         pe_out = out_buf
     else:

@@ -113,16 +113,21 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         raise ValueError("config.latent_in_registers: expected False with pingpong (each "
                          "group's whole-tile accumulator takes the registers), got True")
     two_group_scales = ("row", "block") if pingpong else ("row",)
-    if groups == 2 and not (prob.scale in two_group_scales and prob.cache_is_fp8
-                            and not lat16):
+    # With pingpong a bf16 weight (any of its scales) too, over an fp8 cache.
+    bf16_pairs = pingpong and lat16 and prob.cache_is_fp8
+    if groups == 2 and not bf16_pairs and not (prob.scale in two_group_scales
+                                               and prob.cache_is_fp8 and not lat16):
         raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
-                         f"per-row weight over an fp8 cache, or with pingpong a per-row or "
-                         f"per-block one), got 2 (weight format {prob.weight_format}, cache "
-                         f"{prob.cache_dtype})")
+                         f"per-row weight over an fp8 cache, or with pingpong an fp8 per-row "
+                         f"or per-block one or a bf16 one), got 2 (weight format "
+                         f"{prob.weight_format}, cache {prob.cache_dtype})")
     spare = config.spare_latent_chunks
     if spare and not pingpong:
         raise ValueError("config.spare_latent_chunks: expected 0 without pingpong (spare latent "
                          f"slots are the ping-pong schedule's), got {spare}")
+    if spare and lat16:
+        raise ValueError("config.spare_latent_chunks: expected 0 with a bf16 latent tile (a "
+                         f"bf16 weight: the tile leaves no room for more slots), got {spare}")
     if pingpong and pingpong_smem(prob, config.ring_depth, spare) > device.smem_per_program:
         deepest = max_pingpong_ring(prob, device, spare)
         raise ValueError(f"config.ring_depth: expected at most {deepest} with pingpong, {spare} "
@@ -191,13 +196,18 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
 def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:
     """Shared memory the ping-pong schedule's kernel asks (over an fp8 cache): the latent
     tile, its ``spare`` extra chunk slots and its rope, the weight ring, a staging buffer for
-    each group and the rope's, the barriers and the unused info entry."""
+    each group and the rope's, the barriers and the unused info entry. A bf16 weight's bf16
+    latent tile keeps no rope, no rope staging and no info entry (its gather warps store the
+    rope from registers)."""
     out = torch.empty((), dtype=prob.out_dtype).element_size()
     slots = prob.kv_c_dim // TILE + spare
+    barriers = 8 * (2 * (slots + 1) + 2 * ring_depth + 2)
+    ring = ring_depth * TILE * TILE
+    if prob.weight_dtype == torch.bfloat16:
+        return 2 * TILE * slots * TILE + ring + 2 * TILE * TILE * out + barriers
     tile = TILE * (slots * TILE + prob.pe_dim)
     stage = (2 * TILE + prob.pe_dim) * TILE * out
-    barriers = 8 * (2 * (slots + 1) + 2 * ring_depth + 2)
-    return tile + ring_depth * TILE * TILE + stage + barriers + 4 * TILE
+    return tile + ring + stage + barriers + 4 * TILE
 
 
 def max_pingpong_ring(prob: Problem, device: DeviceSpec, spare: int = 0) -> int:

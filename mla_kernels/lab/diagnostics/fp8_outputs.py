@@ -35,19 +35,25 @@ CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6
            "r5pp_s2": HopperWSConfig(ring_depth=5, mma_groups=2, pingpong=True,
                                      spare_latent_chunks=2),
            "r4pp_s3": HopperWSConfig(ring_depth=4, mma_groups=2, pingpong=True,
-                                     spare_latent_chunks=3)}
+                                     spare_latent_chunks=3),
+           # Shallower rings of the schedule: a bf16 weight's bf16 latent tile leaves room
+           # for four slots beside FP8 staging, two beside bf16 staging.
+           "r3pp": HopperWSConfig(ring_depth=3, mma_groups=2, pingpong=True),
+           "r2pp": HopperWSConfig(ring_depth=2, mma_groups=2, pingpong=True)}
 # (weight format, cache, tokens of one sequence, configs): Kimi-K3 TP8, page size 1. A
 # config the design refuses for one output dtype (r6pp: bf16 outputs' staging does not fit
-# beside six slots) is left out for it.
+# beside six slots; with a bf16 weight, r4pp and r3pp beside bf16 staging) is left out for it.
 SPARE = ("r6pp_s1", "r5pp_s2", "r4pp_s3")
 CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4", *SPARE)),
          ("fp8_row", "fp8", 109440, ("r6g2L", "r6pp", "r4pp", "r4", *SPARE)),
          ("fp8_block", "fp8", 32000, ("r4", "r6pp", "r4pp", *SPARE)),
-         ("bf16", "fp8", 32000, ("r4",)),
+         ("bf16", "fp8", 32000, ("r4", "r4pp", "r3pp", "r2pp")),
          ("fp8_row", "bf16", 32000, ("r4",)),
          ("fp8_row", "fp8", 4096, ("r4", "r6pp")),
          ("fp8_block", "fp8", 4096, ("r4", "r6pp")),
-         ("fp8_block", "fp8", 109440, ("r4", "r6pp"))]
+         ("fp8_block", "fp8", 109440, ("r4", "r6pp")),
+         ("bf16", "fp8", 109440, ("r4", "r4pp")),
+         ("bf16", "fp8", 4096, ("r4", "r4pp"))]
 OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
 
 
