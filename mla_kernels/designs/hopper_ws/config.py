@@ -53,7 +53,7 @@ class HopperWSConfig(DesignConfig):
     tile's latent as wgmma's A operand in registers; ``pingpong``: with two groups, each
     takes whole items instead (one every K-nope item, the other every V item, of runs of
     whole heads), their K loops in turn, so one group's epilogue runs while the other
-    multiplies (an fp8 per-row or per-block weight over an fp8 cache);
+    multiplies (an fp8 per-row or per-block weight, or a bf16 one, over an fp8 cache);
     ``spare_latent_chunks``: with pingpong, latent chunk slots beyond a tile's, so the next
     tile's first chunks are gathered while the last items of a tile still read it. What each
     option bought, and where ``auto`` sets them: README.md."""
