@@ -154,6 +154,7 @@ def plan_absorbed(
     checks.weight_format(kv_proj_weight, kv_proj_scale, "kv_proj_weight", dev,
                          h * (nope + v), kv_c)
     fp8 = checks.cache(k_buffer, k_scale, dev, kv_c + pe)
+    given_k_scale = k_scale  # still the caller's tensor: the outputs stay apart from it
     if not fp8 and k_scale is not None:  # a bf16 cache has nothing to dequantise: ignored
         k_scale = None
     checks.page_table(kv_indptr, kv_indices, dev)
@@ -174,8 +175,12 @@ def plan_absorbed(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits)
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype,))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
-    checks.no_overlap({"q": q, "k_buffer": k_buffer, "kv_proj_weight": kv_proj_weight,
-                       "kv_indices": kv_indices, "out": out, "lse": lse}, ["out", "lse"])
+    prepared = {} if weights is None else {"weights.w_uk": weights.w_uk,
+                                           "weights.w_uv_t": weights.w_uv_t}
+    checks.no_overlap({"q": q, "k_buffer": k_buffer, "k_scale": given_k_scale,
+                       "kv_indptr": kv_indptr, "kv_indices": kv_indices,
+                       "kv_proj_weight": kv_proj_weight, "kv_proj_scale": kv_proj_scale,
+                       **prepared, "out": out, "lse": lse}, ["out", "lse"])
     if checks.validating(checks.flag_or_none(validate, "validate")):
         checks.check_pages(k_buffer, k_scale, kv_indptr, kv_indices, context_len)
     if weights is None:

@@ -56,10 +56,13 @@ def merge_attention(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
     checks.out_buffer(out, "out", dev, (n, h, d), OUT_DTYPES)
     checks.out_buffer(out_lse, "out_lse", dev, (n, h), (torch.float32,))
     named = {"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b}
-    # In place over the first partial is allowed: each row is read before it is written.
+    # In place over the first partial is allowed: each row is read before it is written, by
+    # the program that writes it. Only the partial itself, though: an output shifted from it
+    # or of another dtype over its bytes puts a row where another program still reads.
     for name, t, first in (("out", out, o_a), ("out_lse", out_lse, lse_a)):
         if t is not None:
-            others = {k: x for k, x in named.items() if x is not first}
+            same = t.data_ptr() == first.data_ptr() and t.dtype == first.dtype
+            others = {k: x for k, x in named.items() if not (same and x is first)}
             other_out = {"out_lse": out_lse} if name == "out" else {"out": out}
             checks.no_overlap({name: t, **others, **other_out}, [name])
     if out is None:

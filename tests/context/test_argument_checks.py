@@ -91,6 +91,7 @@ def test_page_table_contents_are_read_when_validating(ci):
     ({"k_out_scale": torch.ones(1)}, "k_out_scale: expected None (FP8 K/V only)"),
     ({"sm_scale": -1.0}, "sm_scale: expected None or a finite float > 0, got -1.0"),
     ({"num_splits": 0}, "num_splits: expected an int >= 1, got 0"),
+    ({"num_splits": 65}, "num_splits: expected None or an int in [1, 64], got 65"),
     ({"variant": 3}, "variant: expected a design's name"),
     ({"validate": "yes"}, "validate: expected None, True or False"),
 ])
@@ -117,8 +118,8 @@ def test_outputs_checked(ci):
         with pytest.raises(ValueError, match=r"out: expected shape \[3, 2, 128\], got \[3, 2, 64\]"):
             path(*ci.args(), **bad_out)
     assert untouched(bad_out)
-    alias = {"out": outs(ci)["out"], "lse": ci.q.view(torch.float32)[:, 0, :2].contiguous()}
-    alias["lse"] = ci.q.view(-1).view(torch.float32)[:6].view(3, 2)  # over the queries
+    alias = {"out": outs(ci)["out"],
+             "lse": ci.q.view(-1).view(torch.float32)[:6].view(3, 2)}  # over the queries
     with pytest.raises(ValueError, match="lse: expected memory apart from q"):
         absorbed_prefix_attention(*ci.args(), **alias)
 
@@ -164,3 +165,73 @@ def test_prefix_attention_and_merge_checks(device):
     with pytest.raises(ValueError, match="out: expected memory apart from o_b"):
         o_b = o.clone()
         merge_attention(o, lse, o_b, lse.clone(), out=o_b)
+
+
+def _lse_over(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A copy of ``t`` at the start of a larger buffer, and an LSE [3, 2] over its bytes."""
+    words = max(8, t.numel() * t.element_size() // 4 + 8)
+    buf = torch.zeros(words, dtype=torch.float32, device=t.device)
+    copy = buf.view(t.dtype)[:t.numel()].view(t.shape)
+    copy.copy_(t)
+    return copy, buf[:6].view(3, 2)
+
+
+# (argument index, name) of every tensor input an output could lie over but the queries.
+INPUTS = [(2, "k_scale"), (3, "kv_indptr"), (4, "kv_indices"), (7, "kv_proj_scale")]
+
+
+@pytest.mark.parametrize("path", [expand_and_attend, absorbed_prefix_attention],
+                         ids=["expanded", "absorbed"])
+@pytest.mark.parametrize(("i", "name"), INPUTS, ids=[c[1] for c in INPUTS])
+def test_outputs_apart_from_every_input(ci, path, i, name):
+    # An LSE over a scale or the page table would rewrite what the next chunk (or the
+    # caller's next call) reads: refused before anything is written, the input unchanged.
+    copy, lse = _lse_over(ci.args()[i])
+    before = copy.clone()
+    out = outs(ci)["out"]
+    with pytest.raises(ValueError, match=f"lse: expected memory apart from {name}"):
+        path(*replaced(ci.args(), i, copy), out=out, lse=lse)
+    assert torch.equal(copy, before) and bool(out.isnan().all())
+
+
+@pytest.mark.parametrize("name", ["k_out_scale", "v_out_scale"])
+def test_expanded_outputs_apart_from_the_fp8_scales(ci, name):
+    dev = ci.q.device
+    scales = {"k_out_scale": torch.full((1,), 0.02, device=dev),
+              "v_out_scale": torch.full((1,), 0.03, device=dev)}
+    scales[name], lse = _lse_over(scales[name])
+    out = outs(ci)["out"]
+    with pytest.raises(ValueError, match=f"lse: expected memory apart from {name}"):
+        expand_and_attend(*ci.args(), kv_dtype=FP8, **scales, out=out, lse=lse)
+    assert bool(out.isnan().all())
+
+
+def test_absorbed_outputs_apart_from_the_prepared_weights(ci):
+    w = absorb_weights(ci.cache.kv_proj_weight, ci.cache.kv_proj_scale, num_heads=2, nope=128)
+    before = w.w_uv_t.clone()
+    out = w.w_uv_t.view(-1)[:3 * 2 * 128].view(3, 2, 128)
+    with pytest.raises(ValueError, match="out: expected memory apart from weights.w_uv_t"):
+        absorbed_prefix_attention(*ci.args(), weights=w, out=out, lse=outs(ci)["lse"])
+    assert torch.equal(w.w_uv_t, before)
+
+
+def test_merge_in_place_means_the_first_partial_itself(device):
+    # An output shifted from o_a, or of another dtype over its bytes, would be written where
+    # another program still reads o_a: refused, o_a unchanged. o_a itself is allowed.
+    g = torch.Generator().manual_seed(5)
+    buf = torch.randn(70, 3, 128, generator=g).to(device)
+    o_a, lse_a = buf[:69], torch.randn(69, 3, generator=g).to(device)
+    o_b, lse_b = torch.randn(69, 3, 128, generator=g).to(device), torch.randn(69, 3).to(device)
+    before = buf.clone()
+    with pytest.raises(ValueError, match="out: expected memory apart from o_a"):
+        merge_attention(o_a, lse_a, o_b, lse_b, out=buf[1:])
+    half = buf.view(-1).view(torch.bfloat16)[:69 * 3 * 128].view(69, 3, 128)
+    with pytest.raises(ValueError, match="out: expected memory apart from o_a"):
+        merge_attention(o_a, lse_a, o_b, lse_b, out=half)
+    lse_buf = torch.randn(70, 3).to(device)
+    with pytest.raises(ValueError, match="out_lse: expected memory apart from lse_a"):
+        merge_attention(o_a, lse_buf[:69], o_b, lse_b, out_lse=lse_buf[1:])
+    assert torch.equal(buf, before)
+    expect, expect_lse = merge_attention(o_a, lse_a, o_b, lse_b)
+    got, got_lse = merge_attention(o_a, lse_a, o_b, lse_b, out=o_a, out_lse=lse_a)
+    assert got is o_a and torch.equal(got, expect) and torch.equal(got_lse, expect_lse)
