@@ -19,13 +19,15 @@ from typing import NamedTuple
 
 import torch
 import triton
+import triton.language as tl
 
 from ..core.devices import device_spec
 from ..core.formats import dequantize_weight
+from ..designs.jit import dot_acc
 from . import checks
 from .attention import LOG2E, MAX_SPLITS, Blocking, split_count
 from .expanded import head_dims
-from .kernels import latent_attention_kernel
+from .kernels import online_step, store_partial
 from .merge import merge_parts
 
 
@@ -57,6 +59,62 @@ def absorb_weights(kv_proj_weight: torch.Tensor, kv_proj_scale: torch.Tensor | N
     w = w.view(num_heads, n // num_heads, kv_c)
     return AbsorbedWeights(w[:, :nope].to(dtype).contiguous(),
                            w[:, nope:].transpose(1, 2).to(dtype).contiguous())
+
+
+@triton.jit
+def latent_attention_kernel(
+    q_ptr, cache_ptr, k_scale_ptr, block_ids_ptr, part_o_ptr, part_lse_ptr,
+    n_rows, n_keys, keys_per_split, qk_scale,
+    stride_block, stride_slot, stride_part_o, stride_part_lse,
+    KV_C: tl.constexpr, PE: tl.constexpr, BKV: tl.constexpr, BPE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_K_SCALE: tl.constexpr,
+):
+    """Grid (row tile, split): BM rows of absorbed queries [rows, KV_C + PE] (one row per
+    query and head: every head reads the same keys) over the split's tokens of the paged
+    latent cache. Each key tile is gathered once and serves as the key (latent and rope)
+    and, its first KV_C columns, as the value.
+
+    An fp8 cache is widened to the queries' dtype as it is loaded (exact); its scale is
+    applied to the scores and to the output."""
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    rows = tile * BM + tl.arange(0, BM)
+    rmask = rows < n_rows
+    dc = tl.arange(0, BKV)
+    dp = tl.arange(0, BPE)
+    q_base = q_ptr + rows.to(tl.int64)[:, None] * (KV_C + PE)
+    q_c = tl.load(q_base + dc[None, :], mask=rmask[:, None] & (dc[None, :] < KV_C), other=0.0)
+    q_pe = tl.load(q_base + KV_C + dp[None, :], mask=rmask[:, None] & (dp[None, :] < PE),
+                   other=0.0)
+    dt = q_ptr.dtype.element_ty
+    scale = qk_scale
+    if HAS_K_SCALE:
+        k_scale = tl.load(k_scale_ptr)
+        scale = scale * k_scale
+    k0 = split * keys_per_split
+    k1 = tl.minimum(k0 + keys_per_split, n_keys)
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, BKV], tl.float32)
+    for j in range(0, keys_per_split, BN):
+        if k0 + j < k1:
+            keys = k0 + j + tl.arange(0, BN)
+            kok = keys < k1
+            blocks = tl.load(block_ids_ptr + keys // BLOCK_SIZE, mask=kok, other=0)
+            # Widened before the multiply: block id x stride passes 32 bits on large caches.
+            row = blocks.to(tl.int64) * stride_block + (keys % BLOCK_SIZE) * stride_slot
+            ct = tl.load(cache_ptr + row[None, :] + dc[:, None],
+                         mask=kok[None, :] & (dc[:, None] < KV_C), other=0.0).to(dt)
+            pet = tl.load(cache_ptr + row[None, :] + KV_C + dp[:, None],
+                          mask=kok[None, :] & (dp[:, None] < PE), other=0.0).to(dt)
+            s = dot_acc(q_c, ct, tl.zeros([BM, BN], tl.float32))
+            s = dot_acc(q_pe, pet, s)
+            p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
+            acc = dot_acc(p.to(dt), tl.trans(ct), acc)
+    if HAS_K_SCALE:
+        acc = acc * k_scale
+    store_partial(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
+                   rows, rmask, acc, m_i, l_i, KV_C, BKV)
 
 
 @dataclass
