@@ -51,12 +51,24 @@ def absorb_weights(kv_proj_weight: torch.Tensor, kv_proj_scale: torch.Tensor | N
                    ) -> AbsorbedWeights:
     """Dequantise the weight (``formats.dequantize_weight``, as the reference does) and split
     it per head; once per weight, not per call."""
-    fmt = checks.weight_format(kv_proj_weight, kv_proj_scale, "kv_proj_weight",
-                               kv_proj_weight.device, kv_proj_weight.shape[0],
-                               kv_proj_weight.shape[1])
+    # torch alone, so on any device (the plan holds its result to the queries' device).
+    if not isinstance(kv_proj_weight, torch.Tensor):
+        raise checks.fail("kv_proj_weight", "a torch.Tensor", type(kv_proj_weight).__name__)
+    dev = kv_proj_weight.device
+    checks.tensor(kv_proj_weight, "kv_proj_weight", dims=2, dtypes=(torch.bfloat16, checks.FP8),
+                  device=dev)
+    rows, cols = kv_proj_weight.shape
+    fmt = checks.weight_format(kv_proj_weight, kv_proj_scale, "kv_proj_weight", dev, rows, cols)
+    h = checks.int_at_least(num_heads, "num_heads", 1)
+    if rows % h:
+        raise checks.fail("num_heads", f"a divisor of the weight's {rows} rows", h)
+    if type(nope) is not int or not 1 <= nope < rows // h:
+        raise checks.fail("nope", f"an int in [1, {rows // h}) (a head's {rows // h} weight rows "
+                          "less at least one of v)", repr(nope))
+    if dtype not in checks.QUERY_DTYPES:
+        raise checks.fail("dtype", "torch.bfloat16 or torch.float16 (the queries')", dtype)
     w = dequantize_weight(kv_proj_weight, kv_proj_scale, fmt)
-    n, kv_c = w.shape
-    w = w.view(num_heads, n // num_heads, kv_c)
+    w = w.view(h, rows // h, cols)
     return AbsorbedWeights(w[:, :nope].to(dtype).contiguous(),
                            w[:, nope:].transpose(1, 2).to(dtype).contiguous())
 

@@ -235,3 +235,20 @@ def test_merge_in_place_means_the_first_partial_itself(device):
     expect, expect_lse = merge_attention(o_a, lse_a, o_b, lse_b)
     got, got_lse = merge_attention(o_a, lse_a, o_b, lse_b, out=o_a, out_lse=lse_a)
     assert got is o_a and torch.equal(got, expect) and torch.equal(got_lse, expect_lse)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"num_heads": 3}, "num_heads: expected a divisor of the weight's 512 rows, got 3"),
+    ({"num_heads": 0}, "num_heads: expected an int >= 1, got 0"),
+    ({"nope": 256}, "nope: expected an int in [1, 256)"),
+    ({"nope": 128.0}, "nope: expected an int in [1, 256)"),
+    ({"dtype": torch.float32}, "dtype: expected torch.bfloat16 or torch.float16"),
+    ({"weight": "w"}, "kv_proj_weight: expected a torch.Tensor, got str"),
+    ({"weight": "1d"}, "kv_proj_weight: expected 2 dimensions, got 1"),
+])
+def test_absorb_weights_names_the_bad_argument(ci, kw, message):
+    w = ci.cache.kv_proj_weight
+    args = {"num_heads": 2, "nope": 128, **kw}
+    weight = {"w": "w", "1d": w[0]}.get(args.pop("weight", None), w)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        absorb_weights(weight, ci.cache.kv_proj_scale, **args)
