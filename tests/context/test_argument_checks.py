@@ -9,8 +9,10 @@ import torch
 
 from mla_kernels.context import (
     absorb_weights,
+    absorbed_peak_bytes,
     absorbed_prefix_attention,
     expand_and_attend,
+    expanded_peak_bytes,
     merge_attention,
     prefix_attention,
 )
@@ -252,3 +254,19 @@ def test_absorb_weights_names_the_bad_argument(ci, kw, message):
     weight = {"w": "w", "1d": w[0]}.get(args.pop("weight", None), w)
     with pytest.raises(ValueError, match=re.escape(message)):
         absorb_weights(weight, ci.cache.kv_proj_scale, **args)
+
+
+@pytest.mark.parametrize(("fn", "kw", "message"), [
+    (expanded_peak_bytes, {"new_tokens": -1}, "new_tokens: expected an int >= 0, got -1"),
+    (expanded_peak_bytes, {"context_len": 0}, "context_len: expected an int >= 1, got 0"),
+    (expanded_peak_bytes, {"chunk_tokens": 0}, "chunk_tokens: expected None or an int >= 1, got 0"),
+    (expanded_peak_bytes, {"splits": 1.5}, "splits: expected an int >= 1, got 1.5"),
+    (expanded_peak_bytes, {"kv_dtype": "bf16"}, "kv_dtype: expected a torch.dtype, got 'bf16'"),
+    (absorbed_peak_bytes, {"new_tokens": 2.0}, "new_tokens: expected an int >= 0, got 2.0"),
+    (absorbed_peak_bytes, {"q_dtype": None}, "q_dtype: expected a torch.dtype, got None"),
+    (absorbed_peak_bytes, {"shape": "no-such-model"}, "shape: expected one of"),
+])
+def test_memory_counts_name_the_bad_argument(fn, kw, message):
+    args = {"shape": "kimi-k3-tp8", "new_tokens": 16, "context_len": 4096, **kw}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fn(args.pop("shape"), args.pop("new_tokens"), args.pop("context_len"), **args)
