@@ -11,10 +11,12 @@ from mla_kernels.context import (
     absorb_weights,
     absorbed_peak_bytes,
     absorbed_prefix_attention,
+    attention_reference,
     expand_and_attend,
     expanded_peak_bytes,
     merge_attention,
     prefix_attention,
+    prefix_reference,
 )
 from mla_kernels.core.shapes import MLAShape
 from mla_kernels.lab.context_inputs import build_context_inputs
@@ -270,3 +272,28 @@ def test_memory_counts_name_the_bad_argument(fn, kw, message):
     args = {"shape": "kimi-k3-tp8", "new_tokens": 16, "context_len": 4096, **kw}
     with pytest.raises(ValueError, match=re.escape(message)):
         fn(args.pop("shape"), args.pop("new_tokens"), args.pop("context_len"), **args)
+
+
+def test_the_reference_names_a_bad_argument(ci, device):
+    # The reference is what every test is judged by: a bad argument is a ValueError, never
+    # an attention over fewer keys than asked.
+    q = torch.randn(3, 2, 192, device=device).bfloat16()
+    k = torch.randn(10, 2, 192, device=device).bfloat16()
+    v = torch.randn(10, 2, 128, device=device).bfloat16()
+    cases = [
+        (dict(n_keys=11), r"n_keys: expected None or an int in \[1, 10\] \(k's rows\), got 11"),
+        (dict(n_keys=0), r"n_keys: expected None or an int in \[1, 10\]"),
+        (dict(chunk=0), r"chunk: expected None or an int >= 1, got 0"),
+        (dict(sm_scale=-1.0), r"sm_scale: expected None or a finite float > 0, got -1.0"),
+        (dict(k=k[:, :1]), r"k: expected shape \[\*, 2, 192\]"),
+        (dict(v=v[:9]), r"v: expected shape \[10, 2, \*\]"),
+        (dict(k=k.to(FP8), v=v.to(FP8)), r"k_scale: expected a \[1\] tensor for FP8 K"),
+    ]
+    for kw, message in cases:
+        args = {"k": k, "v": v, **kw}
+        with pytest.raises(ValueError, match=message):
+            attention_reference(q, args.pop("k"), args.pop("v"), **args)
+    with pytest.raises(ValueError, match=r"context_len: expected an int >= 1, got 0"):
+        prefix_reference(*replaced(ci.args(), 5, 0))
+    with pytest.raises(ValueError, match=r"chunk: expected None or an int >= 1, got -4"):
+        prefix_reference(*ci.args(), chunk=-4)
