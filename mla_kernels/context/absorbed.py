@@ -19,13 +19,15 @@ from typing import NamedTuple
 
 import torch
 import triton
+import triton.language as tl
 
 from ..core.devices import device_spec
 from ..core.formats import dequantize_weight
+from ..designs.jit import dot_acc
 from . import checks
 from .attention import LOG2E, MAX_SPLITS, Blocking, split_count
 from .expanded import head_dims
-from .kernels import latent_attention_kernel
+from .kernels import online_step, store_partial
 from .merge import merge_parts
 
 
@@ -49,14 +51,82 @@ def absorb_weights(kv_proj_weight: torch.Tensor, kv_proj_scale: torch.Tensor | N
                    ) -> AbsorbedWeights:
     """Dequantise the weight (``formats.dequantize_weight``, as the reference does) and split
     it per head; once per weight, not per call."""
-    fmt = checks.weight_format(kv_proj_weight, kv_proj_scale, "kv_proj_weight",
-                               kv_proj_weight.device, kv_proj_weight.shape[0],
-                               kv_proj_weight.shape[1])
+    # torch alone, so on any device (the plan holds its result to the queries' device).
+    if not isinstance(kv_proj_weight, torch.Tensor):
+        raise checks.fail("kv_proj_weight", "a torch.Tensor", type(kv_proj_weight).__name__)
+    dev = kv_proj_weight.device
+    checks.tensor(kv_proj_weight, "kv_proj_weight", dims=2, dtypes=(torch.bfloat16, checks.FP8),
+                  device=dev)
+    rows, cols = kv_proj_weight.shape
+    fmt = checks.weight_format(kv_proj_weight, kv_proj_scale, "kv_proj_weight", dev, rows, cols)
+    h = checks.int_at_least(num_heads, "num_heads", 1)
+    if rows % h:
+        raise checks.fail("num_heads", f"a divisor of the weight's {rows} rows", h)
+    if type(nope) is not int or not 1 <= nope < rows // h:
+        raise checks.fail("nope", f"an int in [1, {rows // h}) (a head's {rows // h} weight rows "
+                          "less at least one of v)", repr(nope))
+    if dtype not in checks.QUERY_DTYPES:
+        raise checks.fail("dtype", "torch.bfloat16 or torch.float16 (the queries')", dtype)
     w = dequantize_weight(kv_proj_weight, kv_proj_scale, fmt)
-    n, kv_c = w.shape
-    w = w.view(num_heads, n // num_heads, kv_c)
+    w = w.view(h, rows // h, cols)
     return AbsorbedWeights(w[:, :nope].to(dtype).contiguous(),
                            w[:, nope:].transpose(1, 2).to(dtype).contiguous())
+
+
+@triton.jit
+def latent_attention_kernel(
+    q_ptr, cache_ptr, k_scale_ptr, block_ids_ptr, part_o_ptr, part_lse_ptr,
+    n_rows, n_keys, keys_per_split, qk_scale,
+    stride_block, stride_slot, stride_part_o, stride_part_lse,
+    KV_C: tl.constexpr, PE: tl.constexpr, BKV: tl.constexpr, BPE: tl.constexpr,
+    BLOCK_SIZE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_K_SCALE: tl.constexpr,
+):
+    """Grid (row tile, split): BM rows of absorbed queries [rows, KV_C + PE] (one row per
+    query and head: every head reads the same keys) over the split's tokens of the paged
+    latent cache. Each key tile is gathered once and serves as the key (latent and rope)
+    and, its first KV_C columns, as the value.
+
+    An fp8 cache is widened to the queries' dtype as it is loaded (exact); its scale is
+    applied to the scores and to the output."""
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    rows = tile * BM + tl.arange(0, BM)
+    rmask = rows < n_rows
+    dc = tl.arange(0, BKV)
+    dp = tl.arange(0, BPE)
+    q_base = q_ptr + rows.to(tl.int64)[:, None] * (KV_C + PE)
+    q_c = tl.load(q_base + dc[None, :], mask=rmask[:, None] & (dc[None, :] < KV_C), other=0.0)
+    q_pe = tl.load(q_base + KV_C + dp[None, :], mask=rmask[:, None] & (dp[None, :] < PE),
+                   other=0.0)
+    dt = q_ptr.dtype.element_ty
+    scale = qk_scale
+    if HAS_K_SCALE:
+        k_scale = tl.load(k_scale_ptr)
+        scale = scale * k_scale
+    k0 = split * keys_per_split
+    k1 = tl.minimum(k0 + keys_per_split, n_keys)
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, BKV], tl.float32)
+    for j in range(0, keys_per_split, BN):
+        if k0 + j < k1:
+            keys = k0 + j + tl.arange(0, BN)
+            kok = keys < k1
+            blocks = tl.load(block_ids_ptr + keys // BLOCK_SIZE, mask=kok, other=0)
+            # Widened before the multiply: block id x stride passes 32 bits on large caches.
+            row = blocks.to(tl.int64) * stride_block + (keys % BLOCK_SIZE) * stride_slot
+            ct = tl.load(cache_ptr + row[None, :] + dc[:, None],
+                         mask=kok[None, :] & (dc[:, None] < KV_C), other=0.0).to(dt)
+            pet = tl.load(cache_ptr + row[None, :] + KV_C + dp[:, None],
+                          mask=kok[None, :] & (dp[:, None] < PE), other=0.0).to(dt)
+            s = dot_acc(q_c, ct, tl.zeros([BM, BN], tl.float32))
+            s = dot_acc(q_pe, pet, s)
+            p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
+            acc = dot_acc(p.to(dt), tl.trans(ct), acc)
+    if HAS_K_SCALE:
+        acc = acc * k_scale
+    store_partial(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
+                   rows, rmask, acc, m_i, l_i, KV_C, BKV)
 
 
 @dataclass
@@ -154,6 +224,7 @@ def plan_absorbed(
     checks.weight_format(kv_proj_weight, kv_proj_scale, "kv_proj_weight", dev,
                          h * (nope + v), kv_c)
     fp8 = checks.cache(k_buffer, k_scale, dev, kv_c + pe)
+    given_k_scale = k_scale  # still the caller's tensor: the outputs stay apart from it
     if not fp8 and k_scale is not None:  # a bf16 cache has nothing to dequantise: ignored
         k_scale = None
     checks.page_table(kv_indptr, kv_indices, dev)
@@ -174,8 +245,12 @@ def plan_absorbed(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits)
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype,))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
-    checks.no_overlap({"q": q, "k_buffer": k_buffer, "kv_proj_weight": kv_proj_weight,
-                       "kv_indices": kv_indices, "out": out, "lse": lse}, ["out", "lse"])
+    prepared = {} if weights is None else {"weights.w_uk": weights.w_uk,
+                                           "weights.w_uv_t": weights.w_uv_t}
+    checks.no_overlap({"q": q, "k_buffer": k_buffer, "k_scale": given_k_scale,
+                       "kv_indptr": kv_indptr, "kv_indices": kv_indices,
+                       "kv_proj_weight": kv_proj_weight, "kv_proj_scale": kv_proj_scale,
+                       **prepared, "out": out, "lse": lse}, ["out", "lse"])
     if checks.validating(checks.flag_or_none(validate, "validate")):
         checks.check_pages(k_buffer, k_scale, kv_indptr, kv_indices, context_len)
     if weights is None:

@@ -15,10 +15,12 @@ from dataclasses import dataclass
 
 import torch
 import triton
+import triton.language as tl
 
 from ..core.devices import device_spec
+from ..designs.jit import dot_acc
 from . import checks
-from .kernels import prefix_attention_kernel
+from .kernels import online_step, store_partial
 from .merge import merge_parts
 
 LOG2E = 1.0 / math.log(2.0)
@@ -56,6 +58,64 @@ def split_count(programs: int, n_keys: int, block_n: int, compute_units: int) ->
 def keys_per_split(n_keys: int, splits: int, block_n: int) -> int:
     """Keys each split walks: a whole number of key tiles (the last split takes the rest)."""
     return max(1, triton.cdiv(triton.cdiv(n_keys, splits), block_n)) * block_n
+
+
+@triton.jit
+def prefix_attention_kernel(
+    q_ptr, k_ptr, v_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr, part_lse_ptr,
+    n_rows, n_keys, keys_per_split, num_heads, qk_scale,
+    stride_q_row, stride_k_row, stride_v_row, stride_part_o, stride_part_lse,
+    DA: tl.constexpr, DB: tl.constexpr, DV: tl.constexpr,
+    BDA: tl.constexpr, BDB: tl.constexpr, BDV: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, KV_FP8: tl.constexpr,
+):
+    """Grid (query tile, head, split): BM queries of one head over the split's keys of
+    expanded K [keys, H, DA + DB] and V [keys, H, DV]. A head dim that is no power of two
+    (192) is loaded as two parts, DA then DB (128 + 64).
+
+    FP8 K/V are widened to the queries' dtype as they are loaded (exact), so the dots run
+    there; the per-tensor scales are applied to the scores and to the output."""
+    tile = tl.program_id(0)
+    head = tl.program_id(1)
+    split = tl.program_id(2)
+    rows = tile * BM + tl.arange(0, BM)
+    rmask = rows < n_rows
+    da = tl.arange(0, BDA)
+    db = tl.arange(0, BDB)
+    dv = tl.arange(0, BDV)
+    q_base = q_ptr + rows.to(tl.int64)[:, None] * stride_q_row + head * (DA + DB)
+    q_a = tl.load(q_base + da[None, :], mask=rmask[:, None] & (da[None, :] < DA), other=0.0)
+    q_b = tl.load(q_base + DA + db[None, :], mask=rmask[:, None] & (db[None, :] < DB),
+                  other=0.0)
+    dt = q_ptr.dtype.element_ty
+    scale = qk_scale
+    if KV_FP8:
+        scale = scale * tl.load(k_scale_ptr)
+    k0 = split * keys_per_split
+    k1 = tl.minimum(k0 + keys_per_split, n_keys)
+    m_i = tl.full([BM], float("-inf"), tl.float32)
+    l_i = tl.zeros([BM], tl.float32)
+    acc = tl.zeros([BM, BDV], tl.float32)
+    # The loop's bound is an argument, not a loaded or program-derived value (the
+    # interpreter refuses those as bounds); tiles past the split's end are skipped.
+    for j in range(0, keys_per_split, BN):
+        if k0 + j < k1:
+            keys = k0 + j + tl.arange(0, BN)
+            kok = keys < k1
+            k_base = k_ptr + keys.to(tl.int64)[None, :] * stride_k_row + head * (DA + DB)
+            kt_a = tl.load(k_base + da[:, None], mask=kok[None, :] & (da[:, None] < DA), other=0.0)
+            kt_b = tl.load(k_base + DA + db[:, None], mask=kok[None, :] & (db[:, None] < DB),
+                           other=0.0)
+            s = dot_acc(q_a, kt_a.to(dt), tl.zeros([BM, BN], tl.float32))
+            s = dot_acc(q_b, kt_b.to(dt), s)
+            p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
+            v = tl.load(v_ptr + keys.to(tl.int64)[:, None] * stride_v_row + head * DV
+                        + dv[None, :], mask=kok[:, None] & (dv[None, :] < DV), other=0.0)
+            acc = dot_acc(p.to(dt), v.to(dt), acc)
+    if KV_FP8:
+        acc = acc * tl.load(v_scale_ptr)
+    store_partial(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
+                   rows * num_heads + head, rmask, acc, m_i, l_i, DV, BDV)
 
 
 def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_scale,

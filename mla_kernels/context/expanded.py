@@ -20,7 +20,7 @@ from ..api import gather_kv_b_proj
 from ..core.formats import FP8_DTYPES, detect_weight_format
 from ..core.problem import GatherArgs, check_aliasing, check_arguments, validate_inputs
 from . import checks
-from .attention import default_splits, launch_prefix
+from .attention import MAX_SPLITS, default_splits, launch_prefix
 from .merge import merge_parts
 
 KV_DTYPES = (torch.bfloat16, torch.float16, checks.FP8)
@@ -162,12 +162,18 @@ def plan_expanded(
     checks.scale(v_out_scale, "v_out_scale", dev, fp8, "FP8 K/V only")
     scale = checks.sm_scale(sm_scale, dk)
     splits_asked = checks.optional_int_at_least(num_splits, "num_splits", 1)
+    if splits_asked is not None and splits_asked > MAX_SPLITS:
+        raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits_asked)
     if type(variant) is not str:
         raise checks.fail("variant", "a design's name (mla_kernels.variant_names())", repr(variant))
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype, torch.float32))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
-    checks.no_overlap({"q": q, "k_buffer": k_buffer, "kv_proj_weight": kv_proj_weight,
-                       "out": out, "lse": lse}, ["out", "lse"])
+    # Every tensor the call reads: an output over a scale or the page table would change
+    # what a later chunk's expansion reads, and the caller's input with it.
+    checks.no_overlap({"q": q, "k_buffer": k_buffer, "k_scale": k_scale, "kv_indptr": kv_indptr,
+                       "kv_indices": kv_indices, "kv_proj_weight": kv_proj_weight,
+                       "kv_proj_scale": kv_proj_scale, "k_out_scale": k_out_scale,
+                       "v_out_scale": v_out_scale, "out": out, "lse": lse}, ["out", "lse"])
     validate = checks.validating(checks.flag_or_none(validate, "validate"))
     if validate:
         checks.check_pages(k_buffer, k_scale, kv_indptr, kv_indices, context_len)

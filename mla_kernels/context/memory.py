@@ -12,8 +12,19 @@ from ..core.shapes import MLAShape, get_shape
 F32 = 4
 
 
-def _size(dtype: torch.dtype) -> int:
+def _size(dtype, name: str) -> int:
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"{name}: expected a torch.dtype, got {dtype!r}")
     return torch.empty((), dtype=dtype).element_size()
+
+
+def _counts(new_tokens, context_len, splits) -> None:
+    """The counts every estimate takes: ints, n >= 0 (no new token holds nothing of n),
+    C >= 1, splits >= 1."""
+    for name, v, lo in (("new_tokens", new_tokens, 0), ("context_len", context_len, 1),
+                        ("splits", splits, 1)):
+        if type(v) is not int or v < lo:
+            raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
 
 
 def expanded_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int, *,
@@ -24,13 +35,16 @@ def expanded_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int
     (float32 output and LSE), the running float32 output (several chunks, an output of
     another dtype), the output and LSE, and the chunks' page tables."""
     s = get_shape(shape)
+    _counts(new_tokens, context_len, splits)
+    if chunk_tokens is not None and (type(chunk_tokens) is not int or chunk_tokens < 1):
+        raise ValueError(f"chunk_tokens: expected None or an int >= 1, got {chunk_tokens!r}")
     n, h = new_tokens, s.num_heads
     chunk = min(context_len, chunk_tokens or context_len)
     chunks = -(-context_len // chunk)
-    kv = chunk * h * (s.k_head_dim + s.v_head_dim) * _size(kv_dtype)
+    kv = chunk * h * (s.k_head_dim + s.v_head_dim) * _size(kv_dtype, "kv_dtype")
     parts = splits * n * h * (s.v_head_dim + 1) * F32
     running = n * h * s.v_head_dim * F32 if chunks > 1 and out_dtype != torch.float32 else 0
-    out = n * h * s.v_head_dim * _size(out_dtype) + n * h * F32
+    out = n * h * s.v_head_dim * _size(out_dtype, "out_dtype") + n * h * F32
     tables = chunks * 4 * 4
     return kv + parts + running + out + tables
 
@@ -41,7 +55,8 @@ def absorbed_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int
     partials (float32, kv_c wide), the latent output, the projection's product and the
     output with its LSE; and the prepared weights (held beside them while the call runs)."""
     s = get_shape(shape)
-    n, h, b = new_tokens, s.num_heads, _size(q_dtype)
+    _counts(new_tokens, context_len, splits)
+    n, h, b = new_tokens, s.num_heads, _size(q_dtype, "q_dtype")
     q_absorbed = n * h * s.latent_dim * b
     fold_tmp = n * h * s.kv_c_dim * b
     parts = splits * n * h * (s.kv_c_dim + 1) * F32

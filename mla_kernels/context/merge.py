@@ -10,12 +10,55 @@ from __future__ import annotations
 
 import torch
 import triton
+import triton.language as tl
 
+from ..designs.jit import cast_out
 from . import checks
-from .kernels import merge_kernel
 
 MERGE_ROWS = 32  # rows a merge program covers
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+
+
+@triton.jit
+def merge_kernel(
+    part_o_ptr, part_lse_ptr, prev_o_ptr, prev_lse_ptr, out_o_ptr, out_lse_ptr,
+    n_rows, n_parts, stride_part_o, stride_part_lse,
+    D: tl.constexpr, BD: tl.constexpr, BR: tl.constexpr, HAS_PREV: tl.constexpr,
+):
+    """Grid (row tile): the weighted sum of ``n_parts`` partial outputs [rows, D] (and of
+    ``prev``, an earlier partial, with HAS_PREV), each weighed by exp(its LSE - the largest),
+    and the LSE of the whole. Rows no part saw (every LSE -inf) get 0 and -inf. ``out`` may
+    be ``prev`` itself: each row is read before it is written."""
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    rmask = rows < n_rows
+    d = tl.arange(0, BD)
+    omask = rmask[:, None] & (d[None, :] < D)
+    offs = rows.to(tl.int64)[:, None] * D + d[None, :]
+    m = tl.full([BR], float("-inf"), tl.float32)
+    if HAS_PREV:
+        lse_prev = tl.load(prev_lse_ptr + rows, mask=rmask, other=float("-inf"))
+        m = tl.maximum(m, lse_prev)
+    for s in range(0, n_parts):
+        m = tl.maximum(m, tl.load(part_lse_ptr + s * stride_part_lse + rows, mask=rmask,
+                                  other=float("-inf")))
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
+    total = tl.zeros([BR], tl.float32)
+    acc = tl.zeros([BR, BD], tl.float32)
+    if HAS_PREV:
+        w = tl.exp(lse_prev - m_safe)
+        total += w
+        acc += w[:, None] * tl.load(prev_o_ptr + offs, mask=omask, other=0.0).to(tl.float32)
+    for s in range(0, n_parts):
+        w = tl.exp(tl.load(part_lse_ptr + s * stride_part_lse + rows, mask=rmask,
+                           other=float("-inf")) - m_safe)
+        total += w
+        acc += w[:, None] * tl.load(part_o_ptr + s * stride_part_o + offs, mask=omask,
+                                    other=0.0).to(tl.float32)
+    safe = tl.where(total > 0, total, 1.0)
+    tl.store(out_o_ptr + offs, cast_out(acc / safe[:, None], out_o_ptr.dtype.element_ty),
+             mask=omask)
+    tl.store(out_lse_ptr + rows, tl.where(total > 0, m_safe + tl.log(safe), float("-inf")),
+             mask=rmask)
 
 
 def merge_parts(part_o: torch.Tensor, part_lse: torch.Tensor, n_parts: int, out: torch.Tensor,
@@ -56,10 +99,13 @@ def merge_attention(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,
     checks.out_buffer(out, "out", dev, (n, h, d), OUT_DTYPES)
     checks.out_buffer(out_lse, "out_lse", dev, (n, h), (torch.float32,))
     named = {"o_a": o_a, "lse_a": lse_a, "o_b": o_b, "lse_b": lse_b}
-    # In place over the first partial is allowed: each row is read before it is written.
+    # In place over the first partial is allowed: each row is read before it is written, by
+    # the program that writes it. Only the partial itself, though: an output shifted from it
+    # or of another dtype over its bytes puts a row where another program still reads.
     for name, t, first in (("out", out, o_a), ("out_lse", out_lse, lse_a)):
         if t is not None:
-            others = {k: x for k, x in named.items() if x is not first}
+            same = t.data_ptr() == first.data_ptr() and t.dtype == first.dtype
+            others = {k: x for k, x in named.items() if not (same and x is first)}
             other_out = {"out_lse": out_lse} if name == "out" else {"out": out}
             checks.no_overlap({name: t, **others, **other_out}, [name])
     if out is None:

@@ -59,7 +59,30 @@ class _Online:
 
 
 def _chunk(q: torch.Tensor, chunk: int | None) -> int:
+    if chunk is not None and (type(chunk) is not int or chunk < 1):
+        raise ValueError(f"chunk: expected None or an int >= 1, got {chunk!r}")
     return chunk or max(1, SCORE_ELEMENTS // max(1, q.shape[0] * q.shape[1]))
+
+
+def _scale(sm_scale, head_dim: int) -> float:
+    if sm_scale is None:
+        return head_dim ** -0.5
+    if type(sm_scale) not in (int, float) or not 0 < sm_scale < float("inf"):
+        raise ValueError(f"sm_scale: expected None or a finite float > 0, got {sm_scale!r}")
+    return float(sm_scale)
+
+
+def _shapes(q, k, v) -> None:
+    """q [n, H, Dk], k [C, H, Dk], v [C, H, Dv]: what the reference needs to agree."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 3:
+            got = f"shape {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name}: expected a tensor of 3 dimensions, got {got}")
+    if tuple(k.shape[1:]) != tuple(q.shape[1:]):
+        raise ValueError(f"k: expected shape [*, {q.shape[1]}, {q.shape[2]}] (q's heads and "
+                         f"head dim), got {list(k.shape)}")
+    if v.shape[0] != k.shape[0] or v.shape[1] != q.shape[1]:
+        raise ValueError(f"v: expected shape [{k.shape[0]}, {q.shape[1]}, *], got {list(v.shape)}")
 
 
 def _no_tf32(fn):
@@ -81,10 +104,18 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                         chunk: int | None = None) -> Attention:
     """q [n, H, Dk] over the first ``n_keys`` rows of k [C, H, Dk] and v [C, H, Dv], in
     float32, ``chunk`` keys at a time; FP8 K and V times their scales."""
+    _shapes(q, k, v)
     n_keys = k.shape[0] if n_keys is None else n_keys
-    scale = q.shape[2] ** -0.5 if sm_scale is None else sm_scale
-    run = _Online(q, scale, v.shape[2])
+    if type(n_keys) is not int or not 1 <= n_keys <= k.shape[0]:
+        raise ValueError(f"n_keys: expected None or an int in [1, {k.shape[0]}] (k's rows), "
+                         f"got {n_keys!r}")
+    scale = _scale(sm_scale, q.shape[2])
     step = _chunk(q, chunk)
+    for name, t, s in (("k_scale", k, k_scale), ("v_scale", v, v_scale)):
+        if t.dtype in FP8_DTYPES and not (isinstance(s, torch.Tensor) and s.numel() == 1):
+            raise ValueError(f"{name}: expected a [1] tensor for FP8 {name[0].upper()}, got "
+                             f"{type(s).__name__}")
+    run = _Online(q, scale, v.shape[2])
     ks = float(k_scale) if k.dtype in FP8_DTYPES else 1.0
     vs = float(v_scale) if v.dtype in FP8_DTYPES else 1.0
     for t0 in range(0, n_keys, step):
@@ -103,7 +134,9 @@ def prefix_reference(q: torch.Tensor, k_buffer: torch.Tensor, k_scale: torch.Ten
     tokens at a time; rounded to whole pages)."""
     _, h, dk = q.shape
     _, _, _, v = head_dims(q, k_buffer, kv_proj_weight, kv_proj_scale)
-    scale = dk ** -0.5 if sm_scale is None else sm_scale
+    if type(context_len) is not int or context_len < 1:
+        raise ValueError(f"context_len: expected an int >= 1, got {context_len!r}")
+    scale = _scale(sm_scale, dk)
     bs = k_buffer.shape[1]
     step = max(bs, _chunk(q, chunk) // bs * bs)
     run = _Online(q, scale, v)

@@ -63,7 +63,7 @@ def build_context_inputs(shape: str | MLAShape, context_len: int, new_tokens: in
     (bf16), scores of spread about ``score_std`` at the softmax scale 1 / sqrt(nope + pe)."""
     if type(new_tokens) is not int or new_tokens < 1:
         raise ValueError(f"new_tokens: expected an int >= 1, got {new_tokens!r}")
-    if not (isinstance(score_std, (int, float)) and 0 < score_std < float("inf")):
+    if type(score_std) not in (int, float) or not 0 < score_std < float("inf"):  # no bool
         raise ValueError(f"score_std: expected a finite float > 0, got {score_std!r}")
     shp = get_shape(shape)
     inp = build_inputs(shp, [context_len], block_size=block_size, cache_dtype=cache_dtype,

@@ -26,6 +26,10 @@ from ..lab.context_floors import Rates, absorbed_floor, expanded_floor
 
 MAP_FILES = "context_map"
 PATHS = ("expanded", "absorbed")
+# The run's provenance and how it timed, carried from the map's rows into the table, so the
+# table's CSV and the figures name the run their times come from.
+RUN_COLUMNS = ("device", "compute_units", "torch", "triton", "commit", "date", "timing",
+               "floor_source")
 # Serving engines' rules, by cached tokens (one sequence: the batch's sum is its context).
 ENGINE_RULES = {
     "SGLang": ("expand when the cached prefix is at least 8192 tokens", 8192),
@@ -97,6 +101,7 @@ def measured_table(rows: pd.DataFrame) -> pd.DataFrame:
             line["sdpa_us"] = by["sdpa"]["median_us"]
         line["chunk_tokens"] = by["expanded"]["chunk_tokens"]
         line["source"] = f"measured ({by['expanded'].get('device', '?')})"
+        line.update({c: by["expanded"][c] for c in RUN_COLUMNS if c in by["expanded"]})
         out.append(line)
     return _with_verdicts(pd.DataFrame(out))
 

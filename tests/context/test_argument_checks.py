@@ -9,10 +9,14 @@ import torch
 
 from mla_kernels.context import (
     absorb_weights,
+    absorbed_peak_bytes,
     absorbed_prefix_attention,
+    attention_reference,
     expand_and_attend,
+    expanded_peak_bytes,
     merge_attention,
     prefix_attention,
+    prefix_reference,
 )
 from mla_kernels.core.shapes import MLAShape
 from mla_kernels.lab.context_inputs import build_context_inputs
@@ -91,6 +95,7 @@ def test_page_table_contents_are_read_when_validating(ci):
     ({"k_out_scale": torch.ones(1)}, "k_out_scale: expected None (FP8 K/V only)"),
     ({"sm_scale": -1.0}, "sm_scale: expected None or a finite float > 0, got -1.0"),
     ({"num_splits": 0}, "num_splits: expected an int >= 1, got 0"),
+    ({"num_splits": 65}, "num_splits: expected None or an int in [1, 64], got 65"),
     ({"variant": 3}, "variant: expected a design's name"),
     ({"validate": "yes"}, "validate: expected None, True or False"),
 ])
@@ -117,8 +122,8 @@ def test_outputs_checked(ci):
         with pytest.raises(ValueError, match=r"out: expected shape \[3, 2, 128\], got \[3, 2, 64\]"):
             path(*ci.args(), **bad_out)
     assert untouched(bad_out)
-    alias = {"out": outs(ci)["out"], "lse": ci.q.view(torch.float32)[:, 0, :2].contiguous()}
-    alias["lse"] = ci.q.view(-1).view(torch.float32)[:6].view(3, 2)  # over the queries
+    alias = {"out": outs(ci)["out"],
+             "lse": ci.q.view(-1).view(torch.float32)[:6].view(3, 2)}  # over the queries
     with pytest.raises(ValueError, match="lse: expected memory apart from q"):
         absorbed_prefix_attention(*ci.args(), **alias)
 
@@ -164,3 +169,131 @@ def test_prefix_attention_and_merge_checks(device):
     with pytest.raises(ValueError, match="out: expected memory apart from o_b"):
         o_b = o.clone()
         merge_attention(o, lse, o_b, lse.clone(), out=o_b)
+
+
+def _lse_over(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A copy of ``t`` at the start of a larger buffer, and an LSE [3, 2] over its bytes."""
+    words = max(8, t.numel() * t.element_size() // 4 + 8)
+    buf = torch.zeros(words, dtype=torch.float32, device=t.device)
+    copy = buf.view(t.dtype)[:t.numel()].view(t.shape)
+    copy.copy_(t)
+    return copy, buf[:6].view(3, 2)
+
+
+# (argument index, name) of every tensor input an output could lie over but the queries.
+INPUTS = [(2, "k_scale"), (3, "kv_indptr"), (4, "kv_indices"), (7, "kv_proj_scale")]
+
+
+@pytest.mark.parametrize("path", [expand_and_attend, absorbed_prefix_attention],
+                         ids=["expanded", "absorbed"])
+@pytest.mark.parametrize(("i", "name"), INPUTS, ids=[c[1] for c in INPUTS])
+def test_outputs_apart_from_every_input(ci, path, i, name):
+    # An LSE over a scale or the page table would rewrite what the next chunk (or the
+    # caller's next call) reads: refused before anything is written, the input unchanged.
+    copy, lse = _lse_over(ci.args()[i])
+    before = copy.clone()
+    out = outs(ci)["out"]
+    with pytest.raises(ValueError, match=f"lse: expected memory apart from {name}"):
+        path(*replaced(ci.args(), i, copy), out=out, lse=lse)
+    assert torch.equal(copy, before) and bool(out.isnan().all())
+
+
+@pytest.mark.parametrize("name", ["k_out_scale", "v_out_scale"])
+def test_expanded_outputs_apart_from_the_fp8_scales(ci, name):
+    dev = ci.q.device
+    scales = {"k_out_scale": torch.full((1,), 0.02, device=dev),
+              "v_out_scale": torch.full((1,), 0.03, device=dev)}
+    scales[name], lse = _lse_over(scales[name])
+    out = outs(ci)["out"]
+    with pytest.raises(ValueError, match=f"lse: expected memory apart from {name}"):
+        expand_and_attend(*ci.args(), kv_dtype=FP8, **scales, out=out, lse=lse)
+    assert bool(out.isnan().all())
+
+
+def test_absorbed_outputs_apart_from_the_prepared_weights(ci):
+    w = absorb_weights(ci.cache.kv_proj_weight, ci.cache.kv_proj_scale, num_heads=2, nope=128)
+    before = w.w_uv_t.clone()
+    out = w.w_uv_t.view(-1)[:3 * 2 * 128].view(3, 2, 128)
+    with pytest.raises(ValueError, match="out: expected memory apart from weights.w_uv_t"):
+        absorbed_prefix_attention(*ci.args(), weights=w, out=out, lse=outs(ci)["lse"])
+    assert torch.equal(w.w_uv_t, before)
+
+
+def test_merge_in_place_means_the_first_partial_itself(device):
+    # An output shifted from o_a, or of another dtype over its bytes, would be written where
+    # another program still reads o_a: refused, o_a unchanged. o_a itself is allowed.
+    g = torch.Generator().manual_seed(5)
+    buf = torch.randn(70, 3, 128, generator=g).to(device)
+    o_a, lse_a = buf[:69], torch.randn(69, 3, generator=g).to(device)
+    o_b, lse_b = torch.randn(69, 3, 128, generator=g).to(device), torch.randn(69, 3).to(device)
+    before = buf.clone()
+    with pytest.raises(ValueError, match="out: expected memory apart from o_a"):
+        merge_attention(o_a, lse_a, o_b, lse_b, out=buf[1:])
+    half = buf.view(-1).view(torch.bfloat16)[:69 * 3 * 128].view(69, 3, 128)
+    with pytest.raises(ValueError, match="out: expected memory apart from o_a"):
+        merge_attention(o_a, lse_a, o_b, lse_b, out=half)
+    lse_buf = torch.randn(70, 3).to(device)
+    with pytest.raises(ValueError, match="out_lse: expected memory apart from lse_a"):
+        merge_attention(o_a, lse_buf[:69], o_b, lse_b, out_lse=lse_buf[1:])
+    assert torch.equal(buf, before)
+    expect, expect_lse = merge_attention(o_a, lse_a, o_b, lse_b)
+    got, got_lse = merge_attention(o_a, lse_a, o_b, lse_b, out=o_a, out_lse=lse_a)
+    assert got is o_a and torch.equal(got, expect) and torch.equal(got_lse, expect_lse)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"num_heads": 3}, "num_heads: expected a divisor of the weight's 512 rows, got 3"),
+    ({"num_heads": 0}, "num_heads: expected an int >= 1, got 0"),
+    ({"nope": 256}, "nope: expected an int in [1, 256)"),
+    ({"nope": 128.0}, "nope: expected an int in [1, 256)"),
+    ({"dtype": torch.float32}, "dtype: expected torch.bfloat16 or torch.float16"),
+    ({"weight": "w"}, "kv_proj_weight: expected a torch.Tensor, got str"),
+    ({"weight": "1d"}, "kv_proj_weight: expected 2 dimensions, got 1"),
+])
+def test_absorb_weights_names_the_bad_argument(ci, kw, message):
+    w = ci.cache.kv_proj_weight
+    args = {"num_heads": 2, "nope": 128, **kw}
+    weight = {"w": "w", "1d": w[0]}.get(args.pop("weight", None), w)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        absorb_weights(weight, ci.cache.kv_proj_scale, **args)
+
+
+@pytest.mark.parametrize(("fn", "kw", "message"), [
+    (expanded_peak_bytes, {"new_tokens": -1}, "new_tokens: expected an int >= 0, got -1"),
+    (expanded_peak_bytes, {"context_len": 0}, "context_len: expected an int >= 1, got 0"),
+    (expanded_peak_bytes, {"chunk_tokens": 0}, "chunk_tokens: expected None or an int >= 1, got 0"),
+    (expanded_peak_bytes, {"splits": 1.5}, "splits: expected an int >= 1, got 1.5"),
+    (expanded_peak_bytes, {"kv_dtype": "bf16"}, "kv_dtype: expected a torch.dtype, got 'bf16'"),
+    (absorbed_peak_bytes, {"new_tokens": 2.0}, "new_tokens: expected an int >= 0, got 2.0"),
+    (absorbed_peak_bytes, {"q_dtype": None}, "q_dtype: expected a torch.dtype, got None"),
+    (absorbed_peak_bytes, {"shape": "no-such-model"}, "shape: expected one of"),
+])
+def test_memory_counts_name_the_bad_argument(fn, kw, message):
+    args = {"shape": "kimi-k3-tp8", "new_tokens": 16, "context_len": 4096, **kw}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fn(args.pop("shape"), args.pop("new_tokens"), args.pop("context_len"), **args)
+
+
+def test_the_reference_names_a_bad_argument(ci, device):
+    # The reference is what every test is judged by: a bad argument is a ValueError, never
+    # an attention over fewer keys than asked.
+    q = torch.randn(3, 2, 192, device=device).bfloat16()
+    k = torch.randn(10, 2, 192, device=device).bfloat16()
+    v = torch.randn(10, 2, 128, device=device).bfloat16()
+    cases = [
+        (dict(n_keys=11), r"n_keys: expected None or an int in \[1, 10\] \(k's rows\), got 11"),
+        (dict(n_keys=0), r"n_keys: expected None or an int in \[1, 10\]"),
+        (dict(chunk=0), r"chunk: expected None or an int >= 1, got 0"),
+        (dict(sm_scale=-1.0), r"sm_scale: expected None or a finite float > 0, got -1.0"),
+        (dict(k=k[:, :1]), r"k: expected shape \[\*, 2, 192\]"),
+        (dict(v=v[:9]), r"v: expected shape \[10, 2, \*\]"),
+        (dict(k=k.to(FP8), v=v.to(FP8)), r"k_scale: expected a \[1\] tensor for FP8 K"),
+    ]
+    for kw, message in cases:
+        args = {"k": k, "v": v, **kw}
+        with pytest.raises(ValueError, match=message):
+            attention_reference(q, args.pop("k"), args.pop("v"), **args)
+    with pytest.raises(ValueError, match=r"context_len: expected an int >= 1, got 0"):
+        prefix_reference(*replaced(ci.args(), 5, 0))
+    with pytest.raises(ValueError, match=r"chunk: expected None or an int >= 1, got -4"):
+        prefix_reference(*ci.args(), chunk=-4)

@@ -110,3 +110,20 @@ def test_both_paths_agree(device, seed):
     other = ref._replace(out=ex[0].float(), lse=ex[1])
     errs = attention_errors(ab[0], ab[1], other)
     assert judge(errs, "bf16"), errs
+
+
+@pytest.mark.parametrize("cache", ["bf16", "fp8"])
+def test_fp16_queries(cache, device, seed):
+    # fp16 queries (the entry points take them beside bf16): the expanded K/V, the absorbed
+    # queries, the latent's widening and the outputs in fp16, each path within bf16's bounds.
+    ci = build_context_inputs(TWO, 100, 5, block_size=4, cache_dtype=cache,
+                              weight_format="fp8_row", device=device, seed=seed)
+    ref = ci.reference(chunk=48)
+    args = (ci.q.half(), *ci.args()[1:])
+    for name, plan in (("expanded", lambda b: plan_expanded(*args, chunk_tokens=48,
+                                                            kv_dtype=torch.float16, **b)),
+                       ("absorbed", lambda b: plan_absorbed(*args, **b))):
+        bufs = poisoned(ci, torch.float16)
+        plan(bufs).run()
+        errs = attention_errors(bufs["out"], bufs["lse"], ref)
+        assert judge(errs, "bf16"), (name, errs)

@@ -3,6 +3,7 @@ its points, made under the interpreter with the timing stood in, has every path'
 checked correct, with its floor and peak memory; on a GPU one small point is measured."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import torch
 from mla_kernels.context import expanded_peak_bytes
 from mla_kernels.lab import context_map
 from mla_kernels.lab.context_floors import Rates, absorbed_floor, expanded_floor, flop_crossover
+from mla_kernels.lab.context_inputs import build_context_inputs
 from mla_kernels.lab.timing import Timing
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,3 +62,15 @@ def test_floors():
     assert few["expand_floor_us"] == many["expand_floor_us"] > 0
     assert absorbed_floor("kimi-k3-tp8", 32000, 16, "fp8", "fp8_row", r)["floor_us"] < few["floor_us"]
     assert absorbed_floor("kimi-k3-tp8", 32000, 8192, "fp8", "fp8_row", r)["floor_us"] > many["floor_us"]
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"new_tokens": 0}, "new_tokens: expected an int >= 1, got 0"),
+    ({"new_tokens": 2.0}, "new_tokens: expected an int >= 1, got 2.0"),
+    ({"score_std": True}, "score_std: expected a finite float > 0, got True"),
+    ({"score_std": float("nan")}, "score_std: expected a finite float > 0, got nan"),
+])
+def test_context_inputs_name_a_bad_argument(kw, message):
+    args = {"new_tokens": 3, **kw}
+    with pytest.raises(ValueError, match=re.escape(message)):
+        build_context_inputs("kimi-k3-tp8", 40, args.pop("new_tokens"), **args)

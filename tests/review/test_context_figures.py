@@ -5,7 +5,7 @@ measured rows and from the floors alone."""
 import matplotlib
 
 matplotlib.use("Agg")
-
+import matplotlib.pyplot  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
@@ -82,3 +82,18 @@ def test_figures_draw_every_cell(measured, tmp_path):
     gids = {a.get_gid() for a in fig.findobj() if a.get_gid()}
     assert {"memory/expanded/4096", "memory/absorbed/65536", "time/expanded/65536"} <= gids
     assert plotting.save_figure(fig, tmp_path, "context_memory")
+
+
+def test_measured_figures_name_their_run():
+    # The table carries the map rows' provenance, so its CSV and both figures' footers name
+    # the run the times come from, not "no run named".
+    rows = map_rows({(c, n): (10.0 * n, 50.0) for c in (4096, 65536) for n in (16, 512)})
+    rows["timing"], rows["floor_source"] = "graph", "measured"
+    t = crossover.measured_table(rows)
+    assert set(t["commit"]) == {"abc"} and set(t["device"]) == {"NVIDIA H200"}
+    for plot in (plotting.plot_crossover, plotting.plot_context_memory):
+        fig = plot(t)
+        text = [a for a in fig.findobj() if a.get_gid() == "footer"][0].get_text()
+        assert "commit abc" in text and "2026-12-03" in text and "no run named" not in text
+        assert "measured rates" in text
+        matplotlib.pyplot.close(fig)

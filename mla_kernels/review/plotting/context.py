@@ -11,7 +11,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from ..crossover import ENGINE_RULES, PATHS
-from .axes import ctx_label, figure_title, footer, new_figure
+from .axes import ctx_label, figure_title, footer, new_figure, plain_log_y
 
 PATH_COLORS = {"expanded": "#1f77b4", "absorbed": "#d62728"}
 ENGINE_MARKS = {"SGLang": "S", "ATOM": "A"}
@@ -28,11 +28,24 @@ def _grid(table: pd.DataFrame, col: str) -> tuple[list[int], list[int], np.ndarr
 
 
 def _label(table: pd.DataFrame, fig: Figure) -> None:
+    """The footer: the run the times come from (its provenance, carried by
+    ``crossover.measured_table``) and how it timed, or that the figure is the floors alone."""
     src = table["source"].iloc[0] if "source" in table.columns else "?"
     if src.startswith("model"):
         footer(fig, table, label=f"{src}: floors only, no measured rows")
-    else:
-        footer(fig, table, extra=src)
+        return
+    how = []
+    if "timing" in table.columns and table["timing"].iloc[0] == "graph":
+        how.append("times of one CUDA graph's replay")
+    if "floor_source" in table.columns and table["floor_source"].iloc[0] == "measured":
+        how.append("floors at the run's measured rates")
+    footer(fig, table, extra=", ".join(how) or src)
+
+
+def _title(table: pd.DataFrame, what: str) -> str:
+    r = table.iloc[0]
+    return (f"{what}, {r['model']}, {r['cache_dtype']} cache, {r['weight_format']} weight, "
+            f"{r['kv_dtype']} K/V")
 
 
 def plot_crossover(table: pd.DataFrame) -> Figure:
@@ -85,10 +98,7 @@ def plot_crossover(table: pd.DataFrame) -> Figure:
         ax.set_yticks(range(len(cs)), [ctx_label(c) for c in cs])
         ax.set_xlabel("new tokens n")
         ax.set_title(f"{PATH_LABEL[p]}: fraction of its floor")
-    r = table.iloc[0]
-    figure_title(fig, f"Cached prefix: expand + attend or absorbed, {r['model']}, "
-                      f"{r['cache_dtype']} cache, {r['weight_format']} weight, "
-                      f"{r['kv_dtype']} K/V")
+    figure_title(fig, _title(table, "Cached prefix: expand + attend or absorbed"))
     _label(table, fig)
     return fig
 
@@ -109,19 +119,18 @@ def plot_context_memory(table: pd.DataFrame) -> Figure:
             ax_t.plot(g["new_tokens"], g[f"{p}_us"], label=label, gid=f"time/{p}/{c}", **kw)
     for ax in (ax_m, ax_t):
         ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
+        plain_log_y(ax)
         ax.set_xlabel("new tokens n (log scale)")
         ns = sorted(table["new_tokens"].unique())
         ax.set_xticks(ns, [str(n) for n in ns])
     ax_m.set_ylabel("peak memory (MiB, log scale)")
-    ax_m.set_title("peak memory")
+    chunk = int(table["chunk_tokens"].max())
+    ax_m.set_title(f"peak memory (expand + attend: chunks of at most {chunk} tokens)")
     src = table["source"].iloc[0]
     ax_t.set_ylabel("µs per call (log scale)" + (": the floor" if src.startswith("model") else ""))
     ax_t.set_title("time" if not src.startswith("model") else "floor (no measured rows)")
-    chunk = int(table["chunk_tokens"].max())
-    ax_t.legend(fontsize=8, title=f"expansion chunk: at most {chunk} tokens", title_fontsize=8,
-                loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    figure_title(fig, "Cached prefix: peak memory beside time")
+    ax_t.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    figure_title(fig, _title(table, "Cached prefix: peak memory beside time"))
     _label(table, fig)
     return fig
 
