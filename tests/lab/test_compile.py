@@ -268,35 +268,6 @@ def test_hopper_ws_pingpong_compiles_for_sm90():
         assert r["spill_bytes"] <= allowed, r
 
 
-# A bf16 weight under the schedule (its scales; FP8 outputs beside four weight slots, bf16
-# ones beside two): the same fields as HOPPER_WS_PINGPONG.
-HOPPER_WS_PINGPONG_BF16 = [
-    ("bf16", "none", None, 4, "fp8", 2, False, True, 0, "float8_e4m3fn"),
-    ("bf16", "row", "float32", 4, "fp8", 2, False, True, 0, "float8_e4m3fn"),
-    ("bf16", "block", "bfloat16", 4, "fp8", 2, False, True, 0, "float8_e4m3fn"),
-    ("bf16", "none", None, 2, "fp8", 2, False, True, 0, "bfloat16"),
-]
-
-
-def test_hopper_ws_pingpong_bf16_weight_compiles_for_sm90():
-    # Four warpgroups, bf16 x bf16 wgmma only (each group's 128-row item: 8 K slices of 4
-    # k16 steps, as two m64 halves: 64 an item, 128 in the kernel), within the SM's shared
-    # memory; the gather warps widen half a tile at a time in their 88 registers.
-    for r in _compile_paths(HOPPER_WS_PINGPONG_BF16):
-        assert r["shared_bytes"] <= HOPPER_SMEM, r
-        assert r["num_warps"] == 16, r
-        assert r["mma_sync"] == 0, r
-        assert set(r["wgmma"]) == {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}, r
-        assert len(r["wgmma"]) == 128, r
-        # Under triton 3.6 (the H200's) ptxas keeps each MMA group's wgmma shared-memory
-        # descriptors (a 64-bit one per K step and half, computed once) in local memory and
-        # reloads them once an item, and a few of the widener's per-tile scalars (up to
-        # 700 bytes, none of it the accumulators: read from the SASS); under 3.9 and newer
-        # up to 128 bytes.
-        allowed = 720 if TRITON_VERSION < (3, 7) else 128
-        assert r["spill_bytes"] <= allowed, r
-
-
 def test_the_mma_rate_kernel_compiles_to_its_wgmma_chains_for_sm90():
     # The kernel the tensor-core floor is measured with: every case compiles for sm_90 with
     # no GPU, fits an SM's shared memory, and issues wgmma (K = 512 in m64 steps per group).

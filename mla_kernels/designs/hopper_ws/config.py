@@ -45,7 +45,8 @@ MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest
 
 @dataclass(frozen=True)
 class HopperWSConfig(DesignConfig):
-    """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
+    """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile (5 with FP8
+    outputs, in the room of their second staging buffer), 2-6 with an fp8
     one, where 5 and 6 take the room of the second output staging buffer; ``programs``:
     persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
     warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache (each takes 64 of a
@@ -53,7 +54,7 @@ class HopperWSConfig(DesignConfig):
     tile's latent as wgmma's A operand in registers; ``pingpong``: with two groups, each
     takes whole items instead (one every K-nope item, the other every V item, of runs of
     whole heads), their K loops in turn, so one group's epilogue runs while the other
-    multiplies (an fp8 per-row or per-block weight, or a bf16 one, over an fp8 cache);
+    multiplies (an fp8 per-row or per-block weight over an fp8 cache);
     ``spare_latent_chunks``: with pingpong, latent chunk slots beyond a tile's, so the next
     tile's first chunks are gathered while the last items of a tile still read it. What each
     option bought, and where ``auto`` sets them: README.md."""

@@ -29,8 +29,7 @@ def latent_gatherer(p):
     else:
         rope_inv = 1.0  # (the MMA warps store the rope)
     if LAT16 and p.cache.FP8:
-        # Beside the ping-pong schedule's two MMA groups these warps get 88 registers.
-        _latent_widener(p.items, p.cache, p.tile, p.out.k_ptr, rope_inv, p.items.PAIRS)
+        _latent_widener(p.items, p.cache, p.tile, p.out.k_ptr, rope_inv)
     else:
         _latent_copier(p.items, p.cache, p.tile, p.out.k_ptr, rope_inv)
 
@@ -123,33 +122,18 @@ def _slice_load(k32, words, rw, tmask, j: gl.constexpr, NS: gl.constexpr):
 
 
 @gluon.jit
-def _tile_row_words(items, cache, total, tile, layout: gl.constexpr, index):
-    """A tile's row offsets in words and its row mask (dependent index loads)."""
-    rows, tmask = cache.tile_rows(items, total, tile, layout, index)
-    # Rows start at multiples of 4 bytes (kv_c + pe is a multiple of 64).
-    return rows // 4, tmask
-
-
-@gluon.jit
 def _tile_words(items, cache, k32, words, total, tile, NS: gl.constexpr, layout: gl.constexpr,
                 index):
     """A tile's row offsets in words, its row mask and its 8 slices' loads (stand-ins past
-    NS), all issued at once: the row offsets first."""
-    rw, tmask = _tile_row_words(items, cache, total, tile, layout, index)
+    NS), all issued at once: the row offsets first (dependent index loads)."""
+    rows, tmask = cache.tile_rows(items, total, tile, layout, index)
+    # Rows start at multiples of 4 bytes (kv_c + pe is a multiple of 64).
+    rw = rows // 4
     return (rw, tmask, _slice_load(k32, words, rw, tmask, 0, NS),
             _slice_load(k32, words, rw, tmask, 1, NS), _slice_load(k32, words, rw, tmask, 2, NS),
             _slice_load(k32, words, rw, tmask, 3, NS), _slice_load(k32, words, rw, tmask, 4, NS),
             _slice_load(k32, words, rw, tmask, 5, NS), _slice_load(k32, words, rw, tmask, 6, NS),
             _slice_load(k32, words, rw, tmask, 7, NS))
-
-
-@gluon.jit
-def _half_words(k32, words, rw, tmask, H: gl.constexpr, NS: gl.constexpr):
-    """Half ``H`` of a tile's 8 slices' loads (slices 4 H to 4 H + 3; stand-ins past NS)."""
-    return (_slice_load(k32, words, rw, tmask, 4 * H, NS),
-            _slice_load(k32, words, rw, tmask, 4 * H + 1, NS),
-            _slice_load(k32, words, rw, tmask, 4 * H + 2, NS),
-            _slice_load(k32, words, rw, tmask, 4 * H + 3, NS))
 
 
 @gluon.jit
@@ -166,7 +150,7 @@ def _widen_chunk(tile_bufs, kb: gl.constexpr, n, free_phase, x_lo, x_hi, NS: gl.
 
 
 @gluon.jit
-def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv, HALVES: gl.constexpr):
+def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv):
     """The gather partition of a bf16 weight over an fp8 cache: each token tile's fp8 latent
     rows loaded into registers, widened exactly to bf16 (widen_words) and stored as the
     tile of bf16 K slices a bf16 cache's gather leaves, so the MMA warps run the bf16 cache's
@@ -176,10 +160,7 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv, HALVES: gl.con
     The whole next tile (64 KB: 128 registers a thread) is loaded as soon as this one is
     handed over, so its loads land while the MMA warps run this tile's items. Each
     hand-over's proxy fence (MEMBAR.ALL.CTA) waits for every load in flight: loads issued
-    between two hand-overs would put their latency on the MMA warps' path once a chunk.
-    With HALVES (fewer registers: half a tile, 64 a thread) only the first half is loaded
-    ahead, and the second as soon as the first is handed over: its latency falls on that
-    path once a tile."""
+    between two hand-overs would put their latency on the MMA warps' path once a chunk."""
     KV_C: gl.constexpr = items.KV_C
     PE: gl.constexpr = items.PE
     # A [128 x 64] fp8 slice as [128 x 16] words of 4 values: 4 words (16 bytes) a thread,
@@ -196,20 +177,14 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv, HALVES: gl.con
     k_scale = gl.load(cache.k_scale_ptr)
     rope_factor = k_scale * rope_inv
     total, start, end, first_tile, last_tile = items.span()
-    if HALVES:
-        rw, tmask = _tile_row_words(items, cache, total, first_tile, word_layout, index)
-        x0, x1, x2, x3 = _half_words(k32, words, rw, tmask, 0, NS)
-    else:
-        rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
-            items, cache, k32, words, total, first_tile, NS, word_layout, index)
+    rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
+        items, cache, k32, words, total, first_tile, NS, word_layout, index)
     for tile in range(first_tile, last_tile):
         n = tile - first_tile
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
         free_phase = (n & 1) ^ 1
         _widen_chunk(tile_bufs, 0, n, free_phase, x0, x1, NS)
         _widen_chunk(tile_bufs, 1, n, free_phase, x2, x3, NS)
-        if HALVES:
-            x4, x5, x6, x7 = _half_words(k32, words, rw, tmask, 1, NS)
         _widen_chunk(tile_bufs, 2, n, free_phase, x4, x5, NS)
         _widen_chunk(tile_bufs, 3, n, free_phase, x6, x7, NS)
         pe_ptrs = cache.k_ptr + gl.convert_layout(rw * 4, gl.SliceLayout(1, pe_layout))[:, None] \
@@ -217,10 +192,5 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv, HALVES: gl.con
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
         _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, rope_factor, total, tile, start, end,
                     pe_cols, pe_layout)
-        if HALVES:
-            rw, tmask = _tile_row_words(items, cache, total, tile + 1, word_layout, index)
-            x0, x1, x2, x3 = _half_words(k32, words, rw, tmask, 0, NS)
-        else:
-            rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
-                items, cache, k32, words, total, tile + 1, NS, word_layout, index)
-
+        rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
+            items, cache, k32, words, total, tile + 1, NS, word_layout, index)

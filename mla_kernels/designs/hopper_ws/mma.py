@@ -488,8 +488,8 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     st_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, st_layout))
     st_rows = gl.arange(0, HM, layout=gl.SliceLayout(1, st_layout))
     # Two 64-row halves (_block_scaled_item): a block scale's, and a ping-pong group's
-    # whatever its scale.
-    HALVES: gl.constexpr = SCALE == SCALE_BLOCK or PAIRS
+    # per-row one.
+    HALVES: gl.constexpr = SCALE == SCALE_BLOCK or (PAIRS and SCALE == SCALE_ROW)
     if HALVES:
         half_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 32 // STEP])

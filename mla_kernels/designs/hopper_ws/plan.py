@@ -113,21 +113,16 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         raise ValueError("config.latent_in_registers: expected False with pingpong (each "
                          "group's whole-tile accumulator takes the registers), got True")
     two_group_scales = ("row", "block") if pingpong else ("row",)
-    # With pingpong a bf16 weight (any of its scales) too, over an fp8 cache.
-    bf16_pairs = pingpong and lat16 and prob.cache_is_fp8
-    if groups == 2 and not bf16_pairs and not (prob.scale in two_group_scales
-                                               and prob.cache_is_fp8 and not lat16):
+    if groups == 2 and not (prob.scale in two_group_scales and prob.cache_is_fp8
+                            and not lat16):
         raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
-                         f"per-row weight over an fp8 cache, or with pingpong an fp8 per-row "
-                         f"or per-block one or a bf16 one), got 2 (weight format "
-                         f"{prob.weight_format}, cache {prob.cache_dtype})")
+                         f"per-row weight over an fp8 cache, or with pingpong a per-row or "
+                         f"per-block one), got 2 (weight format {prob.weight_format}, cache "
+                         f"{prob.cache_dtype})")
     spare = config.spare_latent_chunks
     if spare and not pingpong:
         raise ValueError("config.spare_latent_chunks: expected 0 without pingpong (spare latent "
                          f"slots are the ping-pong schedule's), got {spare}")
-    if spare and lat16:
-        raise ValueError("config.spare_latent_chunks: expected 0 with a bf16 latent tile (a "
-                         f"bf16 weight: the tile leaves no room for more slots), got {spare}")
     if pingpong and pingpong_smem(prob, config.ring_depth, spare) > device.smem_per_program:
         deepest = max_pingpong_ring(prob, device, spare)
         raise ValueError(f"config.ring_depth: expected at most {deepest} with pingpong, {spare} "
@@ -139,10 +134,12 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         raise ValueError("config.latent_in_registers: expected False with one MMA group (the "
                          "latent rows take the registers of two groups' halves; set "
                          "mma_groups=2), got True")
-    if config.ring_depth > 4 and lat16:
-        # A bf16 latent tile (128 KB) leaves room for four weight slots.
+    if lat16 and config.ring_depth > (5 if prob.out_is_fp8 else 4):
+        # A bf16 latent tile (128 KB) leaves room for four weight slots beside one bf16 or
+        # two FP8 staging buffers, five beside one FP8 one.
         raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
-                         f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
+                         f"weight, or any weight over a bf16 cache), 5 with FP8 outputs, got "
+                         f"{config.ring_depth}")
     # Rows of one TMA store: a group's share of a tile, or with pingpong the whole tile.
     srows = TILE if pingpong else TILE // groups
     k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, TILE)
@@ -196,18 +193,13 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
 def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:
     """Shared memory the ping-pong schedule's kernel asks (over an fp8 cache): the latent
     tile, its ``spare`` extra chunk slots and its rope, the weight ring, a staging buffer for
-    each group and the rope's, the barriers and the unused info entry. A bf16 weight's bf16
-    latent tile keeps no rope, no rope staging and no info entry (its gather warps store the
-    rope from registers)."""
+    each group and the rope's, the barriers and the unused info entry."""
     out = torch.empty((), dtype=prob.out_dtype).element_size()
     slots = prob.kv_c_dim // TILE + spare
-    barriers = 8 * (2 * (slots + 1) + 2 * ring_depth + 2)
-    ring = ring_depth * TILE * TILE
-    if prob.weight_dtype == torch.bfloat16:
-        return 2 * TILE * slots * TILE + ring + 2 * TILE * TILE * out + barriers
     tile = TILE * (slots * TILE + prob.pe_dim)
     stage = (2 * TILE + prob.pe_dim) * TILE * out
-    return tile + ring + stage + barriers + 4 * TILE
+    barriers = 8 * (2 * (slots + 1) + 2 * ring_depth + 2)
+    return tile + ring_depth * TILE * TILE + stage + barriers + 4 * TILE
 
 
 def max_pingpong_ring(prob: Problem, device: DeviceSpec, spare: int = 0) -> int:
