@@ -924,10 +924,8 @@ FP8_OUT_PATHS = [
     ("fp8_block", "fp8", None),
     ("fp8_block", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True)),
     ("bf16", "fp8", None),  # a bf16 latent tile widened by the gatherer, two staging buffers
-    ("bf16", "fp8", HopperWSConfig(ring_depth=5)),  # one staging buffer beside a fifth slot
     ("mxfp4", "fp8", None),
     ("fp8_row", "bf16", None),
-    ("fp8_row", "bf16", HopperWSConfig(ring_depth=5)),
     ("fp8_block", "bf16", None),
     ("bf16", "bf16", None),
     ("mxfp4", "bf16", None),

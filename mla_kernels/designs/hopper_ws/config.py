@@ -45,8 +45,7 @@ MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest
 
 @dataclass(frozen=True)
 class HopperWSConfig(DesignConfig):
-    """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile (5 with FP8
-    outputs, in the room of their second staging buffer), 2-6 with an fp8
+    """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
     one, where 5 and 6 take the room of the second output staging buffer; ``programs``:
     persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
     warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache (each takes 64 of a

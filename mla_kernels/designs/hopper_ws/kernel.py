@@ -70,10 +70,7 @@ def hopper_ws_kernel(
             info = gl.allocate_shared_memory(gl.int32, [1, BN],
                                              gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     if LAT16:
-        # FP8 outputs stage in two 16 KB buffers, or in one beside a fifth weight slot (each
-        # item then waits for the last item's stores).
-        out_buf = gl.allocate_shared_memory(k_desc.dtype,
-                                            [2 if OUT_FP8 and STAGES <= 4 else 1, BM, BN],
+        out_buf = gl.allocate_shared_memory(k_desc.dtype, [2 if OUT_FP8 else 1, BM, BN],
                                             k_desc.layout)
         pe_out = out_buf
     else:

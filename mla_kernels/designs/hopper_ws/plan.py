@@ -134,12 +134,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         raise ValueError("config.latent_in_registers: expected False with one MMA group (the "
                          "latent rows take the registers of two groups' halves; set "
                          "mma_groups=2), got True")
-    if lat16 and config.ring_depth > (5 if prob.out_is_fp8 else 4):
-        # A bf16 latent tile (128 KB) leaves room for four weight slots beside one bf16 or
-        # two FP8 staging buffers, five beside one FP8 one.
+    if config.ring_depth > 4 and lat16:
+        # A bf16 latent tile (128 KB) leaves room for four weight slots.
         raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
-                         f"weight, or any weight over a bf16 cache), 5 with FP8 outputs, got "
-                         f"{config.ring_depth}")
+                         f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
     # Rows of one TMA store: a group's share of a tile, or with pingpong the whole tile.
     srows = TILE if pingpong else TILE // groups
     k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, TILE)

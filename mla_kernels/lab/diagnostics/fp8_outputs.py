@@ -24,9 +24,6 @@ from ..timing import graphed, measure
 from .command_line import parser, write_rows
 
 CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6),
-           # A bf16 latent tile's fifth weight slot, in the room of FP8 outputs' second
-           # staging buffer.
-           "r5": HopperWSConfig(ring_depth=5),
            "r6g2": HopperWSConfig(ring_depth=6, mma_groups=2),
            "r6g2L": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True),
            "r6pp": HopperWSConfig(ring_depth=6, mma_groups=2, pingpong=True),
@@ -41,19 +38,16 @@ CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6
                                      spare_latent_chunks=3)}
 # (weight format, cache, tokens of one sequence, configs): Kimi-K3 TP8, page size 1. A
 # config the design refuses for one output dtype (r6pp: bf16 outputs' staging does not fit
-# beside six slots; r5 over a bf16 latent tile with bf16 outputs) is left out for it.
+# beside six slots) is left out for it.
 SPARE = ("r6pp_s1", "r5pp_s2", "r4pp_s3")
 CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4", *SPARE)),
          ("fp8_row", "fp8", 109440, ("r6g2L", "r6pp", "r4pp", "r4", *SPARE)),
          ("fp8_block", "fp8", 32000, ("r4", "r6pp", "r4pp", *SPARE)),
-         ("bf16", "fp8", 32000, ("r4", "r5")),
+         ("bf16", "fp8", 32000, ("r4",)),
          ("fp8_row", "bf16", 32000, ("r4",)),
          ("fp8_row", "fp8", 4096, ("r4", "r6pp")),
          ("fp8_block", "fp8", 4096, ("r4", "r6pp")),
-         ("fp8_block", "fp8", 109440, ("r4", "r6pp")),
-         ("bf16", "fp8", 109440, ("r4", "r5")),
-         ("bf16", "fp8", 4096, ("r4", "r5")),
-         ("fp8_row", "bf16", 109440, ("r4", "r5"))]
+         ("fp8_block", "fp8", 109440, ("r4", "r6pp"))]
 OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
 
 
