@@ -27,7 +27,7 @@ from ..designs.jit import dot_acc
 from . import checks
 from .attention import LOG2E, MAX_SPLITS, Blocking, split_count
 from .expanded import head_dims
-from .kernels import online_step, store_partial
+from .kernels import load_two_parts, online_step, split_start, store_partial
 from .merge import merge_parts
 
 
@@ -94,20 +94,14 @@ def latent_attention_kernel(
     rmask = rows < n_rows
     dc = tl.arange(0, BKV)
     dp = tl.arange(0, BPE)
-    q_base = q_ptr + rows.to(tl.int64)[:, None] * (KV_C + PE)
-    q_c = tl.load(q_base + dc[None, :], mask=rmask[:, None] & (dc[None, :] < KV_C), other=0.0)
-    q_pe = tl.load(q_base + KV_C + dp[None, :], mask=rmask[:, None] & (dp[None, :] < PE),
-                   other=0.0)
+    q_c, q_pe = load_two_parts(q_ptr + rows.to(tl.int64)[:, None] * (KV_C + PE), rmask,
+                               KV_C, BKV, PE, BPE)
     dt = q_ptr.dtype.element_ty
     scale = qk_scale
     if HAS_K_SCALE:
         k_scale = tl.load(k_scale_ptr)
         scale = scale * k_scale
-    k0 = split * keys_per_split
-    k1 = tl.minimum(k0 + keys_per_split, n_keys)
-    m_i = tl.full([BM], float("-inf"), tl.float32)
-    l_i = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BM, BKV], tl.float32)
+    k0, k1, m_i, l_i, acc = split_start(split, keys_per_split, n_keys, BM, BKV)
     for j in range(0, keys_per_split, BN):
         if k0 + j < k1:
             keys = k0 + j + tl.arange(0, BN)

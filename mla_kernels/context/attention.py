@@ -20,7 +20,7 @@ import triton.language as tl
 from ..core.devices import device_spec
 from ..designs.jit import dot_acc
 from . import checks
-from .kernels import online_step, store_partial
+from .kernels import load_two_parts, online_step, split_start, store_partial
 from .merge import merge_parts
 
 LOG2E = 1.0 / math.log(2.0)
@@ -83,19 +83,13 @@ def prefix_attention_kernel(
     da = tl.arange(0, BDA)
     db = tl.arange(0, BDB)
     dv = tl.arange(0, BDV)
-    q_base = q_ptr + rows.to(tl.int64)[:, None] * stride_q_row + head * (DA + DB)
-    q_a = tl.load(q_base + da[None, :], mask=rmask[:, None] & (da[None, :] < DA), other=0.0)
-    q_b = tl.load(q_base + DA + db[None, :], mask=rmask[:, None] & (db[None, :] < DB),
-                  other=0.0)
+    q_a, q_b = load_two_parts(q_ptr + rows.to(tl.int64)[:, None] * stride_q_row
+                              + head * (DA + DB), rmask, DA, BDA, DB, BDB)
     dt = q_ptr.dtype.element_ty
     scale = qk_scale
     if KV_FP8:
         scale = scale * tl.load(k_scale_ptr)
-    k0 = split * keys_per_split
-    k1 = tl.minimum(k0 + keys_per_split, n_keys)
-    m_i = tl.full([BM], float("-inf"), tl.float32)
-    l_i = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BM, BDV], tl.float32)
+    k0, k1, m_i, l_i, acc = split_start(split, keys_per_split, n_keys, BM, BDV)
     # The loop's bound is an argument, not a loaded or program-derived value (the
     # interpreter refuses those as bounds); tiles past the split's end are skipped.
     for j in range(0, keys_per_split, BN):

@@ -1,6 +1,6 @@
 """The jit helpers the context path's attention kernels share (each kernel lives in its
 home: ``attention.py`` over expanded K/V, ``absorbed.py`` over the paged latent, ``merge.py``
-the merge): one key tile of online softmax, and a split's partial output and LSE.
+the merge): a split's start, one key tile of online softmax, and its partial output and LSE.
 
 Every attention program covers one split of the keys and writes a partial output,
 normalised by its own softmax sum, and that sum's log-sum-exp; ``merge.merge_kernel``
@@ -14,6 +14,28 @@ import triton
 import triton.language as tl
 
 LN2 = tl.constexpr(0.6931471805599453)
+
+
+@triton.jit
+def load_two_parts(base, rmask, A: tl.constexpr, BA: tl.constexpr, B: tl.constexpr,
+                   BB: tl.constexpr):
+    """Rows at ``base`` (pointers [BM, 1]) as two column parts, [0, A) and [A, A + B), each
+    padded to a power of two (BA, BB) with zeros; masked rows read as zeros."""
+    ca = tl.arange(0, BA)
+    cb = tl.arange(0, BB)
+    a = tl.load(base + ca[None, :], mask=rmask[:, None] & (ca[None, :] < A), other=0.0)
+    b = tl.load(base + A + cb[None, :], mask=rmask[:, None] & (cb[None, :] < B), other=0.0)
+    return a, b
+
+
+@triton.jit
+def split_start(split, keys_per_split, n_keys, BM: tl.constexpr, BD: tl.constexpr):
+    """A split's keys [k0, k1) and its empty online-softmax state: the running max, the
+    sum and the [BM, BD] accumulator."""
+    k0 = split * keys_per_split
+    k1 = tl.minimum(k0 + keys_per_split, n_keys)
+    return (k0, k1, tl.full([BM], float("-inf"), tl.float32), tl.zeros([BM], tl.float32),
+            tl.zeros([BM, BD], tl.float32))
 
 
 @triton.jit
