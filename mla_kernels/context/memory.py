@@ -8,6 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..core.shapes import MLAShape, get_shape
+from . import checks
 
 F32 = 4
 
@@ -23,8 +24,7 @@ def _counts(new_tokens, context_len, splits) -> None:
     C >= 1, splits >= 1."""
     for name, v, lo in (("new_tokens", new_tokens, 0), ("context_len", context_len, 1),
                         ("splits", splits, 1)):
-        if type(v) is not int or v < lo:
-            raise ValueError(f"{name}: expected an int >= {lo}, got {v!r}")
+        checks.int_at_least(v, name, lo)
 
 
 def expanded_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int, *,

@@ -17,6 +17,7 @@ import torch
 
 from ..core.formats import FP8_DTYPES
 from ..core.reference import gather_kv_b_proj_reference
+from . import checks
 from .expanded import head_dims
 
 SCORE_ELEMENTS = 1 << 26  # float32 scores held at a time (256 MiB)
@@ -64,14 +65,6 @@ def _chunk(q: torch.Tensor, chunk: int | None) -> int:
     return chunk or max(1, SCORE_ELEMENTS // max(1, q.shape[0] * q.shape[1]))
 
 
-def _scale(sm_scale, head_dim: int) -> float:
-    if sm_scale is None:
-        return head_dim ** -0.5
-    if type(sm_scale) not in (int, float) or not 0 < sm_scale < float("inf"):
-        raise ValueError(f"sm_scale: expected None or a finite float > 0, got {sm_scale!r}")
-    return float(sm_scale)
-
-
 def _shapes(q, k, v) -> None:
     """q [n, H, Dk], k [C, H, Dk], v [C, H, Dv]: what the reference needs to agree."""
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -109,7 +102,7 @@ def attention_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if type(n_keys) is not int or not 1 <= n_keys <= k.shape[0]:
         raise ValueError(f"n_keys: expected None or an int in [1, {k.shape[0]}] (k's rows), "
                          f"got {n_keys!r}")
-    scale = _scale(sm_scale, q.shape[2])
+    scale = checks.sm_scale(sm_scale, q.shape[2])
     step = _chunk(q, chunk)
     for name, t, s in (("k_scale", k, k_scale), ("v_scale", v, v_scale)):
         if t.dtype in FP8_DTYPES and not (isinstance(s, torch.Tensor) and s.numel() == 1):
@@ -134,9 +127,8 @@ def prefix_reference(q: torch.Tensor, k_buffer: torch.Tensor, k_scale: torch.Ten
     tokens at a time; rounded to whole pages)."""
     _, h, dk = q.shape
     _, _, _, v = head_dims(q, k_buffer, kv_proj_weight, kv_proj_scale)
-    if type(context_len) is not int or context_len < 1:
-        raise ValueError(f"context_len: expected an int >= 1, got {context_len!r}")
-    scale = _scale(sm_scale, dk)
+    checks.int_at_least(context_len, "context_len", 1)
+    scale = checks.sm_scale(sm_scale, dk)
     bs = k_buffer.shape[1]
     step = max(bs, _chunk(q, chunk) // bs * bs)
     run = _Online(q, scale, v)
