@@ -69,6 +69,20 @@ TUNED_FP8_OUT: dict[tuple[str, str, str, object], object] = {
     ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", _PINGPONG),
 }
 
+# The tables above were measured on heads of 128 K-nope and 128 V columns (Kimi-K3,
+# DeepSeek-V3). Heads of other widths take their own: GLM-5-style heads (192 and 256),
+# whose work items mix K-nope and V columns (so no ping-pong schedule), hopper_ws's default
+# config on every weight and cache (the first timing of hopper_ws with these heads; the
+# portable tiled design ran them before). Heads with no table here: the portable fallback.
+HEADS_128 = (128, 128)
+_GLM5_HEADS = {("H200", fmt, cache, ANY): ("hopper_ws", {"ring_depth": 4})
+               for fmt in ("fp8_row", "fp8_block", "bf16", "mxfp4") for cache in ("fp8", "bf16")}
+# (K-nope columns, V columns) -> (table, its FP8-output table), keyed as TUNED.
+TUNED_BY_HEADS: dict[tuple[int, int], tuple[dict, dict]] = {
+    HEADS_128: (TUNED, TUNED_FP8_OUT),
+    (192, 256): (_GLM5_HEADS, {}),
+}
+
 # The best portable design on every format measured: tiled, split, 64-row tiles.
 FALLBACK: tuple[str, dict] = ("tiled", {"block_m": 64, "num_warps": 4, "split": True})
 
@@ -84,15 +98,20 @@ def _entry(table: dict, key: tuple, rows: int) -> tuple[str, dict] | None:
 
 
 def lookup(device: str, weight_format: str, cache_dtype: str, block_size: int,
-           rows: int = 0, out_fp8: bool = False) -> tuple[str, dict]:
+           rows: int = 0, out_fp8: bool = False, heads: tuple[int, int] = HEADS_128
+           ) -> tuple[str, dict]:
     """The most specific entry for this problem class on this device (``rows``: the output
     rows, the call's largest possible token count; ``out_fp8``: e4m3fn outputs, looked up in
-    TUNED_FP8_OUT first), else FALLBACK."""
+    the heads' FP8-output table first; ``heads``: (K-nope, V) columns a head, which pick the
+    tables, TUNED_BY_HEADS), else FALLBACK."""
+    if heads not in TUNED_BY_HEADS:
+        return FALLBACK
+    plain, fp8_out = TUNED_BY_HEADS[heads]
     keys = ((device, weight_format, cache_dtype, block_size),
             (device, weight_format, cache_dtype, ANY),
             (device, weight_format, ANY, block_size),
             (device, weight_format, ANY, ANY))
-    for table in (TUNED_FP8_OUT, TUNED) if out_fp8 else (TUNED,):
+    for table in (fp8_out, plain) if out_fp8 else (plain,):
         for key in keys:
             hit = _entry(table, key, rows)
             if hit is not None:

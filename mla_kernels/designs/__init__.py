@@ -47,7 +47,8 @@ def _auto(prob: Problem, device: DeviceSpec) -> tuple[Design, dict]:
     """auto's choice: the tuning table's entry for this device and problem class, or the
     portable fallback where the entry's design cannot run the problem."""
     name, fields = tuning.lookup(device.name, prob.weight_format, prob.cache_name,
-                                 prob.block_size, prob.out_rows, prob.out_is_fp8)
+                                 prob.block_size, prob.out_rows, prob.out_is_fp8,
+                                 (prob.nope_dim, prob.v_dim))
     design = DESIGNS.get(name)
     if design is None or not design.runs(prob, device):
         name, fields = tuning.FALLBACK

@@ -1,8 +1,12 @@
 """Search launch configs of each design per weight format on the live GPU; prints the best
 per (format, cache, ctx) and appends every row to ROWS.csv as it is measured.
 Usage: python -m mla_kernels.lab.tune ROWS.csv [--designs tiled ...] [--formats fp8_row ...]
-       [--caches fp8 ...] [--contexts 32000 ...] [--shapes kimi-k3-tp8 ...]"""
+       [--caches fp8 ...] [--contexts 32000 ...] [--shapes kimi-k3-tp8 ...]
+       [--configs JSON] [--out-dtype float8_e4m3fn]
+--configs: a JSON list of config mappings searched instead of SEARCH's for every design
+given (a config a format refuses is a row with its error)."""
 import argparse
+import json
 import time
 
 from . import bench
@@ -27,7 +31,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--caches", nargs="+", default=["fp8"])
     ap.add_argument("--contexts", nargs="+", type=int, default=[32000])
     ap.add_argument("--shapes", nargs="+", default=["kimi-k3-tp8"])
+    ap.add_argument("--configs", type=json.loads, default=None)
+    ap.add_argument("--out-dtype", default=bench.DEFAULT_OUT_DTYPE)
     a = ap.parse_args(argv)
+    if a.configs is not None and not (isinstance(a.configs, list)
+                                      and all(isinstance(c, dict) for c in a.configs)):
+        ap.error(f"--configs: expected a JSON list of config mappings, got {a.configs!r}")
 
     t0 = time.time()
     ceil = bench.measure_ceilings()
@@ -35,18 +44,19 @@ def main(argv: list[str] | None = None) -> None:
         for fmt in a.formats:
             for cache in a.caches:
                 for design in a.designs:
-                    for cfg in SEARCH[design]:
+                    for cfg in SEARCH[design] if a.configs is None else a.configs:
                         # serial is ~10x slower than the rest: tuned at the short context only
                         for ctx in (a.contexts if design != "serial" else (4096,)):
                             pt = bench.Point(shape, (ctx,), fmt, cache, 1, (design,),
-                                             configs={design: cfg})
+                                             configs={design: cfg}, out_dtype=a.out_dtype)
                             rows = frame(bench.run_points([pt], ceilings=ceil, torch_paths=False,
                                                           design_graphs=True, progress=False))
                             append_csv_atomic(rows, a.out)
                             g = rows[rows.timing == "graph"]
                             print(f"{shape} {fmt} {cache} {ctx} {design} {cfg}: "
                                   f"{g.median_us.min():.1f} us (graph), correct "
-                                  f"{bool(rows.correct.all())}  {time.time() - t0:.0f}s", flush=True)
+                                  f"{bool(rows.correct.all())}  {time.time() - t0:.0f}s"
+                                  + "".join(f"  {e}" for e in set(rows.error) if e), flush=True)
 
 
 if __name__ == "__main__":

@@ -112,12 +112,12 @@ _COMPILE_PATHS = textwrap.dedent(r"""
     from mla_kernels.lab.inputs import build_inputs
     from mla_kernels.lab.occupancy import problem_for
 
+    shape = sys.argv[2]
     for fmt, kind, dtype, depth, cache, *groups in json.loads(sys.argv[1]):
         # groups: [MMA groups[, latent in registers[, pingpong, spare latent chunks, out]]]
         out = getattr(torch, groups[4]) if len(groups) > 4 else torch.bfloat16
-        inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt,
-                           out_dtype=out)
-        prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1, out_dtype=out)
+        inp = build_inputs(shape, [300], cache_dtype=cache, weight_format=fmt, out_dtype=out)
+        prob = problem_for(shape, [300], cache, fmt, 1, out_dtype=out)
         n, k = inp.kv_proj_weight.shape
         if fmt == "bf16" and kind != "none":
             inp.kv_proj_scale = torch.ones((n,) if kind == "row" else (-(-n // 128), -(-k // 128)))
@@ -142,11 +142,12 @@ _COMPILE_PATHS = textwrap.dedent(r"""
 TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])
 
 
-def _compile_paths(paths: list[tuple]) -> list[dict]:
-    """_COMPILE_PATHS's report of each path, compiled for sm_90 in a fresh process."""
+def _compile_paths(paths: list[tuple], shape: str = "kimi-k3-tp8") -> list[dict]:
+    """_COMPILE_PATHS's report of each path (for heads of ``shape``), compiled for sm_90 in a
+    fresh process."""
     pytest.importorskip("triton.experimental.gluon")
     env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(paths)],
+    out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(paths), shape],
                          capture_output=True, text=True, env=env, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
@@ -284,3 +285,33 @@ def test_the_mma_rate_kernel_compiles_to_its_wgmma_chains_for_sm90():
         assert 0 < r["shared_bytes"] <= HOPPER_SMEM
         k_steps = 512 // (32 if dot == "fp8" else 16)  # one wgmma takes 32 fp8 / 16 bf16 K
         assert r["wgmma"] == k_steps * (2 if warps == 4 else 1)  # 128 rows: 2 m64 a group
+
+
+# GLM-5-style heads (192 K-nope and 256 V columns): items of two 64-column pieces. Each
+# weight over an fp8 cache, two groups with the latent in registers, FP8 outputs (a factor
+# a column), a bf16 cache: (as HOPPER_WS_PATHS[, MMA groups, latent in registers, pingpong,
+# spare latent chunks, output dtype]).
+HOPPER_WS_GLM5 = [
+    ("fp8_row", "row", "float32", 4, "fp8"),
+    ("fp8_block", "block", "float32", 4, "fp8", 1, False, False, 0, "float8_e4m3fn"),
+    ("bf16", "none", None, 4, "fp8"),
+    ("mxfp4", "e8m0", None, 4, "fp8", 1, False, False, 0, "float8_e4m3fn"),
+    ("fp8_row", "row", "float32", 6, "fp8", 2, True),
+    ("fp8_row", "row", "float32", 4, "bf16", 1, False, False, 0, "float8_e4m3fn"),
+]
+
+
+def test_hopper_ws_glm5_heads_compile_for_sm90():
+    # The kernels of Kimi-K3's heads with the stores split in pieces: the same warps, wgmma
+    # kinds and counts, within the SM's shared memory; spills no more than Kimi-K3's paths
+    # allow (MXFP4's few values; two groups' latent in registers under newer ptxas).
+    for r in _compile_paths(HOPPER_WS_GLM5, "glm-5-style"):
+        fmt, cache = r["path"][0], r["path"][4]
+        groups = r["path"][5] if len(r["path"]) > 5 else 1
+        assert r["shared_bytes"] <= HOPPER_SMEM, r
+        assert r["num_warps"] == (16 if groups == 2 else 12), r
+        assert r["mma_sync"] == 0, r
+        bf16 = fmt == "bf16" or cache == "bf16"
+        assert len(r["wgmma"]) == (96 if fmt == "mxfp4" and not bf16 else 64 if bf16 else 32), r
+        allowed = 64 if fmt == "mxfp4" or r["path"][6:7] == [True] else 0
+        assert r["spill_bytes"] <= allowed, r

@@ -15,6 +15,14 @@ BM = gl.constexpr(TILE)  # tokens per tile
 BN = gl.constexpr(TILE)  # output columns per item: one head-half
 BK = gl.constexpr(TILE)  # K per weight chunk (128 fp8 bytes: one 128-byte swizzle row)
 GATHER_WARPS = gl.constexpr(4)
+
+
+def whole_items(nope: int, v: int) -> bool:
+    """Whether each item's output is one head's K-nope or V columns (Kimi-K3, DeepSeek-V3:
+    128 of each), rather than two pieces of TILE / 2 columns, each K-nope or V of some head
+    (GLM-5's 192 and 256: items are the heads' weight rows, TILE at a time, in order).
+    The kernel asks the same of its constants."""
+    return nope % TILE == 0 and v % TILE == 0
 # How the weight's scale applies (the SCALE constant; jit.SCALE_CODES' numbering).
 SCALE_NONE = gl.constexpr(SCALE_CODES["none"])
 SCALE_ROW = gl.constexpr(SCALE_CODES["row"])

@@ -8,7 +8,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, mbarrier
 
 from .compat import cp_async
-from .config import BK, BM, GATHER_WARPS
+from .config import BK, BM, BN, GATHER_WARPS
 from .conversions import as_words, widen_words
 from .schedule import tile_row0
 from .shared_buffers import publish_slot
@@ -89,22 +89,22 @@ def _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, k_scale, total, tile, start,
                 pe_layout: gl.constexpr):
     """The rope of one tile with a bf16 latent tile, from registers (x k_scale, 1 for a bf16
     cache, and / k_out_scale for FP8 outputs): stored into the K rows of every head whose
-    K-nope item of this tile is in the run [start, end) (the program that stores a head's
-    K-nope stores its rope). The tile's rows past the last token are masked; a shifted last
+    K-nope begins in an item of this tile in the run [start, end) (the program that stores
+    it stores its rope). The tile's rows past the last token are masked; a shifted last
     tile writes its first rows again with the same bits."""
     NOPE: gl.constexpr = items.NOPE
     ITEMS_PER_TILE: gl.constexpr = items.PER_TILE
+    HEADS: gl.constexpr = ITEMS_PER_TILE * BN // (NOPE + items.V)
     out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
     KROW: gl.constexpr = NOPE + items.PE
     pe = (gl.load(pe_ptrs, mask=pe_mask[:, None], other=0.0).to(gl.float32) * k_scale
           ).to(out_ty)
     r = tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, pe_layout))
-    out = k_out_ptr + (r.to(gl.int64) * (KROW * (ITEMS_PER_TILE // 2)) + NOPE)[:, None] \
-        + pe_cols[None, :]
-    # Heads h whose K item tile * ITEMS_PER_TILE + 2h lies in the run.
+    out = k_out_ptr + (r.to(gl.int64) * (KROW * HEADS) + NOPE)[:, None] + pe_cols[None, :]
+    # Heads whose K-nope begins in an item of this tile in the run.
     t0 = gl.maximum(start - tile * ITEMS_PER_TILE, 0)
     t1 = gl.minimum(end - tile * ITEMS_PER_TILE, ITEMS_PER_TILE)
-    for head in range((t0 + 1) // 2, (t1 + 1) // 2):
+    for head in range(items.first_head_from(t0), items.first_head_from(t1)):
         gl.store(out + head * KROW, pe, mask=pe_mask[:, None])
 
 

@@ -27,7 +27,8 @@ def hopper_ws_kernel(
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
     LAT_SPARE: gl.constexpr, num_warps: gl.constexpr,
 ):
-    ITEMS_PER_TILE: gl.constexpr = 2 * HEADS
+    # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
+    ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
     NK: gl.constexpr = KV_C // BK
     # Latent chunk slots: a tile's, and LAT_SPARE more (an fp8 tile), taken as a ring.
     SLOTS: gl.constexpr = NK + LAT_SPARE

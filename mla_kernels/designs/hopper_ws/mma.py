@@ -22,7 +22,8 @@ from .schedule import tile_row0
 
 @bundle
 class Item:
-    """Where work item ``it`` of the run lies: its head and half (0: K-nope, 1: V), its
+    """Where work item ``it`` of the run lies: its head and half (0: K-nope, 1: V; heads of
+    whole items only, ``Items.piece`` places the others' two pieces), its
     tile's first token row, whether the tile is full, whether the item is its tile's first
     or last in the run, and how many tiles the run has begun, this one's included."""
 
@@ -349,14 +350,30 @@ def _stage_rope(lat, out, grp, item):
 
 
 @gluon.jit
+def _store_rope_rows(out, grp, row0, head, KROW: gl.constexpr, NOPE: gl.constexpr,
+                     HEADS: gl.constexpr):
+    """A partial tile's rope (x k_scale) into ``head``'s K rows, row-masked."""
+    total = grp.total
+    pr = row0 + grp.R0 + grp.pe_rows
+    pe = (grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.pe_scale
+          ).to(out.k_ptr.dtype.element_ty)
+    gl.store(out.k_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
+             + head * KROW + NOPE + grp.pe_cols[None, :], pe, mask=(pr < total)[:, None])
+
+
+@gluon.jit
 def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.constexpr):
     """Stage an item's output (``out_t``; with HALVES its top half, ``out_b`` the bottom) in
     a staging buffer and store it: by TMA for a full tile (a K item with its
-    tile's rope), else row-masked from the buffer. Returns the count of items staged."""
+    tile's rope), else row-masked from the buffer. Heads of other widths than whole items
+    (GLM-5's) store each item as two pieces (``Items.piece``), the rope with the piece where
+    a head's K-nope begins. Returns the count of items staged."""
     NOPE: gl.constexpr = items.NOPE
     V: gl.constexpr = items.V
     KROW: gl.constexpr = NOPE + items.PE  # one head's columns in k_out
-    HEADS: gl.constexpr = items.PER_TILE // 2
+    HEADS: gl.constexpr = items.PER_TILE * BN // (NOPE + V)
+    WHOLE: gl.constexpr = NOPE % BN == 0 and V % BN == 0
+    PW: gl.constexpr = BN // 2  # a piece's columns
     R0: gl.constexpr = grp.R0
     HM: gl.constexpr = grp.HM
     LAT16: gl.constexpr = lat.LAT16
@@ -374,9 +391,17 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
     # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
     # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done,
     # and so with a ping-pong group's own one (issued an item of the other group ago).
-    # A bf16 tile's K items store no rope (the gather warps do): one store an item.
+    # A bf16 tile's K items store no rope (the gather warps do): one store an item. Items of
+    # two pieces store two each, and the rope where a head's K-nope begins in one.
     if not item.full or out.bufs.shape[0] == 1 or grp.OWN_BUF >= 0:
         tma.store_wait(0)
+    elif not WHOLE:
+        if LAT16:
+            tma.store_wait(2)
+        elif items.begins_head(item.it - 1):
+            tma.store_wait(3)
+        else:
+            tma.store_wait(2)
     elif item.half == 0 or LAT16:
         tma.store_wait(1)
     else:
@@ -389,7 +414,17 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
     n_tma += 1
     if item.full:
         fence_async_shared()
-        if item.half == 0:
+        if not WHOLE:
+            for j in gl.static_range(2):
+                is_k, ph, col = items.piece(item.it, j)
+                src = buf.slice(j * PW, PW, dim=1)
+                if is_k:
+                    if col == 0 and not LAT16:
+                        tma_io.store(out.pe_desc, [row0 + R0, ph * KROW + NOPE], grp.pe_dst)
+                    tma_io.store(out.k_desc, [row0 + R0, ph * KROW + col], src)
+                else:
+                    tma_io.store(out.v_desc, [row0 + R0, ph * V + col], src)
+        elif item.half == 0:
             if not LAT16:
                 tma_io.store(out.pe_desc, [row0 + R0, head * KROW + NOPE], grp.pe_dst)
             tma_io.store(out.k_desc, [row0 + R0, head * KROW], buf)
@@ -402,16 +437,24 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
         val = buf.load(grp.st_layout)
         r = (row0 + R0 + grp.st_rows).to(gl.int64)[:, None]
         rmask = (row0 + R0 + grp.st_rows < total)[:, None]
-        if item.half == 0:
+        if not WHOLE:
+            for j in gl.static_range(2):
+                is_k, ph, col = items.piece(item.it, j)
+                inside = (grp.st_cols >= j * PW) & (grp.st_cols < (j + 1) * PW)
+                c = (grp.st_cols - j * PW + col)[None, :]
+                if is_k:
+                    gl.store(out.k_ptr + r * (KROW * HEADS) + ph * KROW + c, val,
+                             mask=rmask & inside[None, :])
+                    if col == 0 and not LAT16:
+                        _store_rope_rows(out, grp, row0, ph, KROW, NOPE, HEADS)
+                else:
+                    gl.store(out.v_ptr + r * (V * HEADS) + ph * V + c, val,
+                             mask=rmask & inside[None, :])
+        elif item.half == 0:
             gl.store(out.k_ptr + r * (KROW * HEADS) + head * KROW + grp.st_cols[None, :], val,
                      mask=rmask)
             if not LAT16:
-                pr = row0 + R0 + grp.pe_rows
-                pe = (grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.pe_scale
-                      ).to(out.k_ptr.dtype.element_ty)
-                gl.store(out.k_ptr + pr.to(gl.int64)[:, None] * (KROW * HEADS)
-                         + head * KROW + NOPE + grp.pe_cols[None, :], pe,
-                         mask=(pr < total)[:, None])
+                _store_rope_rows(out, grp, row0, head, KROW, NOPE, HEADS)
         else:
             gl.store(out.v_ptr + r * (V * HEADS) + head * V + grp.st_cols[None, :], val,
                      mask=rmask)
@@ -473,6 +516,8 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     else:  # a bf16 cache has nothing to dequantise
         k_scale = 1.0
     OUT_FP8: gl.constexpr = out.FP8
+    # FP8 outputs of items of two pieces (GLM-5's heads): K's and V's scales by column.
+    COL_FACTOR: gl.constexpr = OUT_FP8 and not (items.NOPE % BN == 0 and items.V % BN == 0)
     if OUT_FP8:
         # Stored values are divided by the output's scale: folded into the factors the
         # epilogue multiplies by anyway.
@@ -520,7 +565,13 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         if item.first and not LAT16 and (not PAIRS or WG == 0):
             _stage_rope(lat, out, grp, item)
         w_row = items.weight_row(it)
-        if OUT_FP8:
+        if COL_FACTOR:
+            # The item's pieces may be K's and V's: a factor a column.
+            k0, _, _ = items.piece(it, 0)
+            k1, _, _ = items.piece(it, 1)
+            factor = gl.where(gl.where(cols < BN // 2, k0, k1), k_scale * k_inv,
+                              k_scale * v_inv)
+        elif OUT_FP8:
             if item.half == 0:
                 factor = k_scale * k_inv
             else:
@@ -540,6 +591,10 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
                                           gl.SliceLayout(0, half_layout))
                 out_t = (acc_t * scale[None, :]).to(out_ty)
                 out_b = (acc_b * scale[None, :]).to(out_ty)
+            elif COL_FACTOR:
+                f = s_last * factor
+                out_t = (acc_t * f[None, :]).to(out_ty)
+                out_b = (acc_b * f[None, :]).to(out_ty)
             else:
                 f = s_last * factor
                 out_t = (acc_t * f).to(out_ty)
@@ -560,6 +615,8 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             acc = _item_done(ring, lat, acc, c, item, NK, LAT_REGS)
             if SCALE == SCALE_ROW:
                 out_t = (acc * scale[None, :]).to(out_ty)
+            elif COL_FACTOR:
+                out_t = (acc * factor[None, :]).to(out_ty)
             else:
                 out_t = (acc * factor).to(out_ty)
             out_b = out_t

@@ -16,15 +16,20 @@ from ...core.problem import GatherArgs, Problem
 from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher
 from ..portable_plan import no_launch
-from .config import MX_SPAN, TILE, WIDEN_MIN_STAGES, HopperWSConfig
+from .config import MX_SPAN, TILE, WIDEN_MIN_STAGES, HopperWSConfig, whole_items
 from .kernel import hopper_ws_kernel
 from .schedule import lockstep_granule
 from .widening import WidenedWeight, widened_problem, widened_shapes
 
 
+def items_per_tile(prob: Problem) -> int:
+    """A token tile's work items: the heads' weight rows, TILE at a time."""
+    return prob.num_heads * (prob.nope_dim + prob.v_dim) // TILE
+
+
 def hopper_ws_grid(prob: Problem, max_context_len: int | None, config: HopperWSConfig,
                    device: DeviceSpec) -> tuple[int, ...]:
-    items = triton.cdiv(prob.out_rows, TILE) * 2 * prob.num_heads
+    items = triton.cdiv(prob.out_rows, TILE) * items_per_tile(prob)
     return (min(items, config.programs or device.compute_units),)
 
 
@@ -37,7 +42,7 @@ def hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int 
     launched = hopper_ws_grid(prob, max_context_len, config, device)[0]
     tiles = -(-sum(contexts) // TILE)
     unit = 2 if config.pingpong else 1
-    per_tile = 2 * prob.num_heads
+    per_tile = items_per_tile(prob)
     if tiles == 0:
         return 0
     if 2 * tiles <= launched:
@@ -106,6 +111,12 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         w_desc = _descriptors(list(w.shape), list(w.stride()), w.dtype, TILE, wk)
     groups = config.mma_groups
     pingpong = config.pingpong
+    whole = whole_items(prob.nope_dim, prob.v_dim)
+    if pingpong and not whole:
+        raise ValueError("config.pingpong: expected False for heads of "
+                         f"{prob.nope_dim} K-nope and {prob.v_dim} V columns (the ping-pong "
+                         "groups take a head's K-nope and V items; these heads' items mix "
+                         "them), got True")
     if pingpong and groups != 2:
         raise ValueError("config.pingpong: expected False with one MMA group (the ping-pong "
                          "schedule runs two groups in turn; set mma_groups=2), got True")
@@ -140,9 +151,11 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                          f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
     # Rows of one TMA store: a group's share of a tile, or with pingpong the whole tile.
     srows = TILE if pingpong else TILE // groups
-    k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, TILE)
+    # Columns of one store: an item, or one of its two pieces (heads of other widths).
+    scols = TILE if whole else TILE // 2
+    k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, scols)
     pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, prob.pe_dim)
-    v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, srows, TILE)
+    v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, srows, scols)
     ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
     cache_fp8 = prob.cache_is_fp8
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
@@ -222,17 +235,21 @@ def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
 def supports(prob: Problem) -> bool:
     """The shapes and formats the kernel was written for: an fp8 e4m3fn or a bf16 cache;
     an fp8 e4m3fn weight with a per-row or per-128x128-block scale, a bf16 weight with
-    none, a per-row or a per-block scale (scales float32 or bf16), or MXFP4; nope = v = 128,
-    pe = 64, kv_c a multiple of 128 up to 512 (the whole latent tile lives in shared memory:
-    README.md), bf16, fp16 or FP8 (e4m3fn) outputs, and a 16-byte aligned weight and outputs (TMA's
-    rule)."""
+    none, a per-row or a per-block scale (scales float32 or bf16), or MXFP4; nope and v
+    multiples of 64 (128 and 128: Kimi-K3, DeepSeek-V3; 192 and 256: GLM-5) with the heads'
+    weight rows a multiple of 128 (whole items), pe = 64, kv_c a multiple of 128 up to 512
+    (the whole latent tile lives in shared memory: README.md), bf16, fp16 or FP8 (e4m3fn)
+    outputs, and a 16-byte aligned weight and outputs (TMA's rule)."""
     weight_ok = ((prob.weight_dtype == torch.float8_e4m3fn
                   and (prob.weight_format, prob.scale) in (("fp8_row", "row"),
                                                            ("fp8_block", "block")))
                  or (prob.weight_dtype == torch.bfloat16 and prob.weight_format == "bf16"
                      and prob.scale in ("none", "row", "block"))
                  or (prob.weight_format == "mxfp4" and prob.scale == "e8m0"))
-    return (weight_ok and prob.nope_dim == prob.v_dim == TILE and prob.pe_dim == 64
+    heads_ok = (prob.nope_dim % (TILE // 2) == 0 and prob.v_dim % (TILE // 2) == 0
+                and prob.nope_dim > 0 and prob.v_dim > 0
+                and prob.num_heads * (prob.nope_dim + prob.v_dim) % TILE == 0)
+    return (weight_ok and heads_ok and prob.pe_dim == 64
             and prob.kv_c_dim % TILE == 0 and prob.kv_c_dim <= 4 * TILE
             and prob.cache_dtype in (torch.float8_e4m3fn, torch.bfloat16)
             and prob.scale_dtype in (None, torch.bfloat16)

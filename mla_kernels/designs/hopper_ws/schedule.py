@@ -12,7 +12,7 @@ from triton.experimental.gluon import language as gl
 
 from ..jit import find_sequence
 from .compat import Scalar, bundle
-from .config import BM, LOCKSTEP_ITEMS, LOCKSTEP_SPLITS
+from .config import BM, BN, LOCKSTEP_ITEMS, LOCKSTEP_SPLITS
 
 
 @gluon.jit
@@ -27,7 +27,8 @@ def tile_row0(tile, total):
 @bundle
 class Items:
     """The batch's work items: ``cs`` (the prefix sums of the batch's context lengths, its
-    last entry the token count), the heads' shape (PER_TILE = 2 x heads items a tile), the
+    last entry the token count), the heads' shape (PER_TILE = heads x (NOPE + V) / BN items
+    a tile: 2 x heads for Kimi-K3's 128 and 128 columns, 3.5 x heads for GLM-5's), the
     latent's width (KV_C, then PE rope columns), and with PAIRS runs of whole heads (a head's
     K-nope item and its V item: the ping-pong groups take one each)."""
 
@@ -99,9 +100,46 @@ class Items:
 
     @gluon.jit
     def weight_row(self, it):
-        """First weight row of item ``it``: its head's K-nope rows, or its V rows."""
+        """First weight row of item ``it``: its BN rows of the heads' weight, [K-nope | V] a
+        head, in order (for heads of whole items, its head's K-nope rows or its V rows)."""
         hp = it % self.PER_TILE
-        return (hp // 2) * (self.NOPE + self.V) + (hp % 2) * self.NOPE
+        if self.NOPE % BN == 0 and self.V % BN == 0:
+            return (hp // 2) * (self.NOPE + self.V) + (hp % 2) * self.NOPE
+        else:
+            return hp * BN
+
+    @gluon.jit
+    def piece(self, it, j: gl.constexpr):
+        """Where piece ``j`` (columns [j PW, (j + 1) PW) of the item's output, PW = BN / 2) of
+        item ``it`` goes, for heads whose K-nope or V is not whole items (GLM-5's 192 and 256
+        columns): (a K column, its head, its column within the head's K-nope or V). A piece
+        never straddles the two: both widths are multiples of PW."""
+        HC: gl.constexpr = self.NOPE + self.V
+        f = (it % self.PER_TILE) * BN + j * (BN // 2)
+        head = f // HC
+        col = f % HC
+        is_k = col < self.NOPE
+        if not is_k:
+            col -= self.NOPE
+        return is_k, head, col
+
+    @gluon.jit
+    def begins_head(self, it):
+        """Whether one of item ``it``'s pieces begins a head's K-nope (at most one does: a
+        head has BN columns or more)."""
+        HC: gl.constexpr = self.NOPE + self.V
+        f = (it % self.PER_TILE) * BN
+        return (f % HC == 0) | ((f + BN // 2) % HC == 0)
+
+    @gluon.jit
+    def first_head_from(self, t):
+        """The first head whose K-nope begins in item ``t`` of a tile or later: the program
+        that runs the item where a head's K-nope begins stores the head's rope."""
+        HC: gl.constexpr = self.NOPE + self.V
+        if self.NOPE % BN == 0 and self.V % BN == 0:
+            return (t + 1) // 2
+        else:
+            return (t * BN + HC - 1) // HC
 
 
 @bundle
