@@ -1,5 +1,6 @@
 """What variant="auto" runs: a committed table of the best measured design and launch config
-per (device, weight format, cache dtype, page size), and the portable fallback.
+per (device, weight format, cache dtype, page size), one a head shape, and the portable
+fallback.
 
 Data only: entries name a design and its config fields; ``designs.resolve`` turns them into
 a design and its typed config (and falls back where the named design cannot run the
@@ -71,12 +72,19 @@ TUNED_FP8_OUT: dict[tuple[str, str, str, object], object] = {
 
 # The tables above were measured on heads of 128 K-nope and 128 V columns (Kimi-K3,
 # DeepSeek-V3). Heads of other widths take their own: GLM-5-style heads (192 and 256),
-# whose work items mix K-nope and V columns (so no ping-pong schedule), hopper_ws's default
-# config on every weight and cache (the first timing of hopper_ws with these heads; the
-# portable tiled design ran them before). Heads with no table here: the portable fallback.
+# whose work items mix K-nope and V columns (so no ping-pong schedule), from the rounds in
+# data/exploration/h200/2026-12-03-7a07b8a74942-glm5-heads/ (32000 tokens, fp8 per row also
+# 109440; nothing shorter timed): fp8 per row over an fp8 cache with two MMA groups, a
+# 6-deep ring and the latent in registers (1.4% under the default at 32000, 4.3% at 109440;
+# with FP8 outputs as fast as the default), from 16384 rows as for Kimi-K3's heads; every
+# other weight and cache the default config (a 6-deep ring within 1% of it where it fits).
+# Heads with no table here: the portable fallback.
 HEADS_128 = (128, 128)
 _GLM5_HEADS = {("H200", fmt, cache, ANY): ("hopper_ws", {"ring_depth": 4})
                for fmt in ("fp8_row", "fp8_block", "bf16", "mxfp4") for cache in ("fp8", "bf16")}
+_GLM5_HEADS[("H200", "fp8_row", "fp8", ANY)] = [
+    (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True}),
+    (0, "hopper_ws", {"ring_depth": 4})]
 # (K-nope columns, V columns) -> (table, its FP8-output table), keyed as TUNED.
 TUNED_BY_HEADS: dict[tuple[int, int], tuple[dict, dict]] = {
     HEADS_128: (TUNED, TUNED_FP8_OUT),

@@ -37,9 +37,9 @@ TARGETS = ("hopper_ws", "auto")
 FP8_OUT_TIMED = ("hopper_ws", "auto")
 FP8_OUT_PORTABLE = ("tiled",)
 FP8_OUT_SUFFIX = "/fp8out"
-# The GLM-5-style points beside the first (fp8 per row at 32000, which times TIMED): the
-# targets, and tiled, which auto ran for these heads before hopper_ws served them.
-GLM5_TIMED = ("tiled", "hopper_ws", "auto")
+# The GLM-5-style points beside the first (fp8 per row at 32000, which times TIMED, tiled
+# included: what auto ran for these heads before hopper_ws served them) time the targets.
+GLM5_TIMED = ("hopper_ws", "auto")
 
 
 def budget(name: str) -> tuple[int, int]:
@@ -78,7 +78,7 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     dtype (MXFP4 also with a weight too wide for e4m3, ``.../wide``); fp8 per-row at page
     sizes 16, 64 and 128; the ragged batch; 64 sequences of 4096; DeepSeek-V3 TP8 and TP1
     at 32000; GLM-5-style heads (``GLM5``) for every weight format at 32000, fp8 per row also
-    at 109440, over a bf16 cache and with FP8 outputs. The points of ``GRAPH8_POINTS`` also time graph8.
+    at 109440. The points of ``GRAPH8_POINTS`` also time graph8.
 
     FP8 outputs (e4m3, per-tensor scales), named ``<point>/fp8out``: every weight format on
     an fp8 cache at the headline contexts and on a bf16 cache at 32000, timing
@@ -102,16 +102,14 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     for shape in ("deepseek-v3-tp8", "deepseek-v3-tp1", GLM5):
         out[f"{shape}/fp8_row/fp8/p1/32000"] = _point(shape, (32000,), "fp8_row", "fp8", 1,
                                                       device)
-    # GLM-5-style heads: every other weight format at 32000, fp8 per row at 109440, over a
-    # bf16 cache and with FP8 outputs, timing GLM5_TIMED.
+    # GLM-5-style heads: every other weight format at 32000 and fp8 per row at 109440,
+    # timing GLM5_TIMED (the other caches and FP8 outputs are the tests' and the
+    # exploration rounds', not the committed run's, whose device time they would pass).
     for fmt in (f for f in WEIGHT_FORMATS if f != "fp8_row"):
         out[f"{GLM5}/{fmt}/fp8/p1/32000"] = point(GLM5, (32000,), fmt, "fp8", 1, GLM5_TIMED,
                                                   device)
-    for cache, ctx in (("fp8", 109440), ("bf16", 32000)):
-        out[f"{GLM5}/fp8_row/{cache}/p1/{ctx}"] = point(GLM5, (ctx,), "fp8_row", cache, 1,
-                                                        GLM5_TIMED, device)
-    out[f"{GLM5}/fp8_row/fp8/p1/32000{FP8_OUT_SUFFIX}"] = point(
-        GLM5, (32000,), "fp8_row", "fp8", 1, GLM5_TIMED, device, out_dtype=FP8_OUT_DTYPE)
+    out[f"{GLM5}/fp8_row/fp8/p1/109440"] = point(GLM5, (109440,), "fp8_row", "fp8", 1,
+                                                 GLM5_TIMED, device)
     for fmt in WEIGHT_FORMATS:
         for cache, ctx in [("fp8", c) for c in HEADLINE] + [("bf16", 32000)]:
             timed = FP8_OUT_TIMED + (FP8_OUT_PORTABLE if (cache, ctx) == ("fp8", 32000) else ())
