@@ -57,10 +57,13 @@ WHEEL_PLATFORMS := $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manyl
 	manylinux2014_x86_64 manylinux1_x86_64 any,--platform $(p))
 ON_DEVICE := attrs certifi charset_normalizer click idna jinja2 markupsafe packaging psutil \
 	pygments python_dateutil pyyaml requests tqdm typing_extensions urllib3 tzdata
+# Installed with --no-deps, so what a batch run never imports is left out: the kernel's
+# debugger and IPython's completer (10 MB; papermill's kernels start without them).
+NOT_RUN := debugpy jedi
 device-wheels:
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
 		$(WHEEL_PLATFORMS) -d .whl papermill ipykernel nbconvert nbformat nbclient
-	cd .whl && for p in $(ON_DEVICE); do rm -f $${p}-[0-9]*.whl; done
+	cd .whl && for p in $(ON_DEVICE) $(NOT_RUN); do rm -f $${p}-[0-9]*.whl; done
 
 # The package of another commit beside this tree, for `device_run.sh <commit> ab` with
 # AB_OLD=<OLD>=.ab/<OLD> (git ignores .ab/; it travels with the tree like .whl/).
