@@ -5,8 +5,11 @@ both. Each round runs each tree in its own process (PYTHONPATH = the tree). The 
 than 3%" check of a kernel change against its starting commit.
 
 Usage: python scripts/ab_timing.py ROWS.csv --tree 6a3775e=.ab/6a3775e --tree <sha>=. [--rounds 2]
+       [--points GLOB ...]
 A tree's label is recorded as its commit; it must hold mla_kernels/ (of any version whose
-bench.Point and bench.run_points(design_graphs=...) exist: 3daddda and later)."""
+bench.Point and bench.run_points(design_graphs=...) exist: 3daddda and later). --points:
+matrix points instead (names of lab/matrix.py, globs, as each tree's matrix names them),
+timing `hopper_ws` and `auto` at each."""
 import argparse
 import os
 import subprocess
@@ -18,10 +21,14 @@ import pandas as pd
 CHILD = r"""
 import sys, pandas as pd, dataclasses
 from mla_kernels.lab import bench
-# Every weight format over both caches at 32000 and 109440 tokens, the kernel targets only.
-pts = [bench.Point("kimi-k3-tp8", (c,), f, cache, 1, ("hopper_ws", "auto"))
-       for cache in ("fp8", "bf16") for f in ("fp8_row", "fp8_block", "bf16", "mxfp4")
-       for c in (32000, 109440)]
+if len(sys.argv) > 2:  # matrix points, the kernel targets only
+    from mla_kernels.lab import matrix
+    pts = [dataclasses.replace(p, variants=("hopper_ws", "auto"), graph8=False)
+           for p in matrix.select(sys.argv[2:]).values()]
+else:  # every weight format over both caches at 32000 and 109440 tokens, the targets only
+    pts = [bench.Point("kimi-k3-tp8", (c,), f, cache, 1, ("hopper_ws", "auto"))
+           for cache in ("fp8", "bf16") for f in ("fp8_row", "fp8_block", "bf16", "mxfp4")
+           for c in (32000, 109440)]
 rows = bench.run_points(pts, torch_paths=False, design_graphs=True, progress=False)
 rows = [r if isinstance(r, dict) else dataclasses.asdict(r) for r in rows]
 pd.DataFrame(rows).to_csv(sys.argv[1], index=False)
@@ -31,6 +38,7 @@ ap = argparse.ArgumentParser()
 ap.add_argument("out")
 ap.add_argument("--tree", action="append", required=True, help="LABEL=PATH")
 ap.add_argument("--rounds", type=int, default=2)
+ap.add_argument("--points", nargs="+", default=[])
 a = ap.parse_args()
 trees = [t.split("=", 1) for t in a.tree]
 frames = []
@@ -40,7 +48,7 @@ with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, f"{label}-{rnd}.csv")
             env = dict(os.environ, PYTHONPATH=os.path.abspath(path) + os.pathsep
                        + os.environ.get("PYTHONPATH", ""), MLA_RUN_LABEL=label)
-            r = subprocess.run([sys.executable, "-c", CHILD, out], env=env, text=True,
+            r = subprocess.run([sys.executable, "-c", CHILD, out, *a.points], env=env, text=True,
                                capture_output=True)
             if r.returncode:
                 print(r.stdout[-2000:], r.stderr[-4000:], file=sys.stderr)
@@ -49,7 +57,10 @@ with tempfile.TemporaryDirectory() as tmp:
             print(f"round {rnd}: {label} done", flush=True)
 df = pd.concat(frames, ignore_index=True)
 df.to_csv(a.out, index=False)
-g = df.groupby(["tree", "cache_dtype", "weight_format", "ctx", "variant", "timing"])["median_us"]
+if "weight_draw" not in df:  # a tree from before the column
+    df["weight_draw"] = ""
+key = ["tree", "model", "cache_dtype", "weight_format", "ctx", "weight_draw", "variant", "timing"]
+g = df.fillna({"weight_draw": ""}).groupby(key)["median_us"]
 t = g.median().unstack("tree")
 labels = [lab for lab, _ in trees]
 t["new_over_old"] = t[labels[1]] / t[labels[0]]

@@ -13,6 +13,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+import triton
 from test_kernels import run_and_check
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -24,8 +25,8 @@ from mla_kernels.designs.hopper_ws import HopperWSConfig, fp8_route, lockstep_gr
 from mla_kernels.designs.hopper_ws.conversions import (
     E4M3_TO_BF16,
     halves,
-    mx_chunk,
-    mx_item,
+    mx_codes,
+    mx_offsets,
     widen_bf16,
     widen_e4m3,
 )
@@ -355,7 +356,7 @@ def test_lockstep_granule_in_heads():
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block", "mxfp4"])
+@pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block"])
 @pytest.mark.parametrize("stages", [5, 6])
 def test_deep_rings_over_an_fp8_cache(fmt, stages, device, seed):
     # One staging buffer: each item waits for the last one's stores before staging.
@@ -701,6 +702,12 @@ def test_mxfp4_refuses_a_two_slot_ring():
     with pytest.raises(ValueError, match="config.ring_depth: expected 3 or more"):
         HOPPER_WS.prepare(_prob(fmt="mxfp4"), inp.args(), None, HopperWSConfig(ring_depth=2),
                           DEVICES["H200"])
+    # Its packed chunks take the room of the fifth and sixth slots.
+    for depth in (5, 6):
+        with pytest.raises(ValueError, match="config.ring_depth: expected 4 or less for an "
+                                             "MXFP4 weight over an fp8 cache"):
+            HOPPER_WS.prepare(_prob(fmt="mxfp4"), inp.args(), None,
+                              HopperWSConfig(ring_depth=depth), DEVICES["H200"])
 
 
 @pytest.mark.gpu
@@ -722,15 +729,24 @@ def test_mxfp4_as_torch_fp4_and_e8m0_dtypes(device, seed):
 
 @gluon.jit
 def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.constexpr,
-                 WS_LD: gl.constexpr):
+                 WS_LD: gl.constexpr, CODES: gl.constexpr):
     """One program per 128-row item: hopper_ws's widening helpers' outputs, to global memory:
     every K chunk widened both ways (whatever the item's route), the rows' largest codes
-    and the item's route."""
+    and the item's route. The codes and packed words are read from global memory here, in
+    the layouts the widener reads them from shared memory in (a row a thread)."""
     w_row = gl.program_id(0) * 128
     w32_ptr = w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
-    words, packed, top, fits = mx_item(w32_ptr, ws_ptr, w_row, KV_C, WS_LD)
+    lc: gl.constexpr = gl.BlockedLayout([1, CODES], [32, 1], [4, 1], [1, 0])
+    lp: gl.constexpr = gl.BlockedLayout([1, 16], [32, 1], [4, 1], [1, 0])
     lw: gl.constexpr = gl.BlockedLayout([1, 32], [32, 1], [4, 1], [1, 0])
     lb: gl.constexpr = gl.BlockedLayout([1, 64], [32, 1], [4, 1], [1, 0])
+    rc = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lc))
+    cc = gl.arange(0, CODES, layout=gl.SliceLayout(0, lc))
+    code = gl.load(ws_ptr + rc[:, None] * WS_LD + cc[None, :],
+                   mask=(cc < KV_C // 32)[None, :], other=0).to(gl.int32)
+    packed, top, fits = mx_codes(code, KV_C)
+    rp = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lp))
+    cp = gl.arange(0, 16, layout=gl.SliceLayout(0, lp))
     rw = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lw))
     cw = gl.arange(0, 32, layout=gl.SliceLayout(0, lw))
     rb = w_row + gl.arange(0, 128, layout=gl.SliceLayout(1, lb))
@@ -738,7 +754,8 @@ def _widen_probe(w_ptr, ws_ptr, e4m3_ptr, bf16_ptr, top_ptr, fits_ptr, KV_C: gl.
     gl.store(top_ptr + rw, gl.convert_layout(top, gl.SliceLayout(1, lw)))
     gl.store(fits_ptr + gl.program_id(0), fits.to(gl.int32))
     for kb in gl.static_range(KV_C // 128):
-        chunk, d = mx_chunk(words, packed, top, kb)
+        chunk = gl.load(w32_ptr + rp[:, None] * (KV_C // 8) + kb * 16 + cp[None, :])
+        d = mx_offsets(packed, top, kb, lp)
         e4m3 = gl.convert_layout(widen_e4m3(chunk, d), lw)
         gl.store(e4m3_ptr + rw[:, None] * (KV_C // 4) + kb * 32 + cw[None, :], e4m3)
         w_lo, d_lo, w_hi, d_hi = halves(chunk, d)
@@ -771,7 +788,8 @@ def test_mxfp4_widening_is_exact(kv_c, seed):
     top = torch.empty(n, dtype=torch.int32, device="cuda")
     fits = torch.empty(n // 128, dtype=torch.int32, device="cuda")
     _widen_probe[(n // 128,)](w, ws, e4m3.view(torch.int32), bf16, top, fits, KV_C=kv_c,
-                              WS_LD=kv_c // 32, num_warps=4)
+                              WS_LD=kv_c // 32, CODES=4 * triton.next_power_of_2(kv_c // 128),
+                              num_warps=4)
     deq = dequantize_mxfp4(packed, codes).double()
     assert torch.equal(top.cpu(), codes.int().amax(1))
     assert fits.cpu().bool().tolist() == fp8_route(codes).tolist() == [True, True, False, True]

@@ -48,6 +48,9 @@ WIDEN_WARPS = gl.constexpr(4)
 # runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
 MX_SPAN = gl.constexpr(11)
 WIDEN_MIN_STAGES = 3  # ring slots MXFP4's widener needs (it hands chunks over in pairs)
+WIDEN_MAX_STAGES = 4  # its packed chunks take the room of deeper rings
+MX_PACKED = gl.constexpr(4)  # packed K chunks in flight to the widener (8 KB each)
+MX_CODES = gl.constexpr(2)  # items' codes in flight to the widener
 MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest code
 
 

@@ -3,7 +3,6 @@ and MXFP4 (packed e2m1, e8m0 codes) -> e4m3 or bf16 for MXFP4's widener partitio
 
 from __future__ import annotations
 
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -83,57 +82,51 @@ def ring_as_bf16(ring):
 
 
 @gluon.jit
-def mx_item(w32_ptr, ws_ptr, w_row, KV_C: gl.constexpr, WS_LD: gl.constexpr):
-    """An item's 128 weight rows, packed, a row a thread, in one round of loads: the words
-    [128, NK, 16] (int32, 8 e2m1 values each, low nibble first, NK = K chunks rounded up to
-    a power of two), the codes [128, NK] (int32, a K chunk's four e8m0 codes, one a byte),
-    each row's largest code, and whether the item takes the e4m3 route (no row's codes span
-    more than MX_SPAN)."""
-    NK: gl.constexpr = KV_C // BK
-    NKP: gl.constexpr = triton.next_power_of_2(NK)
-    l3: gl.constexpr = gl.BlockedLayout([1, NKP, BK // 8], [32, 1, 1], [WIDEN_WARPS, 1, 1],
-                                        [2, 1, 0])
-    c3: gl.constexpr = gl.BlockedLayout([1, NKP, BK // 32], [32, 1, 1], [WIDEN_WARPS, 1, 1],
-                                        [2, 1, 0])
-    r = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, l3)))
-    k = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
-    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
-    words = gl.load(w32_ptr + r[:, None, None] * (KV_C // 8) + k[None, :, None] * (BK // 8)
-                    + w[None, None, :], mask=(k < NK)[None, :, None], other=0)
-    rc = w_row + gl.arange(0, BN, layout=gl.SliceLayout(1, gl.SliceLayout(2, c3)))
-    kc = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, c3)))
-    g = gl.arange(0, BK // 32, layout=gl.SliceLayout(0, gl.SliceLayout(1, c3)))
-    kmask = (kc < NK)[None, :, None]
-    code = gl.load(ws_ptr + rc[:, None, None] * WS_LD + kc[None, :, None] * (BK // 32)
-                   + g[None, None, :], mask=kmask, other=0).to(gl.int32)
-    top = gl.max(gl.max(code, axis=2), axis=1)
-    low = gl.min(gl.min(gl.where(kmask, code, 255), axis=2), axis=1)
-    fits = gl.max(top - low, axis=0) <= MX_SPAN
-    packed = gl.sum(code << (8 * g)[None, None, :], axis=2)
-    return (words, gl.convert_layout(packed, gl.SliceLayout(2, l3)),
-            gl.convert_layout(top, gl.SliceLayout(1, gl.SliceLayout(2, l3))), fits)
+def packed_words(slot):
+    """A packed slot ([128 x 64] bytes of e2m1 pairs, 64-byte swizzled: a K chunk of 128
+    rows) as [128 x 16] int32 words of 8 values each, low nibble first."""
+    return smem.reinterpret(slot, gl.int32, [BN, BK // 8], gl.NVMMASharedLayout(
+        swizzle_byte_width=64, element_bitwidth=32, rank=2))
 
 
 @gluon.jit
-def mx_chunk(words, packed, top, kb: gl.constexpr):
-    """K chunk ``kb`` of an item (``mx_item``): its [128 x 16] words and each word's
-    exponent offset d = code - top + 6 (picked out of registers: kb is a constant)."""
-    l3: gl.constexpr = words.type.layout
-    k = gl.arange(0, words.shape[1], layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
-    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
-    chunk = gl.sum(gl.where((k == kb)[None, :, None], words, 0), axis=1)
+def mx_codes(code, KV_C: gl.constexpr):
+    """An item's e8m0 codes, [128 x CODES] int32 (a row a thread; CODES = 4 x the K chunks
+    rounded up to a power of two, the columns past kv_c / 32 padding): the codes of each K
+    chunk packed four to a word ([128 x chunks], one a byte), each row's largest code, and
+    whether the item takes the e4m3 route (no row's codes span more than MX_SPAN)."""
+    NKP: gl.constexpr = code.shape[1] // 4
+    l3: gl.constexpr = gl.BlockedLayout([1, NKP, 4], [32, 1, 1], [WIDEN_WARPS, 1, 1],
+                                        [2, 1, 0])
+    c3 = gl.convert_layout(code.reshape([BN, NKP, 4]), l3)
+    kc = gl.arange(0, NKP, layout=gl.SliceLayout(0, gl.SliceLayout(2, l3)))
+    g = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(1, l3)))
+    kmask = (kc < KV_C // BK)[None, :, None]
+    top = gl.max(gl.max(c3, axis=2), axis=1)
+    low = gl.min(gl.min(gl.where(kmask, c3, 255), axis=2), axis=1)
+    fits = gl.max(top - low, axis=0) <= MX_SPAN
+    packed = gl.sum(c3 << (8 * g)[None, None, :], axis=2)
+    return packed, top, fits
+
+
+@gluon.jit
+def mx_offsets(packed, top, kb: gl.constexpr, layout: gl.constexpr):
+    """K chunk ``kb``'s exponent offset d = code - top + 6 for each of its [128 x 16] words
+    (``mx_codes``' packed codes and row maxima; picked out of registers: kb is a constant),
+    in ``layout``."""
+    k = gl.arange(0, packed.shape[1], layout=gl.SliceLayout(0, packed.type.layout))
+    w = gl.arange(0, BK // 8, layout=gl.SliceLayout(0, layout))
     codes = gl.sum(gl.where((k == kb)[None, :], packed, 0), axis=1)
-    codes = gl.convert_layout(codes, gl.SliceLayout(1, chunk.type.layout))
-    top = gl.convert_layout(top, gl.SliceLayout(1, chunk.type.layout))
-    d = ((codes[:, None] >> (8 * (w // 4))[None, :]) & 0xFF) - top[:, None] + 6
-    return chunk, d
+    codes = gl.convert_layout(codes, gl.SliceLayout(1, layout))
+    top = gl.convert_layout(top, gl.SliceLayout(1, layout))
+    return ((codes[:, None] >> (8 * (w // 4))[None, :]) & 0xFF) - top[:, None] + 6
 
 
 @gluon.jit
 def widen_e4m3(words, d):
-    """A chunk's words (``mx_chunk``) as e4m3, each value its e2m1 value times 2^d (exact on
-    the e4m3 route): [128 x 32] int32 words of 4 values in K order, a row a thread; two
-    words out of each packed one (_E2M1_TO_E4M3)."""
+    """A chunk's words (``packed_words``; offsets ``mx_offsets``) as e4m3, each value its
+    e2m1 value times 2^d (exact on the e4m3 route): [128 x 32] int32 words of 4 values in K
+    order, a row a thread; two words out of each packed one (_E2M1_TO_E4M3)."""
     lo, hi = gl.inline_asm_elementwise(_E2M1_TO_E4M3, "=r,=r,r,r", [words, d],
                                        dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
     return gl.join(lo, hi).reshape([BN, BK // 4])
@@ -141,7 +134,7 @@ def widen_e4m3(words, d):
 
 @gluon.jit
 def halves(words, d):
-    """A chunk (``mx_chunk``) as its two 64-value halves: ([128 x 8] words, [128 x 8]
+    """A chunk (words and offsets) as its two 64-value halves: ([128 x 8] words, [128 x 8]
     exponent offsets) each (register renaming only)."""
     w0, w1 = gl.split(words.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))
     d0, d1 = gl.split(d.reshape([BN, 2, BK // 16]).permute((0, 2, 1)))

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from .config import BK, BM, BN, GATHER_WARPS, SCALE_E8M0, WIDEN_WARPS
+from .config import BK, BM, BN, GATHER_WARPS, MX_CODES, MX_PACKED, SCALE_E8M0, WIDEN_WARPS
 from .gather import latent_gatherer
-from .loaders import mx_widener, weight_loader
+from .loaders import mx_widener, packed_loader, weight_loader
 from .mma import mma_epilogue
 from .schedule import Cache, Items
-from .shared_buffers import Handles, LatentTile, Outputs, WeightRing
+from .shared_buffers import Handles, LatentTile, Outputs, PackedRing, WeightRing
 
 
 @gluon.jit
@@ -30,13 +31,16 @@ def hopper_ws_kernel(
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
     NK: gl.constexpr = KV_C // BK
+    NKP: gl.constexpr = triton.next_power_of_2(NK)  # K chunks rounded up to a power of two
     # Latent chunk slots: a tile's, and LAT_SPARE more (an fp8 tile), taken as a ring.
     SLOTS: gl.constexpr = NK + LAT_SPARE
     # Output staging buffers of an fp8 tile: two (an item's stores may still read one while
     # the next item stages), or one, whose 32 KB hold the fifth and sixth weight slots (each
     # item then waits for the last item's stores, which a deeper ring leaves long done).
     # FP8 outputs stage in half the bytes: two buffers fit wherever one bf16 one does.
-    NBUF: gl.constexpr = 2 if STAGES <= 4 or OUT_FP8 else 1
+    # MXFP4's packed chunks take the second bf16 buffer's room.
+    MX: gl.constexpr = SCALE == SCALE_E8M0
+    NBUF: gl.constexpr = 2 if (STAGES <= 4 and not MX) or OUT_FP8 else 1
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
     bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
@@ -53,17 +57,33 @@ def hopper_ws_kernel(
         lat = gl.allocate_shared_memory(gl.float8e4nv, [SLOTS, BM, BK], lat_smem)
         pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-    if SCALE == SCALE_E8M0:
-        # MXFP4: no TMA, the widener writes [128 x 128] e4m3 (or [128 x 64] bf16) chunks,
-        # each item's factors and route in its info entry. w_desc is None.
+    if MX:
+        # MXFP4: the widener writes [128 x 128] e4m3 (or [128 x 64] bf16) chunks, each
+        # item's factors and route in its info entry, from the packed loader's slots: an
+        # item's codes, [128 x 64] bytes of packed e2m1 a K chunk (w_desc's blocks).
         w_ring = gl.allocate_shared_memory(gl.float8e4nv, [STAGES, BN, BK], lat_smem)
         info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],  # rank-1 entries
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        pk_slots = gl.allocate_shared_memory(gl.uint8, [MX_PACKED, BN, BK // 2], w_desc.layout)
+        codes = gl.allocate_shared_memory(gl.uint8, [MX_CODES, BN, 4 * NKP],
+                                          gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        pk_ready = gl.allocate_shared_memory(gl.int64, [MX_PACKED, 1], mbarrier.MBarrierLayout())
+        pk_empty = gl.allocate_shared_memory(gl.int64, [MX_PACKED, 1], mbarrier.MBarrierLayout())
+        cd_ready = gl.allocate_shared_memory(gl.int64, [MX_CODES, 1], mbarrier.MBarrierLayout())
+        cd_empty = gl.allocate_shared_memory(gl.int64, [MX_CODES, 1], mbarrier.MBarrierLayout())
+        for b in gl.static_range(MX_PACKED):
+            mbarrier.init(pk_ready.index(b), count=1)
+            mbarrier.init(pk_empty.index(b), count=1)
+        for b in gl.static_range(MX_CODES):
+            mbarrier.init(cd_ready.index(b), count=1)
+            mbarrier.init(cd_empty.index(b), count=1)
+        packed = PackedRing(pk_slots, pk_ready, pk_empty, codes, cd_ready, cd_empty,
+                            MX_PACKED, MX_CODES)
     else:
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
     lat_ready = gl.allocate_shared_memory(gl.int64, [SLOTS + 1, 1], mbarrier.MBarrierLayout())
     lat_empty = gl.allocate_shared_memory(gl.int64, [SLOTS + 1, 1], mbarrier.MBarrierLayout())
-    if SCALE != SCALE_E8M0:
+    if not MX:
         if LAT16:
             info = lat_ready  # a stand-in, never read (a partition's argument cannot be None)
         else:
@@ -107,11 +127,14 @@ def hopper_ws_kernel(
         mbarrier.init(lat_empty.index(kb), count=MMA_GROUPS)
     mbarrier.init(lat_empty.index(SLOTS), count=READERS)
 
+    if not MX:  # stand-ins, never read
+        packed = PackedRing(lat_ready, lat_ready, lat_ready, lat_ready, lat_ready, lat_ready,
+                            1, 1)
     p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS),
                 Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
                       stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, CACHE_FP8),
                 w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
-                WeightRing(w_ring, w_ready, w_empty, info, STAGES),
+                WeightRing(w_ring, w_ready, w_empty, info, STAGES), packed,
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),
                 Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
                         ko_scale_ptr, vo_scale_ptr, OUT_FP8), turns)
@@ -127,12 +150,13 @@ def hopper_ws_kernel(
             (latent_gatherer, (p,)),
             (weight_loader, (p,)),
         ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])
-    elif SCALE == SCALE_E8M0:
+    elif MX:
         gl.warp_specialize([
             (mma_epilogue, (p, 0, 1, False, num_warps)),
             (mx_widener, (p,)),
             (latent_gatherer, (p,)),
-        ], [WIDEN_WARPS, GATHER_WARPS], [LOADER_REGS, GATHER_REGS])
+            (packed_loader, (p,)),
+        ], [WIDEN_WARPS, GATHER_WARPS, 1], [LOADER_REGS, GATHER_REGS, 24])
     else:
         gl.warp_specialize([
             (mma_epilogue, (p, 0, 1, False, num_warps)),

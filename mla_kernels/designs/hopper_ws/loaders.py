@@ -1,14 +1,24 @@
-"""The weight partitions: the TMA loader of fp8 and bf16 weights, and MXFP4's widener in its
-place. Both fill the weight ring in the order the MMA warps read it: each item of the
-program's run, K chunk by K chunk."""
+"""The weight partitions: the TMA loader of fp8 and bf16 weights, and in its place MXFP4's
+packed loader and widener. They fill the weight ring in the order the MMA warps read it:
+each item of the program's run, K chunk by K chunk."""
 
 from __future__ import annotations
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from .config import BK, MX_BIAS, WIDEN_WARPS
-from .conversions import as_words, halves, mx_chunk, mx_item, widen_bf16, widen_e4m3
+from .compat import partition_sync, tma_io
+from .config import BK, BN, MX_BIAS, WIDEN_WARPS
+from .conversions import (
+    as_words,
+    halves,
+    mx_codes,
+    mx_offsets,
+    packed_words,
+    widen_bf16,
+    widen_e4m3,
+)
 
 
 @gluon.jit
@@ -28,60 +38,115 @@ def weight_loader(p):
 
 
 @gluon.jit
-def mx_widener(p):
-    """MXFP4's weight partition (four warps, in place of the TMA loader): reads the packed
-    e2m1 bytes and e8m0 scales of each item's 128 weight rows from global memory and writes
-    them into the ring widened, as [128 x 128] e4m3 chunks when every row fits (MX_SPAN),
-    else as [128 x 64] bf16 chunks, with one factor 2^F a row (undone in the epilogue). The
-    item's F and route go to the ring's ``info`` entry before its first chunk is published.
-    """
-    ring = p.ring
+def packed_loader(p):
+    """MXFP4's loader (one warp, over an fp8 cache): each item's e8m0 codes into a codes slot
+    (plain loads and stores) and its packed e2m1 bytes by TMA, K chunk by K chunk, into the
+    packed ring, ahead of the widener. The widener then never waits on memory: its every
+    hand-over's proxy fence waits for the loads it has in flight (MEMBAR.ALL.CTA), so loads
+    of its own put their latency on its path once an item at least."""
     items = p.items
+    pk = p.packed
     KV_C: gl.constexpr = items.KV_C
-    STAGES: gl.constexpr = ring.STAGES
     NK: gl.constexpr = KV_C // BK
-    info_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
-    w32_ptr = p.w_ptr.to(gl.pointer_type(gl.int32), bitcast=True)
+    CODES: gl.constexpr = pk.codes.shape[2]
+    code_layout: gl.constexpr = gl.BlockedLayout([1, CODES], [32, 1], [1, 1], [1, 0])
+    rows = gl.arange(0, BN, layout=gl.SliceLayout(1, code_layout))
+    cols = gl.arange(0, CODES, layout=gl.SliceLayout(0, code_layout))
     _, start, end = items.run()
     c = 0
     for it in range(start, end):
         w_row = items.weight_row(it)
-        # Every load of the item at once. Each chunk's hand-over fences shared memory for
-        # wgmma (fence.proxy.async: MEMBAR.ALL.CTA), which also waits for every load in
-        # flight: loads issued chunk by chunk would each wait out L2's latency there.
-        words, packed, top, fits = mx_item(w32_ptr, p.ws_ptr, w_row, KV_C, p.WS_LD)
+        q = it - start
+        code = gl.load(p.ws_ptr + (w_row + rows)[:, None] * p.WS_LD + cols[None, :],
+                       mask=(cols < KV_C // 32)[None, :], other=0)
+        s = pk.codes_free(q)
+        pk.codes.index(s).store(code)
+        partition_sync()
+        mbarrier.arrive(pk.codes_ready.index(s), count=1)
+        for kb in gl.static_range(NK):
+            s = pk.wait_free(c)
+            mbarrier.expect(pk.ready.index(s), p.w_desc.block_type.nbytes)
+            tma_io.load(p.w_desc, [w_row, kb * (BK // 2)], pk.ready.index(s), pk.slots.index(s))
+            c += 1
+
+
+@gluon.jit
+def _take_chunk(pk, n, layout: gl.constexpr):
+    """Packed chunk ``n`` of the run as [128 x 16] words in ``layout``, its slot freed for
+    the loader once every widener thread has read its row."""
+    s = pk.wait_full(n)
+    words = packed_words(pk.slots.index(s)).load(layout)
+    partition_sync()
+    mbarrier.arrive(pk.empty.index(s), count=1)
+    return words
+
+
+@gluon.jit
+def mx_widener(p):
+    """MXFP4's widener (four warps, over an fp8 cache, beside the packed loader): reads each
+    item's e8m0 codes and packed e2m1 chunks from shared memory and writes them into the
+    ring widened, as [128 x 128] e4m3 chunks when every row fits (MX_SPAN), else as
+    [128 x 64] bf16 chunks, with one factor 2^F a row (undone in the epilogue). The item's
+    F and route go to the ring's ``info`` entry before its first chunk is published.
+    """
+    ring = p.ring
+    pk = p.packed
+    items = p.items
+    KV_C: gl.constexpr = items.KV_C
+    STAGES: gl.constexpr = ring.STAGES
+    NK: gl.constexpr = KV_C // BK
+    CODES: gl.constexpr = pk.codes.shape[2]
+    info_layout: gl.constexpr = gl.BlockedLayout([1], [32], [WIDEN_WARPS], [0])
+    code_layout: gl.constexpr = gl.BlockedLayout([1, CODES], [32, 1], [WIDEN_WARPS, 1],
+                                                 [1, 0])
+    # A chunk's packed words, a row a thread.
+    word_layout: gl.constexpr = gl.BlockedLayout([1, BK // 8], [32, 1], [WIDEN_WARPS, 1],
+                                                 [1, 0])
+    _, start, end = items.run()
+    c = 0  # ring chunks written
+    n = 0  # packed chunks read
+    for it in range(start, end):
+        q = it - start
+        s = pk.codes_full(q)
+        code = pk.codes.index(s).load(code_layout).to(gl.int32)
+        packed, top, fits = mx_codes(code, KV_C)
+        partition_sync()  # every thread has read its row's codes
+        mbarrier.arrive(pk.codes_empty.index(s), count=1)
         # An info entry is rewritten STAGES + 1 items later: by then the MMA warps have
         # released this item's first slot and so read the entry (they read it first).
         ring.wait_free(c)
-        ring.info.index((it - start) % (STAGES + 1)).store(
+        ring.info.index(q % (STAGES + 1)).store(
             gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
         # Chunks are handed over two at a time: one fence and one barrier for two slots. The
         # first is held while the second's slot frees, which takes the MMA warps' next
         # chunk only with three slots or more (WIDEN_MIN_STAGES).
         if fits:
             for kb in gl.static_range(0, NK, 2):
-                chunk, d = mx_chunk(words, packed, top, kb)
-                e4m3 = widen_e4m3(chunk, d)
+                e4m3 = widen_e4m3(_take_chunk(pk, n, word_layout),
+                                  mx_offsets(packed, top, kb, word_layout))
                 s = ring.wait_free(c)
                 as_words(ring.slots.index(s)).store(e4m3)
                 if kb + 1 < NK:
-                    chunk, d = mx_chunk(words, packed, top, kb + 1)
-                    e4m3 = widen_e4m3(chunk, d)
+                    e4m3 = widen_e4m3(_take_chunk(pk, n + 1, word_layout),
+                                      mx_offsets(packed, top, kb + 1, word_layout))
                     s1 = ring.wait_free(c + 1)
                     as_words(ring.slots.index(s1)).store(e4m3)
                     ring.publish2(s, s1)
                     c += 2
+                    n += 2
                 else:
                     ring.publish(s)
                     c += 1
+                    n += 1
         else:
             ring16 = ring.as_bf16()
             for kb in gl.static_range(NK):
-                chunk, d = mx_chunk(words, packed, top, kb)
-                w_lo, d_lo, w_hi, d_hi = halves(chunk, d)
+                w_lo, d_lo, w_hi, d_hi = halves(_take_chunk(pk, n, word_layout),
+                                                mx_offsets(packed, top, kb, word_layout))
                 s = ring16.wait_free(c)
                 ring16.slots.index(s).store(widen_bf16(w_lo, d_lo))
                 s1 = ring16.wait_free(c + 1)
                 ring16.slots.index(s1).store(widen_bf16(w_hi, d_hi))
                 ring16.publish2(s, s1)
                 c += 2
+                n += 1

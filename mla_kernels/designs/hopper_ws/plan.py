@@ -16,7 +16,14 @@ from ...core.problem import GatherArgs, Problem
 from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher
 from ..portable_plan import no_launch
-from .config import MX_SPAN, TILE, WIDEN_MIN_STAGES, HopperWSConfig, whole_items
+from .config import (
+    MX_SPAN,
+    TILE,
+    WIDEN_MAX_STAGES,
+    WIDEN_MIN_STAGES,
+    HopperWSConfig,
+    whole_items,
+)
 from .kernel import hopper_ws_kernel
 from .schedule import lockstep_granule
 from .widening import WidenedWeight, widened_problem, widened_shapes
@@ -54,7 +61,7 @@ def hopper_ws_work(prob: Problem, contexts: Sequence[int], max_context_len: int 
 @lru_cache(maxsize=16)
 def _smem_layout(rows: int, cols: int, dtype: torch.dtype):
     gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16,
-                torch.float8_e4m3fn: gl.float8e4nv}[dtype]
+                torch.float8_e4m3fn: gl.float8e4nv, torch.uint8: gl.uint8}[dtype]
     return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
 
 
@@ -91,18 +98,22 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         raise ValueError(f"config.ring_depth: expected {WIDEN_MIN_STAGES} or more for an MXFP4 "
                          f"weight over an fp8 cache (its chunks are handed over in pairs), got "
                          f"{config.ring_depth}")
+    if mx and config.ring_depth > WIDEN_MAX_STAGES:
+        raise ValueError(f"config.ring_depth: expected {WIDEN_MAX_STAGES} or less for an MXFP4 "
+                         f"weight over an fp8 cache (its packed chunks take the room of deeper "
+                         f"rings), got {config.ring_depth}")
     grid = hopper_ws_grid(prob, max_context_len, config, device)
     if 0 in grid or prob.batch == 0:
         return no_launch
     rows = t.k_prefix.shape[0]
     k_cols, v_cols = prob.num_heads * (prob.nope_dim + prob.pe_dim), prob.num_heads * prob.v_dim
     w, ws = t.kv_proj_weight, t.kv_proj_scale
-    if mx:  # MXFP4: read by pointer (as uint8: Triton 3.6 takes no float4 or e8m0 dtype)
+    if mx:  # MXFP4 as uint8 (Triton 3.6 takes no float4 or e8m0 dtype): its packed bytes
+        # by TMA, [128 x 64] a K chunk; its codes by pointer.
         w_view = as_uint8 if w.dtype != torch.uint8 or ws.dtype != torch.uint8 else None
         ws = as_uint8(ws)
-
-        def w_desc(_):
-            return None
+        wu = as_uint8(w)
+        w_desc = _descriptors(list(wu.shape), list(wu.stride()), torch.uint8, TILE, TILE // 2)
         wk = TILE  # e4m3 chunks in the ring
     else:
         w_view = None
@@ -166,7 +177,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # chunk; the gatherer fits in 88 (no spills, compile-checked), 96 with the
                   # rope in registers, 200 widening the latent (a whole tile of words in
                   # registers; the MMA warps keep 256: 4 x 32 x (256 + 200 + 24) <= 64K).
-                  LOADER_REGS=160 if mx else 24,
+                  LOADER_REGS=160 if mx else 24,  # MXFP4: the widener's
                   GATHER_REGS=88 if mx or groups == 2 else 200 if lat16 and cache_fp8 else 96,
                   num_warps=4, WK=wk, LAT16=lat16, CACHE_FP8=cache_fp8,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
@@ -177,7 +188,8 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
                   PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
-                  maxnreg=168 if groups == 1 else 128)
+                  # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
+                  maxnreg=168 if groups == 1 and not mx else 128)
     has_ws = ws is not None
 
     out_fp8 = prob.out_is_fp8
@@ -189,14 +201,14 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         # A bf16 cache's k_scale (it may be None) is never read: a stand-in pointer.
         ks = c.k_scale if cache_fp8 else c.k_buffer
         return [c.k_buffer, ks, c.kv_indptr, c.kv_indices, c.kv_prefix_sum_context_lens,
-                # Read by pointer by MXFP4's widener only (TMA otherwise).
-                w if mx else ks,
+                # Every weight arrives by TMA: a stand-in pointer, never read.
+                ks,
                 # A weight with no scale (bf16): a pointer the kernel never reads.
                 ws if has_ws else ks,
                 c.k_prefix, c.v_prefix,
                 # The FP8 outputs' scales; other outputs have none: stand-ins, never read.
                 c.k_out_scale if out_fp8 else ks, c.v_out_scale if out_fp8 else ks,
-                w_desc(c.kv_proj_weight), k_desc(c.k_prefix), pe_desc(c.k_prefix),
+                w_desc(w), k_desc(c.k_prefix), pe_desc(c.k_prefix),
                 v_desc(c.v_prefix), *ints]
     return JitLauncher(hopper_ws_kernel, grid, 19, consts, make)
 

@@ -94,6 +94,52 @@ class WeightRing:
 
 
 @bundle
+class PackedRing:
+    """MXFP4's weight on its way to the widener (over an fp8 cache; stand-ins otherwise):
+    PK slots of one K chunk's packed e2m1 bytes, [128 x 64] (TMA, 64-byte swizzled), and
+    CODE slots of one item's e8m0 codes, [128 x CODES] bytes (the packed loader's stores), a
+    ready and an empty barrier each. The ``n``-th chunk (item) of the run takes slot n % PK
+    (n % CODE)."""
+
+    slots: Buffer
+    ready: Buffer
+    empty: Buffer
+    codes: Buffer
+    codes_ready: Buffer
+    codes_empty: Buffer
+    PK: gl.constexpr
+    CODE: gl.constexpr
+
+    @gluon.jit
+    def wait_free(self, n):
+        """The packed slot of chunk ``n``, once the widener has read the chunk before it."""
+        s = n % self.PK
+        mbarrier.wait(self.empty.index(s), ring_phase(n, self.PK) ^ 1)
+        return s
+
+    @gluon.jit
+    def wait_full(self, n):
+        """The packed slot of chunk ``n``, once the chunk has landed in it."""
+        s = n % self.PK
+        mbarrier.wait(self.ready.index(s), ring_phase(n, self.PK))
+        return s
+
+    @gluon.jit
+    def codes_free(self, q):
+        """The codes slot of item ``q`` of the run, once the widener has read item q - CODE."""
+        s = q % self.CODE
+        mbarrier.wait(self.codes_empty.index(s), ring_phase(q, self.CODE) ^ 1)
+        return s
+
+    @gluon.jit
+    def codes_full(self, q):
+        """The codes slot of item ``q`` of the run, once its codes are stored."""
+        s = q % self.CODE
+        mbarrier.wait(self.codes_ready.index(s), ring_phase(q, self.CODE))
+        return s
+
+
+@bundle
 class LatentTile:
     """The latent of the run's token tiles in shared memory: ``bufs``, SLOTS fp8 K chunk
     slots [128 x 128], or with LAT16 (a bf16 weight) 2 NK bf16 K slices [128 x 64]; ``pe``,
@@ -197,9 +243,9 @@ class Outputs:
 @bundle
 class Handles:
     """Everything a partition reads: the schedule, the cache, the weight (its descriptor
-    or pointers, its scale, how it is chunked), the ring, the latent tile, the outputs and
-    the ping-pong groups' turn barriers (a stand-in without PAIRS). A partition that leaves
-    a handle unused does not capture it."""
+    or pointers, its scale, how it is chunked), the ring, MXFP4's packed ring, the latent
+    tile, the outputs and the ping-pong groups' turn barriers (a stand-in without PAIRS). A
+    partition that leaves a handle unused does not capture it."""
 
     items: Items
     cache: Cache
@@ -210,6 +256,7 @@ class Handles:
     SCALE: gl.constexpr  # how the weight's scale applies (config.SCALE_*)
     WS_LD: gl.constexpr  # the scale's row stride (block and e8m0 scales)
     ring: WeightRing
+    packed: PackedRing
     tile: LatentTile
     out: Outputs
     turns: Buffer
