@@ -19,12 +19,16 @@ import tempfile
 import pandas as pd
 
 CHILD = r"""
-import sys, pandas as pd, dataclasses
+import os, sys, pandas as pd, dataclasses
+import mla_kernels
+# The package timed is the tree's own (run from outside any tree, its path first).
+home = os.path.realpath(os.path.dirname(mla_kernels.__file__))
+assert home == os.path.realpath(os.path.join(sys.argv[2], "mla_kernels")), home
 from mla_kernels.lab import bench
-if len(sys.argv) > 2:  # matrix points, the kernel targets only
+if len(sys.argv) > 3:  # matrix points, the kernel targets only
     from mla_kernels.lab import matrix
     pts = [dataclasses.replace(p, variants=("hopper_ws", "auto"), graph8=False)
-           for p in matrix.select(sys.argv[2:]).values()]
+           for p in matrix.select(sys.argv[3:]).values()]
 else:  # every weight format over both caches at 32000 and 109440 tokens, the targets only
     pts = [bench.Point("kimi-k3-tp8", (c,), f, cache, 1, ("hopper_ws", "auto"))
            for cache in ("fp8", "bf16") for f in ("fp8_row", "fp8_block", "bf16", "mxfp4")
@@ -48,8 +52,10 @@ with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, f"{label}-{rnd}.csv")
             env = dict(os.environ, PYTHONPATH=os.path.abspath(path) + os.pathsep
                        + os.environ.get("PYTHONPATH", ""), MLA_RUN_LABEL=label)
-            r = subprocess.run([sys.executable, "-c", CHILD, out, *a.points], env=env, text=True,
-                               capture_output=True)
+            # Run from the temporary folder: ``python -c`` puts its working folder first on
+            # the path, where a tree's root would shadow PYTHONPATH's tree.
+            r = subprocess.run([sys.executable, "-c", CHILD, out, os.path.abspath(path),
+                                *a.points], env=env, text=True, capture_output=True, cwd=tmp)
             if r.returncode:
                 print(r.stdout[-2000:], r.stderr[-4000:], file=sys.stderr)
                 raise SystemExit(f"tree {label} failed in round {rnd}")

@@ -71,14 +71,19 @@ def packed_loader(p):
 
 
 @gluon.jit
-def _take_chunk(pk, n, layout: gl.constexpr):
-    """Packed chunk ``n`` of the run as [128 x 16] words in ``layout``, its slot freed for
-    the loader once every widener thread has read its row."""
+def _read_chunk(pk, n, layout: gl.constexpr):
+    """Packed chunk ``n`` of the run as [128 x 16] words in ``layout``, once it has landed.
+    Its slot is freed with the ring slot its widened chunk goes to (``_free_chunk``): TMA
+    writes the slot again, and the async proxy is ordered after these reads only by the
+    hand-over's proxy fence, issued once they have returned (the widened chunk is stored)."""
     s = pk.wait_full(n)
-    words = packed_words(pk.slots.index(s)).load(layout)
-    partition_sync()
-    mbarrier.arrive(pk.empty.index(s), count=1)
-    return words
+    return packed_words(pk.slots.index(s)).load(layout)
+
+
+@gluon.jit
+def _free_chunk(pk, n):
+    """Packed chunk ``n``'s slot to the loader, after a hand-over (its fence and barrier)."""
+    mbarrier.arrive(pk.empty.index(n % pk.PK), count=1)
 
 
 @gluon.jit
@@ -122,31 +127,35 @@ def mx_widener(p):
         # chunk only with three slots or more (WIDEN_MIN_STAGES).
         if fits:
             for kb in gl.static_range(0, NK, 2):
-                e4m3 = widen_e4m3(_take_chunk(pk, n, word_layout),
+                e4m3 = widen_e4m3(_read_chunk(pk, n, word_layout),
                                   mx_offsets(packed, top, kb, word_layout))
                 s = ring.wait_free(c)
                 as_words(ring.slots.index(s)).store(e4m3)
                 if kb + 1 < NK:
-                    e4m3 = widen_e4m3(_take_chunk(pk, n + 1, word_layout),
+                    e4m3 = widen_e4m3(_read_chunk(pk, n + 1, word_layout),
                                       mx_offsets(packed, top, kb + 1, word_layout))
                     s1 = ring.wait_free(c + 1)
                     as_words(ring.slots.index(s1)).store(e4m3)
                     ring.publish2(s, s1)
+                    _free_chunk(pk, n)
+                    _free_chunk(pk, n + 1)
                     c += 2
                     n += 2
                 else:
                     ring.publish(s)
+                    _free_chunk(pk, n)
                     c += 1
                     n += 1
         else:
             ring16 = ring.as_bf16()
             for kb in gl.static_range(NK):
-                w_lo, d_lo, w_hi, d_hi = halves(_take_chunk(pk, n, word_layout),
+                w_lo, d_lo, w_hi, d_hi = halves(_read_chunk(pk, n, word_layout),
                                                 mx_offsets(packed, top, kb, word_layout))
                 s = ring16.wait_free(c)
                 ring16.slots.index(s).store(widen_bf16(w_lo, d_lo))
                 s1 = ring16.wait_free(c + 1)
                 ring16.slots.index(s1).store(widen_bf16(w_hi, d_hi))
                 ring16.publish2(s, s1)
+                _free_chunk(pk, n)
                 c += 2
                 n += 1
