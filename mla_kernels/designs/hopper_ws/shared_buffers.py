@@ -23,6 +23,24 @@ def ring_phase(n, DEPTH: gl.constexpr):
 
 
 @gluon.jit
+def slot_free(empty, n, DEPTH: gl.constexpr):
+    """The slot of the ``n``-th use of a ring of DEPTH slots, once its reader has released the
+    use before (``empty``: the slots' empty barriers). A slot's first fill waits on the phase
+    before the barrier's first, which passes."""
+    s = n % DEPTH
+    mbarrier.wait(empty.index(s), ring_phase(n, DEPTH) ^ 1)
+    return s
+
+
+@gluon.jit
+def slot_full(ready, n, DEPTH: gl.constexpr):
+    """The slot of the ``n``-th use of a ring of DEPTH slots, once it has been filled."""
+    s = n % DEPTH
+    mbarrier.wait(ready.index(s), ring_phase(n, DEPTH))
+    return s
+
+
+@gluon.jit
 def publish_slot(bar):
     """Hand a slot written by this partition's threads to the MMA warps: each thread's
     stores made visible to the async proxy (wgmma), all threads done, one arrival."""
@@ -52,18 +70,13 @@ class WeightRing:
 
     @gluon.jit
     def wait_free(self, c):
-        """The slot of chunk ``c``, once its last reader has released it. A slot's first
-        fill waits on the phase before the barrier's first, which passes."""
-        s = c % self.STAGES
-        mbarrier.wait(self.empty.index(s), ring_phase(c, self.STAGES) ^ 1)
-        return s
+        """The slot of chunk ``c``, once its last reader has released it."""
+        return slot_free(self.empty, c, self.STAGES)
 
     @gluon.jit
     def wait_full(self, c):
         """The slot of chunk ``c``, once the chunk has landed in it."""
-        s = c % self.STAGES
-        mbarrier.wait(self.ready.index(s), ring_phase(c, self.STAGES))
-        return s
+        return slot_full(self.ready, c, self.STAGES)
 
     @gluon.jit
     def release(self, c):
@@ -113,30 +126,22 @@ class PackedRing:
     @gluon.jit
     def wait_free(self, n):
         """The packed slot of chunk ``n``, once the widener has read the chunk before it."""
-        s = n % self.PK
-        mbarrier.wait(self.empty.index(s), ring_phase(n, self.PK) ^ 1)
-        return s
+        return slot_free(self.empty, n, self.PK)
 
     @gluon.jit
     def wait_full(self, n):
         """The packed slot of chunk ``n``, once the chunk has landed in it."""
-        s = n % self.PK
-        mbarrier.wait(self.ready.index(s), ring_phase(n, self.PK))
-        return s
+        return slot_full(self.ready, n, self.PK)
 
     @gluon.jit
     def codes_free(self, q):
         """The codes slot of item ``q`` of the run, once the widener has read item q - CODE."""
-        s = q % self.CODE
-        mbarrier.wait(self.codes_empty.index(s), ring_phase(q, self.CODE) ^ 1)
-        return s
+        return slot_free(self.codes_empty, q, self.CODE)
 
     @gluon.jit
     def codes_full(self, q):
         """The codes slot of item ``q`` of the run, once its codes are stored."""
-        s = q % self.CODE
-        mbarrier.wait(self.codes_ready.index(s), ring_phase(q, self.CODE))
-        return s
+        return slot_full(self.codes_ready, q, self.CODE)
 
 
 @bundle
