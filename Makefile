@@ -72,3 +72,5 @@ ab-tree:
 	@test -n "$(OLD)" || { echo "OLD: expected a commit, e.g. make ab-tree OLD=a94795a"; exit 2; }
 	rm -rf .ab/$(OLD) && mkdir -p .ab/$(OLD)
 	git archive "$(OLD)" mla_kernels | tar -x -C .ab/$(OLD)
+	$(BIN)/python -c "from pathlib import Path; from mla_kernels.lab.provenance import write_manifest; \
+		write_manifest(Path('.ab/$(OLD)/provenance-manifest.json'), commit='$(OLD)', package_only=True)"

@@ -107,12 +107,17 @@ def _mismatch(listed: dict[str, str], root: Path) -> str | None:
     return None
 
 
-def write_manifest(path: Path = MANIFEST, root: Path = REPO_ROOT) -> dict:
-    """The manifest of HEAD for a copy of the tree that travels without ``.git``."""
-    files = tracked_package_files(root)
+def write_manifest(path: Path = MANIFEST, root: Path = REPO_ROOT, commit: str = "HEAD",
+                   package_only: bool = False) -> dict:
+    """The manifest of ``commit`` (HEAD) for a copy of the tree that travels without
+    ``.git``; ``package_only``: of its package files alone, for a copy of the package alone
+    (``make ab-tree``)."""
+    files = tracked_package_files(root, commit)
     if files is None:
-        raise ValueError(f"--manifest: expected a git checkout at {root}, got none")
-    head = (_git("rev-parse", "HEAD", root=root) or "").strip()
+        raise ValueError(f"--manifest: expected a git checkout at {root} with {commit}, got none")
+    if package_only:
+        files = {k: v for k, v in files.items() if k.startswith(PACKAGE + "/")}
+    head = (_git("rev-parse", commit, root=root) or "").strip()
     manifest = {"commit": head, "files": files}
     write_text_atomic(path, json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return manifest
