@@ -8,7 +8,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import async_copy, mbarrier
 
 from .compat import cp_async
-from .config import BK, BM, BN, GATHER_WARPS
+from .config import BK, BM, GATHER_WARPS
 from .conversions import as_words, widen_words
 from .schedule import tile_row0
 from .shared_buffers import publish_slot
@@ -94,7 +94,7 @@ def _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, k_scale, total, tile, start,
     tile writes its first rows again with the same bits."""
     NOPE: gl.constexpr = items.NOPE
     ITEMS_PER_TILE: gl.constexpr = items.PER_TILE
-    HEADS: gl.constexpr = ITEMS_PER_TILE * BN // (NOPE + items.V)
+    HEADS: gl.constexpr = items.HEADS
     out_ty: gl.constexpr = k_out_ptr.dtype.element_ty
     KROW: gl.constexpr = NOPE + items.PE
     pe = (gl.load(pe_ptrs, mask=pe_mask[:, None], other=0.0).to(gl.float32) * k_scale

@@ -130,7 +130,9 @@ def hopper_ws_kernel(
     if not MX:  # stand-ins, never read
         packed = PackedRing(lat_ready, lat_ready, lat_ready, lat_ready, lat_ready, lat_ready,
                             1, 1)
-    p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS),
+    # Each item one head's K-nope or V (else two pieces of BN / 2 columns: Items.piece).
+    WHOLE: gl.constexpr = NOPE % BN == 0 and V % BN == 0
+    p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS, HEADS, WHOLE),
                 Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
                       stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, CACHE_FP8),
                 w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,

@@ -371,8 +371,8 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
     NOPE: gl.constexpr = items.NOPE
     V: gl.constexpr = items.V
     KROW: gl.constexpr = NOPE + items.PE  # one head's columns in k_out
-    HEADS: gl.constexpr = items.PER_TILE * BN // (NOPE + V)
-    WHOLE: gl.constexpr = NOPE % BN == 0 and V % BN == 0
+    HEADS: gl.constexpr = items.HEADS
+    WHOLE: gl.constexpr = items.WHOLE
     PW: gl.constexpr = BN // 2  # a piece's columns
     R0: gl.constexpr = grp.R0
     HM: gl.constexpr = grp.HM
@@ -517,7 +517,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         k_scale = 1.0
     OUT_FP8: gl.constexpr = out.FP8
     # FP8 outputs of items of two pieces (GLM-5's heads): K's and V's scales by column.
-    COL_FACTOR: gl.constexpr = OUT_FP8 and not (items.NOPE % BN == 0 and items.V % BN == 0)
+    COL_FACTOR: gl.constexpr = OUT_FP8 and not items.WHOLE
     if OUT_FP8:
         # Stored values are divided by the output's scale: folded into the factors the
         # epilogue multiplies by anyway.

@@ -173,10 +173,11 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
                   SEARCH_STEPS=search_steps(prob.batch),
                   STAGES=config.ring_depth,
-                  # The widener holds its row of an item (64 packed words) and a widened
-                  # chunk; the gatherer fits in 88 (no spills, compile-checked), 96 with the
-                  # rope in registers, 200 widening the latent (a whole tile of words in
-                  # registers; the MMA warps keep 256: 4 x 32 x (256 + 200 + 24) <= 64K).
+                  # MXFP4's widener holds an item's codes, a packed chunk and a widened one
+                  # (its loader's 24 are the kernel's); the gatherer fits in 88 (no spills,
+                  # compile-checked), 96 with the rope in registers, 200 widening the latent
+                  # (a whole tile of words in registers; the MMA warps keep 256:
+                  # 4 x 32 x (256 + 200 + 24) <= 64K).
                   LOADER_REGS=160 if mx else 24,  # MXFP4: the widener's
                   GATHER_REGS=88 if mx or groups == 2 else 200 if lat16 and cache_fp8 else 96,
                   num_warps=4, WK=wk, LAT16=lat16, CACHE_FP8=cache_fp8,

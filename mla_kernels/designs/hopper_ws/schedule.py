@@ -30,7 +30,9 @@ class Items:
     last entry the token count), the heads' shape (PER_TILE = heads x (NOPE + V) / BN items
     a tile: 2 x heads for Kimi-K3's 128 and 128 columns, 3.5 x heads for GLM-5's), the
     latent's width (KV_C, then PE rope columns), and with PAIRS runs of whole heads (a head's
-    K-nope item and its V item: the ping-pong groups take one each)."""
+    K-nope item and its V item: the ping-pong groups take one each). HEADS and WHOLE (each
+    item one head's K-nope or V: both widths multiples of BN; config.whole_items on the
+    host) follow from the others, derived once where the kernel builds the bundle."""
 
     cs_ptr: gl.tensor
     batch: Scalar
@@ -40,6 +42,8 @@ class Items:
     KV_C: gl.constexpr
     PER_TILE: gl.constexpr
     PAIRS: gl.constexpr
+    HEADS: gl.constexpr
+    WHOLE: gl.constexpr
 
     @gluon.jit
     def run(self):
@@ -103,7 +107,7 @@ class Items:
         """First weight row of item ``it``: its BN rows of the heads' weight, [K-nope | V] a
         head, in order (for heads of whole items, its head's K-nope rows or its V rows)."""
         hp = it % self.PER_TILE
-        if self.NOPE % BN == 0 and self.V % BN == 0:
+        if self.WHOLE:
             return (hp // 2) * (self.NOPE + self.V) + (hp % 2) * self.NOPE
         else:
             return hp * BN
@@ -136,7 +140,7 @@ class Items:
         """The first head whose K-nope begins in item ``t`` of a tile or later: the program
         that runs the item where a head's K-nope begins stores the head's rope."""
         HC: gl.constexpr = self.NOPE + self.V
-        if self.NOPE % BN == 0 and self.V % BN == 0:
+        if self.WHOLE:
             return (t + 1) // 2
         else:
             return (t * BN + HC - 1) // HC
