@@ -4,8 +4,8 @@ its availability rules and, in test_compile.py, that it compiles for sm_90.
 
 Weights it runs over an fp8 cache: fp8 per-row (the original path), fp8 per 128x128 block,
 bf16 with no scale, a per-row or a per-block scale (float32 or bf16 scales; the latent tile
-widened to bf16 as it is gathered), and MXFP4 widened in the kernel to e4m3 or, item by
-item where a row's scales span too much, bf16. Over a bf16 cache: every one of them, an fp8
+widened to bf16 as it is gathered), and MXFP4 widened to e4m3 or, item by item where a
+row's scales span too much, bf16 (once a call ahead of the kernel, or in it). Over a bf16 cache: every one of them, an fp8
 or MXFP4 weight widened to a bf16 copy ahead of the kernel (weight_widening)."""
 
 import math
@@ -368,7 +368,9 @@ def test_deep_rings_over_an_fp8_cache(fmt, stages, device, seed):
 @pytest.mark.parametrize(("fmt", "cache", "config", "field"), [
     ("fp8_block", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
     ("bf16", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
-    ("mxfp4", "fp8", HopperWSConfig(mma_groups=2), "mma_groups"),
+    ("mxfp4", "fp8", HopperWSConfig(mma_groups=2, mxfp4_widening="kernel"), "mma_groups"),
+    ("mxfp4", "fp8", HopperWSConfig(mma_groups=2, latent_in_registers=True),
+     "latent_in_registers"),
     ("fp8_row", "bf16", HopperWSConfig(mma_groups=2), "mma_groups"),
     ("bf16", "fp8", HopperWSConfig(ring_depth=5), "ring_depth"),
     ("fp8_row", "bf16", HopperWSConfig(ring_depth=6), "ring_depth"),
@@ -391,9 +393,10 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
 def test_config_fields_checked():
     for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
                 dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2),
-                dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1)):
+                dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1),
+                dict(mxfp4_widening="once"), dict(mxfp4_widening=True)):
         with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
-                                             "|pingpong|spare_latent_chunks)"
+                                             "|pingpong|spare_latent_chunks|mxfp4_widening)"
                                              ": expected"):
             HopperWSConfig(**bad)
 
@@ -645,8 +648,9 @@ def test_widened_weight_in_a_cuda_graph_reads_the_weight_at_replay(fmt, device, 
         assert res["correct"], (round_, res["max_rel_err"], f"seed {seed}")
 
 
-# ------------------------------------------------ MXFP4, widened in the kernel
-# Weight draws: every row within 12 binades (all items on the e4m3 route), every row holding
+# ------------------------------------------------ MXFP4 over an fp8 cache
+# Widened once a call (the default: a copy of each item as e4m3 or bf16, loaded by TMA) or in
+# the kernel (a packed loader and a widener partition). Weight draws: every row within 12 binades (all items on the e4m3 route), every row holding
 # 13 (all on the bf16 route), and one item in three widened to bf16.
 MX_DRAWS = ("e4m3", "bf16", "mixed")
 
@@ -685,29 +689,61 @@ def test_mxfp4_matches_reference(draw, shape, contexts, block_size, device, seed
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize("programs", [1, 5, 131])
-@pytest.mark.parametrize("stages", [3, 4])
-def test_mxfp4_program_runs_and_ring_depth(programs, stages, device, seed):
+@pytest.mark.parametrize(("widening", "stages", "groups"), [
+    ("call", 2, 1), ("call", 4, 1), ("call", 6, 1), ("call", 2, 2), ("call", 6, 2),
+    ("kernel", 3, 1), ("kernel", 4, 1)])
+def test_mxfp4_program_runs_and_ring_depth(programs, widening, stages, groups, device, seed):
     # Routes change item by item (4 or 8 chunks an item) within runs that start and end
     # mid-tile; the info ring of stages + 1 entries wraps.
     inp = _mx_inputs(KIMI, [900, 333], 1, "mixed", device, seed)
-    run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig(
+        ring_depth=stages, programs=programs, mxfp4_widening=widening, mma_groups=groups))
 
 
-def test_mxfp4_refuses_a_two_slot_ring():
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("draw", MX_DRAWS)
+@pytest.mark.parametrize("shape", [KIMI, "glm-5-style"])
+def test_mxfp4_widened_once_a_call_or_in_the_kernel_bit_for_bit(draw, shape, device, seed):
+    # The same e4m3 or bf16 chunks reach the same K loops either way (the draws hold no value
+    # below 2^-126 x the row's factor, where the copy's zeros and the kernel's may differ),
+    # and two MMA groups run each row's K loop as one does, so the outputs agree bit for bit.
+    inp = _mx_inputs(shape, [700, 129], 1, draw, device, seed)
+    outs = []
+    for config in (HopperWSConfig(mxfp4_widening="kernel"), HopperWSConfig(),
+                   HopperWSConfig(mma_groups=2, ring_depth=6),
+                   HopperWSConfig(mma_groups=2, ring_depth=3, programs=7)):
+        inp.poison_outputs()
+        run_and_check(inp, "hopper_ws", config=config)
+        outs.append((config, inp.k_prefix.clone(), inp.v_prefix.clone()))
+    for config, k, v in outs[1:]:
+        for a, b, name in ((k, outs[0][1], "k_prefix"), (v, outs[0][2], "v_prefix")):
+            assert torch.equal(a.view(torch.int16), b.view(torch.int16)), \
+                (name, config, f"seed {seed}")
+
+
+def test_mxfp4_widened_in_the_kernel_refuses_two_slots_and_deep_rings():
     # Chunks go over in pairs, the first held while the second's slot frees: two slots
     # would deadlock. Refused when the plan is made, before anything is launched.
     from mla_kernels.designs.hopper_ws import HOPPER_WS
 
     inp = mk.build_inputs(KIMI, [10], cache_dtype="fp8", weight_format="mxfp4")
+    kernel = dict(mxfp4_widening="kernel")
     with pytest.raises(ValueError, match="config.ring_depth: expected 3 or more"):
-        HOPPER_WS.prepare(_prob(fmt="mxfp4"), inp.args(), None, HopperWSConfig(ring_depth=2),
-                          DEVICES["H200"])
+        HOPPER_WS.prepare(_prob(fmt="mxfp4"), inp.args(), None,
+                          HopperWSConfig(ring_depth=2, **kernel), DEVICES["H200"])
     # Its packed chunks take the room of the fifth and sixth slots.
     for depth in (5, 6):
         with pytest.raises(ValueError, match="config.ring_depth: expected 4 or less for an "
-                                             "MXFP4 weight over an fp8 cache"):
+                                             "MXFP4 weight widened in the kernel"):
             HOPPER_WS.prepare(_prob(fmt="mxfp4"), inp.args(), None,
-                              HopperWSConfig(ring_depth=depth), DEVICES["H200"])
+                              HopperWSConfig(ring_depth=depth, **kernel), DEVICES["H200"])
+    # Widened once a call, the kernel loads chunks as for an fp8 weight: every depth.
+    for depth in (2, 5, 6):
+        launch = HOPPER_WS.prepare(_prob(fmt="mxfp4"), inp.args(), None,
+                                   HopperWSConfig(ring_depth=depth), DEVICES["H200"])
+        assert type(launch).__name__ == "WidenedItems"
+        assert launch.main.consts["STAGES"] == depth and launch.main.consts["MX_WIDENED"]
 
 
 @pytest.mark.gpu

@@ -74,3 +74,50 @@ def test_mxfp4_weight_as_torch_fp4_and_e8m0_dtypes(device, seed):
     want, want_factor = _mx_reference(packed, codes)
     assert torch.equal(out.cpu().view(torch.int16), want.view(torch.int16))
     assert torch.equal(factor.cpu(), want_factor)
+
+
+# ------------------------------------------- MXFP4 over an fp8 cache, widened once a call
+@pytest.mark.parametrize("kv_c", [128, 512])
+def test_mxfp4_items_widen_to_e4m3_or_bf16_by_route(kv_c, device, seed):
+    # Four items of 128 rows: every row's codes within 12 binades (the e4m3 route), at the
+    # full span in rows 0-15; the same but one row spanning 13 (bf16); codes over the whole
+    # e8m0 range (bf16, values below 2^-126 x 2^F zeros of their sign); a narrow item again.
+    # Every e2m1 code, both zeros included, in each item's first rows.
+    from mla_kernels.designs.hopper_ws.plan import fp8_route
+    from mla_kernels.designs.hopper_ws.widening import widen_mx_items
+
+    g = torch.Generator().manual_seed(seed)
+    n, groups = 512, kv_c // 32
+    packed = torch.randint(0, 256, (n, kv_c // 2), generator=g, dtype=torch.uint8)
+    for item in range(4):
+        packed[item * 128:item * 128 + 16, :8] = torch.arange(256, dtype=torch.uint8)[:128].view(16, 8)
+    base = torch.randint(20, 200, (n, 1), generator=g)
+    codes = base + torch.randint(0, 12, (n, groups), generator=g)
+    codes[:16, 0], codes[:16, -1] = base[:16, 0], base[:16, 0] + 11
+    codes[128 + 77, 0], codes[128 + 77, -1] = base[128 + 77, 0], base[128 + 77, 0] + 12
+    codes[256:384] = torch.randint(0, 255, (128, groups), generator=g)
+    codes[256:272, 0], codes[256:272, 1] = 0, 254
+    codes = codes.clamp(0, 254).to(torch.uint8)
+    out, info = widen_mx_items(packed.to(device), codes.to(device))
+    out, info = out.cpu(), info.cpu()
+    route = fp8_route(codes)
+    assert route.tolist() == [True, False, False, True], f"seed {seed}"
+    top = codes.to(torch.int32).amax(dim=1)
+    assert torch.equal(info, (top - 133) * 2 + (~route).repeat_interleave(128).to(torch.int32)), \
+        f"seed {seed}"
+    # Each value x 2^(133 - top): e2m1 x 2^d, d = its group's code - the row's largest + 6.
+    values = e2m1_to_float(unpack_e2m1(packed)).double()
+    want = values * torch.exp2(codes.double().repeat_interleave(32, dim=1)
+                               - top.double()[:, None] + 6)
+    for item in range(4):
+        rows = slice(item * 128, item * 128 + 128)
+        if route[item]:
+            got = out[rows, :kv_c].view(torch.float8_e4m3fn)
+            bits = want[rows].to(torch.float8_e4m3fn).view(torch.uint8)
+            assert torch.equal(got.double(), want[rows]), (item, f"seed {seed}")
+            assert torch.equal(got.view(torch.uint8), bits), (item, f"seed {seed}")  # -0 too
+        else:
+            flushed = torch.where(want[rows].abs() < 2.0**-126, values[rows] * 0.0, want[rows])
+            got = out[rows].view(torch.bfloat16)
+            assert torch.equal(got.view(torch.int16), flushed.to(torch.bfloat16).view(torch.int16)), \
+                (item, f"seed {seed}")

@@ -89,8 +89,9 @@ HOPPER_WS_PATHS = [
     ("bf16", "row", "bfloat16", 2, "fp8"),
     ("bf16", "block", "float32", 4, "fp8"),
     ("bf16", "block", "bfloat16", 3, "fp8"),
-    ("mxfp4", "e8m0", None, 4, "fp8"),
-    ("mxfp4", "e8m0", None, 3, "fp8"),
+    ("mxfp4", "e8m0", None, 4, "fp8"),  # widened once a call
+    ("mxfp4", "e8m0", None, 3, "fp8", 1, False, False, 0, "bfloat16", "kernel"),
+    ("mxfp4", "e8m0", None, 4, "fp8", 1, False, False, 0, "bfloat16", "kernel"),
     # A bf16 cache: a 128 KB bf16 latent tile, bf16 x bf16 wgmma for every weight (fp8 and
     # MXFP4 weights widened to a bf16 copy first, so their kernel is the bf16 weight's with
     # their scale: the last kernel launched is the one compiled here).
@@ -114,7 +115,8 @@ _COMPILE_PATHS = textwrap.dedent(r"""
 
     shape = sys.argv[2]
     for fmt, kind, dtype, depth, cache, *groups in json.loads(sys.argv[1]):
-        # groups: [MMA groups[, latent in registers[, pingpong, spare latent chunks, out]]]
+        # groups: [MMA groups[, latent in registers[, pingpong, spare latent chunks, out[,
+        # MXFP4's widening]]]]
         out = getattr(torch, groups[4]) if len(groups) > 4 else torch.bfloat16
         inp = build_inputs(shape, [300], cache_dtype=cache, weight_format=fmt, out_dtype=out)
         prob = problem_for(shape, [300], cache, fmt, 1, out_dtype=out)
@@ -128,7 +130,8 @@ _COMPILE_PATHS = textwrap.dedent(r"""
         cfg = HopperWSConfig(ring_depth=depth, mma_groups=groups[0] if groups else 1,
                              latent_in_registers=len(groups) > 1 and groups[1],
                              pingpong=len(groups) > 2 and groups[2],
-                             spare_latent_chunks=groups[3] if len(groups) > 3 else 0)
+                             spare_latent_chunks=groups[3] if len(groups) > 3 else 0,
+                             mxfp4_widening=groups[5] if len(groups) > 5 else "call")
         _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
         ptx = kernel.asm["ptx"]
         print(json.dumps({"path": [fmt, kind, dtype, depth, cache, *groups],
@@ -164,8 +167,10 @@ def test_hopper_ws_new_paths_compile_for_sm90():
     for r in _compile_paths(HOPPER_WS_PATHS):
         fmt, cache = r["path"][0], r["path"][4]
         assert r["shared_bytes"] <= HOPPER_SMEM, r
-        # MXFP4 over an fp8 cache: a fourth warpgroup for its packed loader's one warp.
-        assert r["num_warps"] == (16 if fmt == "mxfp4" and cache == "fp8" else 12), r
+        # MXFP4 widened in the kernel over an fp8 cache: a fourth warpgroup for its packed
+        # loader's one warp (widened once a call, the TMA loader's).
+        in_kernel = fmt == "mxfp4" and cache == "fp8" and r["path"][-1] == "kernel"
+        assert r["num_warps"] == (16 if in_kernel else 12), r
         kinds = set(r["wgmma"])
         # An item's K = 512: 4 chunks of 4 x k32 fp8 steps, or 8 of 4 x k16 bf16 steps, each
         # as two m64 instructions.
@@ -201,7 +206,8 @@ def test_hopper_ws_new_paths_compile_for_sm90():
 
 
 # Two MMA groups (fp8 per-row over an fp8 cache, the latent in registers or not) and rings
-# of 5-6 chunks over an fp8 latent tile (fp8 weights: MXFP4's packed chunks take that room):
+# of 5-6 chunks over an fp8 latent tile (fp8 weights, and MXFP4 widened once a call; widened
+# in the kernel, its packed chunks take that room):
 # (weight format, scale kind, scale dtype, ring depth,
 # cache, MMA groups[, latent in registers]).
 HOPPER_WS_OPTIONS = [
@@ -211,6 +217,7 @@ HOPPER_WS_OPTIONS = [
     ("fp8_row", "row", "bfloat16", 2, "fp8", 2),
     ("fp8_row", "row", "float32", 6, "fp8", 1),
     ("fp8_block", "block", "float32", 5, "fp8", 1),
+    ("mxfp4", "e8m0", None, 6, "fp8", 1),  # widened once a call
 ]
 
 
@@ -223,10 +230,12 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
         assert r["shared_bytes"] <= HOPPER_SMEM, r
         assert r["num_warps"] == (16 if groups == 2 else 12), r
         assert r["mma_sync"] == 0, r
-        assert len(r["wgmma"]) == 32, r
+        assert len(r["wgmma"]) == (96 if r["path"][0] == "mxfp4" else 32), r
         # Under triton 3.6 a ring past 4 keeps one pointer in local memory, stored at the
         # kernel's start and loaded once a partition (8 bytes; read from the SASS).
         allowed = 8 if TRITON_VERSION < (3, 7) else 0
+        if r["path"][0] == "mxfp4":  # as on MXFP4's other paths (HOPPER_WS_PATHS)
+            allowed = 64
         if r["path"][6:] == [True]:
             # The latent in registers: 64 of a group's 200 registers. Under 3.6 (the H200's
             # triton, where it was timed) 8 bytes at depth 6 and none at 4; under 3.9 a few
@@ -296,6 +305,7 @@ HOPPER_WS_GLM5 = [
     ("fp8_block", "block", "float32", 4, "fp8", 1, False, False, 0, "float8_e4m3fn"),
     ("bf16", "none", None, 4, "fp8"),
     ("mxfp4", "e8m0", None, 4, "fp8", 1, False, False, 0, "float8_e4m3fn"),
+    ("mxfp4", "e8m0", None, 4, "fp8", 1, False, False, 0, "bfloat16", "kernel"),
     ("fp8_row", "row", "float32", 6, "fp8", 2, True),
     ("fp8_row", "row", "float32", 4, "bf16", 1, False, False, 0, "float8_e4m3fn"),
 ]
@@ -309,7 +319,7 @@ def test_hopper_ws_glm5_heads_compile_for_sm90():
         fmt, cache = r["path"][0], r["path"][4]
         groups = r["path"][5] if len(r["path"]) > 5 else 1
         assert r["shared_bytes"] <= HOPPER_SMEM, r
-        four = groups == 2 or (fmt == "mxfp4" and cache == "fp8")
+        four = groups == 2 or (fmt == "mxfp4" and cache == "fp8" and r["path"][-1] == "kernel")
         assert r["num_warps"] == (16 if four else 12), r
         assert r["mma_sync"] == 0, r
         bf16 = fmt == "bf16" or cache == "bf16"

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from triton.experimental.gluon import language as gl
 
-from ...core.value_rules import flag, int_in, one_of, optional
+from ...core.value_rules import choice, flag, int_in, one_of, optional
 from ..design import DesignConfig
 from ..jit import SCALE_CODES
 
@@ -47,7 +47,7 @@ WIDEN_WARPS = gl.constexpr(4)
 # (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
 # runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
 MX_SPAN = gl.constexpr(11)
-WIDEN_MIN_STAGES = 3  # ring slots MXFP4's widener needs (it hands chunks over in pairs)
+WIDEN_MIN_STAGES = 3  # ring slots MXFP4's in-kernel widener needs (it hands chunks over in pairs)
 WIDEN_MAX_STAGES = 4  # its packed chunks take the room of deeper rings
 MX_PACKED = gl.constexpr(4)  # packed K chunks in flight to the widener (8 KB each)
 MX_CODES = gl.constexpr(2)  # items' codes in flight to the widener
@@ -66,8 +66,11 @@ class HopperWSConfig(DesignConfig):
     whole heads), their K loops in turn, so one group's epilogue runs while the other
     multiplies (an fp8 per-row or per-block weight over an fp8 cache);
     ``spare_latent_chunks``: with pingpong, latent chunk slots beyond a tile's, so the next
-    tile's first chunks are gathered while the last items of a tile still read it. What each
-    option bought, and where ``auto`` sets them: README.md."""
+    tile's first chunks are gathered while the last items of a tile still read it;
+    ``mxfp4_widening``: an MXFP4 weight over an fp8 cache widened once a call into a copy the
+    TMA loader reads (``"call"``), or item by item in the kernel by a widener partition fed
+    by a packed loader (``"kernel"``, rings of 3 or 4). What each option bought, and where
+    ``auto`` sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None
@@ -75,8 +78,10 @@ class HopperWSConfig(DesignConfig):
     latent_in_registers: bool = False
     pingpong: bool = False
     spare_latent_chunks: int = 0
+    mxfp4_widening: str = "call"
 
     _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
-              "spare_latent_chunks": int_in(0, 3)}
+              "spare_latent_chunks": int_in(0, 3),
+              "mxfp4_widening": choice(("call", "kernel"))}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

@@ -26,7 +26,7 @@ def hopper_ws_kernel(
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
-    LAT_SPARE: gl.constexpr, num_warps: gl.constexpr,
+    LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -38,9 +38,12 @@ def hopper_ws_kernel(
     # the next item stages), or one, whose 32 KB hold the fifth and sixth weight slots (each
     # item then waits for the last item's stores, which a deeper ring leaves long done).
     # FP8 outputs stage in half the bytes: two buffers fit wherever one bf16 one does.
-    # MXFP4's packed chunks take the second bf16 buffer's room.
+    # MXFP4's packed chunks take the second bf16 buffer's room. MXFP4 widened once a call
+    # (MX_WIDENED: a copy of each item as e4m3 or bf16, its rows' info at ws_ptr) has none:
+    # its chunks come by TMA, as an fp8 weight's.
     MX: gl.constexpr = SCALE == SCALE_E8M0
-    NBUF: gl.constexpr = 2 if (STAGES <= 4 and not MX) or OUT_FP8 else 1
+    MX_IN: gl.constexpr = MX and not MX_WIDENED  # widened in the kernel
+    NBUF: gl.constexpr = 2 if (STAGES <= 4 and not MX_IN) or OUT_FP8 else 1
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
     bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,
@@ -57,7 +60,7 @@ def hopper_ws_kernel(
         lat = gl.allocate_shared_memory(gl.float8e4nv, [SLOTS, BM, BK], lat_smem)
         pe_raw = gl.allocate_shared_memory(gl.float8e4nv, [BM, PE],
                                            gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-    if MX:
+    if MX_IN:
         # MXFP4: the widener writes [128 x 128] e4m3 (or [128 x 64] bf16) chunks, each
         # item's factors and route in its info entry, from the packed loader's slots: an
         # item's codes, [128 x 64] bytes of packed e2m1 a K chunk (w_desc's blocks).
@@ -79,6 +82,11 @@ def hopper_ws_kernel(
             mbarrier.init(cd_empty.index(b), count=1)
         packed = PackedRing(pk_slots, pk_ready, pk_empty, codes, cd_ready, cd_empty,
                             MX_PACKED, MX_CODES)
+    elif MX:
+        # Each item's chunks by TMA, e4m3 or (twice as many) bf16, and its rows' info.
+        w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
+        info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],
+                                         gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     else:
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
     lat_ready = gl.allocate_shared_memory(gl.int64, [SLOTS + 1, 1], mbarrier.MBarrierLayout())
@@ -127,7 +135,7 @@ def hopper_ws_kernel(
         mbarrier.init(lat_empty.index(kb), count=MMA_GROUPS)
     mbarrier.init(lat_empty.index(SLOTS), count=READERS)
 
-    if not MX:  # stand-ins, never read
+    if not MX_IN:  # stand-ins, never read
         packed = PackedRing(lat_ready, lat_ready, lat_ready, lat_ready, lat_ready, lat_ready,
                             1, 1)
     # Each item one head's K-nope or V (else two pieces of BN / 2 columns: Items.piece).
@@ -152,7 +160,7 @@ def hopper_ws_kernel(
             (latent_gatherer, (p,)),
             (weight_loader, (p,)),
         ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])
-    elif MX:
+    elif MX_IN:
         gl.warp_specialize([
             (mma_epilogue, (p, 0, 1, False, num_warps)),
             (mx_widener, (p,)),

@@ -9,7 +9,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .compat import partition_sync, tma_io
-from .config import BK, BN, MX_BIAS, WIDEN_WARPS
+from .config import BK, BN, MX_BIAS, SCALE_E8M0, WIDEN_WARPS
 from .conversions import (
     as_words,
     halves,
@@ -23,18 +23,55 @@ from .conversions import (
 
 @gluon.jit
 def weight_loader(p):
-    """One warp: each item's 128 weight rows by TMA, a [128 x WK] chunk a ring slot."""
+    """One warp: each item's 128 weight rows by TMA, a [128 x WK] chunk a ring slot (MXFP4
+    widened once a call: ``_widened_items_loader``)."""
     ring = p.ring
     items = p.items
     WK: gl.constexpr = p.WK
+    if p.SCALE == SCALE_E8M0:
+        _widened_items_loader(p)
+    else:
+        _, start, end = items.run()
+        c = 0
+        for it in range(start, end):
+            w_row = items.weight_row(it)
+            for kb in gl.static_range(items.KV_C // WK):
+                s = ring.wait_free(c)
+                ring.fill(p.w_desc, s, w_row, kb * WK)
+                c += 1
+
+
+@gluon.jit
+def _widened_items_loader(p):
+    """MXFP4 over an fp8 cache widened once a call (widening.widen_mx_items_kernel: each
+    item's rows as e4m3 or as bf16 in a copy of 2 kv_c bytes a row; ws_ptr each row's
+    info): each item's info into its ring entry, then its chunks by TMA, K chunks of 128
+    bytes a row: kv_c / 128 e4m3 ones, or twice as many [128 x 64] bf16 ones. The next
+    item's info is loaded while this item's chunks go out."""
+    ring = p.ring
+    items = p.items
+    NK: gl.constexpr = items.KV_C // BK
+    STAGES: gl.constexpr = ring.STAGES
+    info_layout: gl.constexpr = gl.BlockedLayout([BN // 32], [32], [1], [0])
+    rows = gl.arange(0, BN, layout=info_layout)
     _, start, end = items.run()
+    nxt = gl.load(p.ws_ptr + items.weight_row(start) + rows)
     c = 0
     for it in range(start, end):
-        w_row = items.weight_row(it)
-        for kb in gl.static_range(items.KV_C // WK):
-            s = ring.wait_free(c)
-            ring.fill(p.w_desc, s, w_row, kb * WK)
-            c += 1
+        info = nxt
+        nxt = gl.load(p.ws_ptr + items.weight_row(gl.minimum(it + 1, end - 1)) + rows)
+        chunks = NK * (1 + gl.max(info & 1, axis=0))
+        # As the widener's: an entry is rewritten STAGES + 1 items later, once the MMA warps
+        # have released this item's first slot and so read it (they read it first). The
+        # first chunk's barrier (an arrival after every thread's store) publishes it.
+        s = ring.wait_free(c)
+        ring.info.index((it - start) % (STAGES + 1)).store(info)
+        partition_sync()
+        ring.fill(p.w_desc, s, items.weight_row(it), 0)
+        for j in range(1, chunks):
+            s = ring.wait_free(c + j)
+            ring.fill(p.w_desc, s, items.weight_row(it), j * BK)
+        c += chunks
 
 
 @gluon.jit

@@ -127,8 +127,10 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
             else:
                 # This K slice of the fp8 latent chunk, widened (exactly) in registers while
                 # the previous slice's wgmma runs.
-                a = lat.bufs.index(lat.slot(n, kb)).slice(h * WK, WK, dim=1).load(a_layout)
-                a = a.to(gl.bfloat16)
+                a = lat.bufs.index(lat.slot(n, kb)).slice(h * WK, WK, dim=1)
+                if NWG > 1:
+                    a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
+                a = a.load(a_layout).to(gl.bfloat16)
             acc = warpgroup_mma(a, ring.slots.index(s).permute((1, 0)), acc,
                                 use_acc=kb * STEP + h > 0, is_async=True)
             if kb * STEP + h > 0:
@@ -311,20 +313,23 @@ def _block_scaled_item(ring, lat, item, acc_t, acc_b, ws_row, c, KV_C: gl.conste
 @gluon.jit
 def _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK: gl.constexpr,
                      a_layout: gl.constexpr, acc16_layout: gl.constexpr,
-                     a16_layout: gl.constexpr, one_layout: gl.constexpr, out_ty: gl.constexpr):
-    """An MXFP4 item of the run from ``start``: its route read from its ``info`` entry, its
-    K loop as fp8 x fp8 (e4m3 chunks) or bf16 x bf16 (bf16 chunks, the latent widened in
-    registers), and its output x each column's 2^F x ``factor`` (k_scale, over the output's
-    scale for FP8 outputs). Returns (acc, out, c)."""
-    # The item's first chunk is published with its info entry (mx_widener).
+                     a16_layout: gl.constexpr, one_layout: gl.constexpr, out_ty: gl.constexpr,
+                     WG: gl.constexpr, NWG: gl.constexpr):
+    """An MXFP4 item of the run from ``start`` (on group WG's rows of NWG): its route read
+    from its ``info`` entry, its K loop as fp8 x fp8 (e4m3 chunks) or bf16 x bf16 (bf16
+    chunks, the latent widened in registers), and its output x each column's 2^F x
+    ``factor`` (k_scale, over the output's scale for FP8 outputs). Returns (acc, out, c)."""
+    # The item's first chunk is published with its info entry (mx_widener, or the loader of
+    # a weight widened once a call).
     ring.wait_full(c)
     entry = ring.info.index((item.it - start) % (ring.STAGES + 1))
     if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
         # e4m3 chunks: fp8 x fp8, as fp8_row
-        acc, c, _ = _item_k_loop(ring, lat, item, acc, c, NK, 1, a_layout)
+        acc, c, _ = _item_k_loop(ring, lat, item, acc, c, NK, 1, a_layout, WG, NWG)
     else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
-        acc16 = gl.zeros((BM, BN), gl.float32, acc16_layout)
-        acc16, c, _ = _item_k_loop(ring.as_bf16(), lat, item, acc16, c, NK, 2, a16_layout)
+        acc16 = gl.zeros((BM // NWG, BN), gl.float32, acc16_layout)
+        acc16, c, _ = _item_k_loop(ring.as_bf16(), lat, item, acc16, c, NK, 2, a16_layout,
+                                   WG, NWG)
         acc = gl.convert_layout(acc16, grp.acc_layout)
     # Each column's 2^F x k_scale, read behind the last wgmma.
     scale = pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 1) * factor
@@ -602,7 +607,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         elif SCALE == SCALE_E8M0:
             acc, out_t, c = _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK,
                                              a_layout, acc16_layout, a16_layout, one_layout,
-                                             out_ty)
+                                             out_ty, WG, NWG)
             out_b = out_t
         else:
             if SCALE == SCALE_ROW:

@@ -26,7 +26,7 @@ from .config import (
 )
 from .kernel import hopper_ws_kernel
 from .schedule import lockstep_granule
-from .widening import WidenedWeight, widened_problem, widened_shapes
+from .widening import WidenedItems, WidenedWeight, widened_problem, widened_shapes
 
 
 def items_per_tile(prob: Problem) -> int:
@@ -75,7 +75,9 @@ def _descriptors(shape, strides, dtype: torch.dtype, rows: int, cols: int) -> De
 
 
 def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
-                      config: HopperWSConfig, device: DeviceSpec):
+                      config: HopperWSConfig, device: DeviceSpec, widened_items: bool = False):
+    """The plan of one problem class (``widened_items``: the launch that follows MXFP4's
+    widening once a call, over its copy and info rather than the weight)."""
     if not prob.cache_is_fp8 and prob.weight_dtype != torch.bfloat16:
         # An fp8 or MXFP4 weight over a bf16 cache: widened to a bf16 copy ahead of the
         # kernel (widening.py), which then runs the bf16 weight's path. Only shapes,
@@ -90,25 +92,39 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
             return no_launch
         return WidenedWeight(prob, t.kv_proj_weight, t.kv_proj_scale, main)
     mx = prob.scale == "e8m0"
+    if mx and prob.cache_is_fp8 and config.mxfp4_widening == "call" and not widened_items:
+        # MXFP4 over an fp8 cache widened once a call (widening.WidenedItems): each item's
+        # rows as e4m3 or bf16 in a copy of 2 kv_c bytes a row, each row's route and factor
+        # in an int32 info; the kernel loads the copy by TMA. Meta tensors stand in.
+        n_rows = t.kv_proj_weight.shape[0]
+        meta = t._replace(
+            kv_proj_weight=torch.empty((n_rows, 2 * prob.kv_c_dim), dtype=torch.float8_e4m3fn,
+                                       device="meta"),
+            kv_proj_scale=torch.empty((n_rows,), dtype=torch.int32, device="meta"))
+        main = prepare_hopper_ws(prob, meta, max_context_len, config, device, True)
+        if main is no_launch:
+            return no_launch
+        return WidenedItems(t.kv_proj_weight, t.kv_proj_scale, prob.kv_c_dim, main)
+    mx_in = mx and not widened_items  # widened in the kernel
     # A bf16 weight multiplies a bf16 latent tile (over an fp8 cache widened at the gather).
     lat16 = prob.weight_dtype == torch.bfloat16
-    if mx and config.ring_depth < WIDEN_MIN_STAGES:
+    if mx_in and config.ring_depth < WIDEN_MIN_STAGES:
         # The widener holds one slot while it waits for the next: with two, the MMA warps
         # would wait for the held one.
         raise ValueError(f"config.ring_depth: expected {WIDEN_MIN_STAGES} or more for an MXFP4 "
-                         f"weight over an fp8 cache (its chunks are handed over in pairs), got "
-                         f"{config.ring_depth}")
-    if mx and config.ring_depth > WIDEN_MAX_STAGES:
+                         f"weight widened in the kernel over an fp8 cache (its chunks are "
+                         f"handed over in pairs), got {config.ring_depth}")
+    if mx_in and config.ring_depth > WIDEN_MAX_STAGES:
         raise ValueError(f"config.ring_depth: expected {WIDEN_MAX_STAGES} or less for an MXFP4 "
-                         f"weight over an fp8 cache (its packed chunks take the room of deeper "
-                         f"rings), got {config.ring_depth}")
+                         f"weight widened in the kernel over an fp8 cache (its packed chunks "
+                         f"take the room of deeper rings), got {config.ring_depth}")
     grid = hopper_ws_grid(prob, max_context_len, config, device)
     if 0 in grid or prob.batch == 0:
         return no_launch
     rows = t.k_prefix.shape[0]
     k_cols, v_cols = prob.num_heads * (prob.nope_dim + prob.pe_dim), prob.num_heads * prob.v_dim
     w, ws = t.kv_proj_weight, t.kv_proj_scale
-    if mx:  # MXFP4 as uint8 (Triton 3.6 takes no float4 or e8m0 dtype): its packed bytes
+    if mx_in:  # MXFP4 as uint8 (Triton 3.6 takes no float4 or e8m0 dtype): its packed bytes
         # by TMA, [128 x 64] a K chunk; its codes by pointer.
         w_view = as_uint8 if w.dtype != torch.uint8 or ws.dtype != torch.uint8 else None
         ws = as_uint8(ws)
@@ -134,13 +150,19 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     if pingpong and config.latent_in_registers:
         raise ValueError("config.latent_in_registers: expected False with pingpong (each "
                          "group's whole-tile accumulator takes the registers), got True")
-    two_group_scales = ("row", "block") if pingpong else ("row",)
+    # MXFP4 widened once a call reaches the MMA warps as an fp8 per-row weight's chunks do
+    # (or as bf16 ones, item by item).
+    two_group_scales = ("row", "block") if pingpong else ("row", "e8m0") if widened_items \
+        else ("row",)
     if groups == 2 and not (prob.scale in two_group_scales and prob.cache_is_fp8
                             and not lat16):
         raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
-                         f"per-row weight over an fp8 cache, or with pingpong a per-row or "
-                         f"per-block one), got 2 (weight format {prob.weight_format}, cache "
-                         f"{prob.cache_dtype})")
+                         f"per-row weight over an fp8 cache, or MXFP4 widened once a call, or "
+                         f"with pingpong a per-row or per-block fp8 one), got 2 (weight format "
+                         f"{prob.weight_format}, cache {prob.cache_dtype})")
+    if mx and config.latent_in_registers:
+        raise ValueError("config.latent_in_registers: expected False for an MXFP4 weight (its "
+                         "bf16 route reads the latent from shared memory), got True")
     spare = config.spare_latent_chunks
     if spare and not pingpong:
         raise ValueError("config.spare_latent_chunks: expected 0 without pingpong (spare latent "
@@ -178,8 +200,9 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # compile-checked), 96 with the rope in registers, 200 widening the latent
                   # (a whole tile of words in registers; the MMA warps keep 256:
                   # 4 x 32 x (256 + 200 + 24) <= 64K).
-                  LOADER_REGS=160 if mx else 24,  # MXFP4: the widener's
-                  GATHER_REGS=88 if mx or groups == 2 else 200 if lat16 and cache_fp8 else 96,
+                  LOADER_REGS=160 if mx_in else 24,  # MXFP4: the widener's
+                  GATHER_REGS=(88 if mx_in or groups == 2 else 200 if lat16 and cache_fp8
+                               else 96),
                   num_warps=4, WK=wk, LAT16=lat16, CACHE_FP8=cache_fp8,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
                   SCALE=SCALE_CODES[prob.scale],
@@ -189,8 +212,9 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
                   PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
+                  MX_WIDENED=widened_items,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
-                  maxnreg=168 if groups == 1 and not mx else 128)
+                  maxnreg=168 if groups == 1 and not mx_in else 128)
     has_ws = ws is not None
 
     out_fp8 = prob.out_is_fp8

@@ -1,4 +1,5 @@
-"""A weight widened to bf16 ahead of a kernel that multiplies in bf16.
+"""Weights widened once a call, ahead of the kernel: to bf16 for a bf16 cache, and MXFP4 item
+by item to e4m3 or bf16 for an fp8 cache (``widen_mx_items_kernel``, below).
 
 Over a bf16 cache every dot runs bf16 x bf16, so an fp8 or MXFP4 weight has to be widened.
 Widening it inside the matrix kernel, item by item, costs every program the same work again
@@ -32,11 +33,11 @@ import triton.language as tl
 from ...core.formats import as_uint8
 from ...core.problem import Problem
 from ..launch import JitLauncher
+# F = the row's largest e8m0 code - MX_BIAS: widened magnitudes <= 6 x 2^6 = 384.
+from .config import MX_BIAS, MX_SPAN, TILE
 
 ROWS = 16  # weight rows a program widens
 BK = 128  # K per step (kv_c is a multiple of 128 where this is used)
-# F = the row's largest e8m0 code - MX_BIAS: widened magnitudes <= 6 x 2^6 = 384.
-MX_BIAS = tl.constexpr(127 + 6)
 
 
 @triton.jit
@@ -78,6 +79,52 @@ def widen_weight_kernel(w_ptr, ws_ptr, out_ptr, factor_ptr, n_rows, ws_ld,
         else:
             v = tl.load(w_ptr + r64 * K + k[None, :], mask=rmask).to(tl.bfloat16)
         tl.store(out_ptr + r64 * K + k[None, :], v, mask=rmask)
+
+
+# MXFP4 over an fp8 cache, widened once a call for the kernel's TMA loader: an item (ITEM
+# weight rows) goes as e4m3 when every row's codes span at most MX_SPAN binades, else as bf16
+# (the rule of the in-kernel widener, conversions.py, and of plan.fp8_route).
+ITEM = TILE
+
+
+@triton.jit
+def widen_mx_items_kernel(w_ptr, ws_ptr, out8_ptr, out16_ptr, info_ptr, ws_ld,
+                          K: tl.constexpr, ITEM: tl.constexpr, BK: tl.constexpr):
+    """K chunk ``program_id(1)`` of item ``program_id(0)`` of an MXFP4 weight (packed
+    [N, K / 2], codes [N, ws_ld]) written into its copy, 2 K bytes a row (``out8`` as bytes,
+    ``out16`` the same memory as int16): each value its e2m1 value times 2^d, d = its
+    group's code - the row's largest code + 6, as e4m3 in the row's first K bytes if the
+    item takes the e4m3 route (exact: every value a normal e4m3 one), else as bf16 over
+    the whole row (exact down to 2^-126, smaller values zeros of their sign). Chunk 0's
+    program writes each row's info: 2 F + (1 for the bf16 route), F = the row's largest
+    code - MX_BIAS, as hopper_ws's epilogue reads it. Integer arithmetic only, so the bits
+    are the same under the interpreter and on a GPU, and the same as the in-kernel widener
+    writes wherever a value is at least 2^-126."""
+    r = tl.program_id(0) * ITEM + tl.arange(0, ITEM)
+    r64 = r.to(tl.int64)[:, None]
+    NG: tl.constexpr = K // 32
+    g = tl.arange(0, triton.next_power_of_2(NG))
+    gmask = (g < NG)[None, :]
+    codes = tl.load(ws_ptr + r64 * ws_ld + g[None, :], mask=gmask, other=0).to(tl.int32)
+    top = tl.max(codes, axis=1)
+    low = tl.min(tl.where(gmask, codes, 255), axis=1)
+    wide = tl.max(top - low, axis=0) > MX_SPAN
+    if tl.program_id(1) == 0:
+        tl.store(info_ptr + r, (top - MX_BIAS) * 2 + wide.to(tl.int32))
+    k = tl.program_id(1) * BK + tl.arange(0, BK)
+    byte = tl.load(w_ptr + r64 * (K // 2) + (k // 2)[None, :]).to(tl.int32)
+    nib = (byte >> ((k % 2) * 4)[None, :]) & 15
+    code = tl.load(ws_ptr + r64 * ws_ld + (k // 32)[None, :]).to(tl.int32)
+    d = code - top[:, None] + 6
+    m = nib & 7  # the magnitude's code: 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    half = tl.where(m >= 2, m & 1, 0)  # the mantissa bit (0.5 is 2^-1 with none)
+    e = tl.where(m >= 2, (m >> 1) - 1, -1) + d  # the value's binary exponent
+    if wide:
+        mag = tl.where((m > 0) & (e >= -126), ((e + 127) << 7) | (half << 6), 0)
+        tl.store(out16_ptr + r64 * K + k[None, :], (mag | ((nib & 8) << 12)).to(tl.int16))
+    else:  # d in [-5, 6]: e4m3's biased exponent e + 7 is 1 to 15
+        mag = tl.where(m > 0, ((e + 7) << 3) | (half << 2), 0)
+        tl.store(out8_ptr + r64 * (2 * K) + k[None, :], (mag | ((nib & 8) << 4)).to(tl.uint8))
 
 
 def widened_problem(prob: Problem) -> Problem:
@@ -144,6 +191,63 @@ class WidenedWeight:
                    (addresses.kv_proj_weight, addresses.kv_proj_scale, out_p, factor_p))
         return self.main(widened, aligned, device,
                          addresses._replace(kv_proj_weight=out_p, kv_proj_scale=factor_p))
+
+
+def _mx_items_launch(weight: torch.Tensor, scale: torch.Tensor, kv_c: int) -> JitLauncher:
+    """The launch of ``widen_mx_items_kernel`` over an MXFP4 weight of this shape, called
+    with (weight, its codes, the copy as bytes, the info) as tensors or addresses."""
+    views = as_uint8(weight) is not weight or as_uint8(scale) is not scale
+
+    def make(x) -> list:
+        w, ws, out, info = x
+        if type(w) is not int:
+            out16 = out.view(torch.int16)
+            if views:
+                w, ws = as_uint8(w), as_uint8(ws)
+        else:
+            out16 = out  # an address: the same memory
+        return [w, ws, out, out16, info, scale.stride(0)]
+
+    return JitLauncher(widen_mx_items_kernel, (weight.shape[0] // ITEM, kv_c // BK), 6,
+                       dict(K=kv_c, ITEM=ITEM, BK=BK, num_warps=4), make)
+
+
+class WidenedItems:
+    """A plan's launch for an MXFP4 weight over an fp8 cache widened once a call: per call,
+    allocate the copy ([N, 2 kv_c] bytes: each item's rows as e4m3, or as bf16) and the
+    rows' info (int32 [N]) on the call's stream, widen into them, then launch ``main``, the
+    MXFP4 launch that loads the copy by TMA, with the copy and the info in the weight's and
+    its scale's places. The same call protocol as a JitLauncher."""
+
+    def __init__(self, weight: torch.Tensor, scale: torch.Tensor, kv_c: int, main):
+        self.shape = (weight.shape[0], 2 * kv_c)
+        self.main = main
+        self.widen = _mx_items_launch(weight, scale, kv_c)
+
+    def __call__(self, c, aligned: bool | None = None, device: int | None = None,
+                 addresses=None):
+        dev = c.kv_proj_weight.device
+        out = torch.empty(self.shape, dtype=torch.uint8, device=dev)
+        info = torch.empty(self.shape[0], dtype=torch.int32, device=dev)
+        widened = c._replace(kv_proj_weight=out.view(torch.float8_e4m3fn), kv_proj_scale=info)
+        if addresses is None:
+            self.widen((c.kv_proj_weight, c.kv_proj_scale, out, info), aligned, device)
+            return self.main(widened, aligned, device)
+        out_p, info_p = out.data_ptr(), info.data_ptr()
+        self.widen((c.kv_proj_weight, c.kv_proj_scale, out, info), aligned, device,
+                   (addresses.kv_proj_weight, addresses.kv_proj_scale, out_p, info_p))
+        return self.main(widened, aligned, device,
+                         addresses._replace(kv_proj_weight=out_p, kv_proj_scale=info_p))
+
+
+def widen_mx_items(weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The copy (uint8 [N, 2 kv_c]) and the rows' info (int32 [N]) ``WidenedItems`` makes of
+    an MXFP4 weight, on the weight's device (the Triton interpreter on a CPU)."""
+    n_rows, kv_c = weight.shape[0], weight.shape[1] * 2
+    out = torch.empty((n_rows, 2 * kv_c), dtype=torch.uint8, device=weight.device)
+    info = torch.empty(n_rows, dtype=torch.int32, device=weight.device)
+    _mx_items_launch(weight, scale, kv_c)((weight, scale, out, info))
+    return out, info
 
 
 def widen_weight(weight: torch.Tensor, scale: torch.Tensor | None, weight_format: str
