@@ -43,9 +43,11 @@ TUNED: dict[tuple[str, str, str, object], object] = {
         (0, "hopper_ws", {"ring_depth": 4})],
     ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
     ("H200", "bf16", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
-    # MXFP4 on an fp8 cache: the warp-specialised design, widening in the kernel
-    # (data/exploration/h200/mxfp4/; before it, tiled_tma from 16k tokens on
-    # and 128-row tiles below).
+    # MXFP4 on an fp8 cache: the warp-specialised design (data/exploration/h200/mxfp4/;
+    # before it, tiled_tma from 16k tokens on and 128-row tiles below), the weight widened
+    # once a call (its default), a 4-deep ring: a 6-deep one within 1% of it, two MMA
+    # groups 8-14% slower, widening in the kernel 8-17% slower at 32000 and 109440 tokens
+    # (data/exploration/h200/2026-12-03-82c6edefe16b-mxfp4-widened-once/).
     ("H200", "mxfp4", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
     # A bf16 cache: the warp-specialised design's bf16 latent tile, every weight a bf16
     # one (fp8 and MXFP4 widened to a bf16 copy ahead of the kernel).
@@ -76,12 +78,15 @@ TUNED_FP8_OUT: dict[tuple[str, str, str, object], object] = {
 # data/exploration/h200/2026-12-03-7a07b8a74942-glm5-heads/ (32000 tokens, fp8 per row also
 # 109440; nothing shorter timed): fp8 per row over an fp8 cache with two MMA groups, a
 # 6-deep ring and the latent in registers (1.4% under the default at 32000, 4.3% at 109440;
-# with FP8 outputs as fast as the default), from 16384 rows as for Kimi-K3's heads; every
-# other weight and cache the default config (a 6-deep ring within 1% of it where it fits).
+# with FP8 outputs as fast as the default), from 16384 rows as for Kimi-K3's heads; MXFP4
+# over an fp8 cache (widened once a call) a 6-deep ring, 2.6% under the default at 32000
+# (data/exploration/h200/2026-12-03-82c6edefe16b-mxfp4-widened-once/); every other weight and
+# cache the default config (a 6-deep ring within 1% of it where it fits).
 # Heads with no table here: the portable fallback.
 HEADS_128 = (128, 128)
 _GLM5_HEADS = {("H200", fmt, cache, ANY): ("hopper_ws", {"ring_depth": 4})
                for fmt in ("fp8_row", "fp8_block", "bf16", "mxfp4") for cache in ("fp8", "bf16")}
+_GLM5_HEADS[("H200", "mxfp4", "fp8", ANY)] = ("hopper_ws", {"ring_depth": 6})
 _GLM5_HEADS[("H200", "fp8_row", "fp8", ANY)] = [
     (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True}),
     (0, "hopper_ws", {"ring_depth": 4})]

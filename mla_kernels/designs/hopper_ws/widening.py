@@ -85,46 +85,75 @@ def widen_weight_kernel(w_ptr, ws_ptr, out_ptr, factor_ptr, n_rows, ws_ld,
 # weight rows) goes as e4m3 when every row's codes span at most MX_SPAN binades, else as bf16
 # (the rule of the in-kernel widener, conversions.py, and of plan.fp8_route).
 ITEM = TILE
+MX_ROWS = 32  # weight rows a program widens (a quarter item: enough programs to fill the GPU)
+
+
+@triton.jit
+def _e2m1_as_e4m3(n, d):
+    """e4m3 bits of e2m1 code ``n`` times 2^d, d in [-5, 6] (exact and normal: biased
+    exponents 1 to 15), as int32."""
+    m = n & 7  # the magnitude's code: 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    e = tl.where(m >= 2, (m >> 1) - 1, -1) + d  # the value's binary exponent
+    mag = tl.where(m > 0, ((e + 7) << 3) | (tl.where(m >= 2, m & 1, 0) << 2), 0)
+    return mag | ((n & 8) << 4)
+
+
+@triton.jit
+def _e2m1_as_bf16(n, d):
+    """bf16 bits of e2m1 code ``n`` times 2^d, as int32: exact, but a value below 2^-126 is a
+    zero of its sign."""
+    m = n & 7
+    e = tl.where(m >= 2, (m >> 1) - 1, -1) + d
+    mag = tl.where((m > 0) & (e >= -126), ((e + 127) << 7) | (tl.where(m >= 2, m & 1, 0) << 6), 0)
+    return mag | ((n & 8) << 12)
 
 
 @triton.jit
 def widen_mx_items_kernel(w_ptr, ws_ptr, out8_ptr, out16_ptr, info_ptr, ws_ld,
-                          K: tl.constexpr, ITEM: tl.constexpr, BK: tl.constexpr):
-    """K chunk ``program_id(1)`` of item ``program_id(0)`` of an MXFP4 weight (packed
-    [N, K / 2], codes [N, ws_ld]) written into its copy, 2 K bytes a row (``out8`` as bytes,
-    ``out16`` the same memory as int16): each value its e2m1 value times 2^d, d = its
-    group's code - the row's largest code + 6, as e4m3 in the row's first K bytes if the
-    item takes the e4m3 route (exact: every value a normal e4m3 one), else as bf16 over
-    the whole row (exact down to 2^-126, smaller values zeros of their sign). Chunk 0's
-    program writes each row's info: 2 F + (1 for the bf16 route), F = the row's largest
+                          K: tl.constexpr, ITEM: tl.constexpr, ROWS: tl.constexpr,
+                          BK: tl.constexpr):
+    """K chunk ``program_id(1)`` of weight rows [program_id(0) x ROWS, + ROWS) of an MXFP4
+    weight (packed [N, K / 2], codes [N, ws_ld]) written into its copy, 2 K bytes a row
+    (``out8`` as bytes, ``out16`` the same memory as int16): each value its e2m1 value times
+    2^d, d = its group's code - the row's largest code + 6, as e4m3 in the row's first K
+    bytes if the rows' item takes the e4m3 route (every row of its ITEM within MX_SPAN:
+    every value then exact and normal), else as bf16 over the whole row. A K chunk's
+    programs write each row's info: 2 F + (1 for the bf16 route), F = the row's largest
     code - MX_BIAS, as hopper_ws's epilogue reads it. Integer arithmetic only, so the bits
     are the same under the interpreter and on a GPU, and the same as the in-kernel widener
     writes wherever a value is at least 2^-126."""
-    r = tl.program_id(0) * ITEM + tl.arange(0, ITEM)
-    r64 = r.to(tl.int64)[:, None]
+    r0 = tl.program_id(0) * ROWS
+    kb = tl.program_id(1)
     NG: tl.constexpr = K // 32
+    G: tl.constexpr = BK // 32  # scale groups a K chunk
     g = tl.arange(0, triton.next_power_of_2(NG))
     gmask = (g < NG)[None, :]
-    codes = tl.load(ws_ptr + r64 * ws_ld + g[None, :], mask=gmask, other=0).to(tl.int32)
-    top = tl.max(codes, axis=1)
-    low = tl.min(tl.where(gmask, codes, 255), axis=1)
-    wide = tl.max(top - low, axis=0) > MX_SPAN
-    if tl.program_id(1) == 0:
+    # The route: every row of the item (its codes, 4 bytes a 128-value chunk, are few).
+    ri = ((r0 // ITEM) * ITEM + tl.arange(0, ITEM)).to(tl.int64)[:, None]
+    icodes = tl.load(ws_ptr + ri * ws_ld + g[None, :], mask=gmask, other=0).to(tl.int32)
+    span = tl.max(icodes, axis=1) - tl.min(tl.where(gmask, icodes, 255), axis=1)
+    wide = tl.max(span, axis=0) > MX_SPAN
+    r = r0 + tl.arange(0, ROWS)
+    r64 = r.to(tl.int64)[:, None]
+    top = tl.max(tl.load(ws_ptr + r64 * ws_ld + g[None, :], mask=gmask, other=0).to(tl.int32),
+                 axis=1)
+    if kb == 0:
         tl.store(info_ptr + r, (top - MX_BIAS) * 2 + wide.to(tl.int32))
-    k = tl.program_id(1) * BK + tl.arange(0, BK)
-    byte = tl.load(w_ptr + r64 * (K // 2) + (k // 2)[None, :]).to(tl.int32)
-    nib = (byte >> ((k % 2) * 4)[None, :]) & 15
-    code = tl.load(ws_ptr + r64 * ws_ld + (k // 32)[None, :]).to(tl.int32)
-    d = code - top[:, None] + 6
-    m = nib & 7  # the magnitude's code: 0, 0.5, 1, 1.5, 2, 3, 4, 6
-    half = tl.where(m >= 2, m & 1, 0)  # the mantissa bit (0.5 is 2^-1 with none)
-    e = tl.where(m >= 2, (m >> 1) - 1, -1) + d  # the value's binary exponent
+    # Each packed byte's d (16 bytes a scale group), its two values low nibble first.
+    code = tl.load(ws_ptr + r64 * ws_ld + (kb * G + tl.arange(0, G))[None, :]).to(tl.int32)
+    d = tl.reshape(tl.broadcast_to((code - top[:, None] + 6)[:, :, None], [ROWS, G, 16]),
+                   [ROWS, BK // 2])
+    j = kb * (BK // 2) + tl.arange(0, BK // 2)
+    byte = tl.load(w_ptr + r64 * (K // 2) + j[None, :]).to(tl.int32)
+    k = kb * BK + tl.arange(0, BK)
     if wide:
-        mag = tl.where((m > 0) & (e >= -126), ((e + 127) << 7) | (half << 6), 0)
-        tl.store(out16_ptr + r64 * K + k[None, :], (mag | ((nib & 8) << 12)).to(tl.int16))
-    else:  # d in [-5, 6]: e4m3's biased exponent e + 7 is 1 to 15
-        mag = tl.where(m > 0, ((e + 7) << 3) | (half << 2), 0)
-        tl.store(out8_ptr + r64 * (2 * K) + k[None, :], (mag | ((nib & 8) << 4)).to(tl.uint8))
+        v = tl.reshape(tl.join(_e2m1_as_bf16(byte & 15, d), _e2m1_as_bf16(byte >> 4, d)),
+                       [ROWS, BK])
+        tl.store(out16_ptr + r64 * K + k[None, :], v.to(tl.int16))
+    else:
+        v = tl.reshape(tl.join(_e2m1_as_e4m3(byte & 15, d), _e2m1_as_e4m3(byte >> 4, d)),
+                       [ROWS, BK])
+        tl.store(out8_ptr + r64 * (2 * K) + k[None, :], v.to(tl.uint8))
 
 
 def widened_problem(prob: Problem) -> Problem:
@@ -208,8 +237,8 @@ def _mx_items_launch(weight: torch.Tensor, scale: torch.Tensor, kv_c: int) -> Ji
             out16 = out  # an address: the same memory
         return [w, ws, out, out16, info, scale.stride(0)]
 
-    return JitLauncher(widen_mx_items_kernel, (weight.shape[0] // ITEM, kv_c // BK), 6,
-                       dict(K=kv_c, ITEM=ITEM, BK=BK, num_warps=4), make)
+    return JitLauncher(widen_mx_items_kernel, (weight.shape[0] // MX_ROWS, kv_c // BK), 6,
+                       dict(K=kv_c, ITEM=ITEM, ROWS=MX_ROWS, BK=BK, num_warps=4), make)
 
 
 class WidenedItems:
