@@ -61,6 +61,7 @@ ON_DEVICE := attrs certifi charset_normalizer click idna jinja2 markupsafe packa
 # debugger and IPython's completer (10 MB; papermill's kernels start without them).
 NOT_RUN := debugpy jedi
 device-wheels:
+	rm -rf .whl  # a wheel of an older version beside a newer one stops the install
 	$(PYTHON) -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp \
 		$(WHEEL_PLATFORMS) -d .whl papermill ipykernel nbconvert nbformat nbclient
 	cd .whl && for p in $(ON_DEVICE) $(NOT_RUN); do rm -f $${p}-[0-9]*.whl; done
