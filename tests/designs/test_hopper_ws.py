@@ -5,8 +5,9 @@ its availability rules and, in test_compile.py, that it compiles for sm_90.
 Weights it runs over an fp8 cache: fp8 per-row (the original path), fp8 per 128x128 block,
 bf16 with no scale, a per-row or a per-block scale (float32 or bf16 scales; the latent tile
 widened to bf16 as it is gathered), and MXFP4 widened to e4m3 or, item by item where a
-row's scales span too much, bf16 (once a call ahead of the kernel, or in it). Over a bf16 cache: every one of them, an fp8
-or MXFP4 weight widened to a bf16 copy ahead of the kernel (weight_widening)."""
+row's scales span too much, bf16 (once a call ahead of the kernel, or in it). Over a bf16
+cache: every one of them, an fp8 or MXFP4 weight widened to a bf16 copy ahead of the kernel
+(weight_widening)."""
 
 import math
 from dataclasses import replace
@@ -650,8 +651,9 @@ def test_widened_weight_in_a_cuda_graph_reads_the_weight_at_replay(fmt, device, 
 
 # ------------------------------------------------ MXFP4 over an fp8 cache
 # Widened once a call (the default: a copy of each item as e4m3 or bf16, loaded by TMA) or in
-# the kernel (a packed loader and a widener partition). Weight draws: every row within 12 binades (all items on the e4m3 route), every row holding
-# 13 (all on the bf16 route), and one item in three widened to bf16.
+# the kernel (a packed loader and a widener partition). Weight draws: every row within 12
+# binades (all items on the e4m3 route), every row holding 13 (all on the bf16 route), and
+# one item in three widened to bf16.
 MX_DRAWS = ("e4m3", "bf16", "mixed")
 
 

@@ -33,8 +33,7 @@ import triton.language as tl
 from ...core.formats import as_uint8
 from ...core.problem import Problem
 from ..launch import JitLauncher
-# F = the row's largest e8m0 code - MX_BIAS: widened magnitudes <= 6 x 2^6 = 384.
-from .config import MX_BIAS, MX_SPAN, TILE
+from .config import MX_BIAS, MX_SPAN, TILE  # F = a row's largest e8m0 code - MX_BIAS
 
 ROWS = 16  # weight rows a program widens
 BK = 128  # K per step (kv_c is a multiple of 128 where this is used)
