@@ -625,11 +625,13 @@ def test_widened_weights_run_the_bf16_weight_s_kernel():
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("fmt", ["fp8_row", "mxfp4"])
-def test_widened_weight_in_a_cuda_graph_reads_the_weight_at_replay(fmt, device, seed):
+@pytest.mark.parametrize(("fmt", "cache"), [("fp8_row", "bf16"), ("mxfp4", "bf16"),
+                                          ("mxfp4", "fp8")])
+def test_widened_weight_in_a_cuda_graph_reads_the_weight_at_replay(fmt, cache, device, seed):
     # The copy is made by every call, inside the graph too: a weight changed in place
-    # between replays is the one the replay multiplies.
-    inp = mk.build_inputs(KIMI, [700, 0, 129], block_size=16, cache_dtype="bf16",
+    # between replays is the one the replay multiplies (over an fp8 cache, MXFP4's copy of
+    # e4m3 or bf16 items: the second weight draws every item too wide for e4m3).
+    inp = mk.build_inputs(KIMI, [700, 0, 129], block_size=16, cache_dtype=cache,
                           weight_format=fmt, device=device, seed=seed)
     mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws")  # warm up: compile, cache the plan
     torch.cuda.synchronize()
@@ -638,8 +640,9 @@ def test_widened_weight_in_a_cuda_graph_reads_the_weight_at_replay(fmt, device, 
         mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws")
     for round_ in range(2):
         if round_:
-            other = mk.build_inputs(KIMI, [1], cache_dtype="bf16", weight_format=fmt,
-                                    device=device, seed=seed + 1)
+            wide = dict(e8m0_range=(-8, 4), e8m0_full_span=True) if cache == "fp8" else {}
+            other = mk.build_inputs(KIMI, [1], cache_dtype=cache, weight_format=fmt,
+                                    device=device, seed=seed + 1, **wide)
             inp.kv_proj_weight.copy_(other.kv_proj_weight)
             inp.kv_proj_scale.copy_(other.kv_proj_scale)
         inp.poison_outputs()
