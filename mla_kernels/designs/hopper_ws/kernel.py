@@ -82,13 +82,11 @@ def hopper_ws_kernel(
             mbarrier.init(cd_empty.index(b), count=1)
         packed = PackedRing(pk_slots, pk_ready, pk_empty, codes, cd_ready, cd_empty,
                             MX_PACKED, MX_CODES)
-    elif MX:
-        # Each item's chunks by TMA, e4m3 or (twice as many) bf16, and its rows' info.
-        w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
-        info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],
-                                         gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     else:
         w_ring = gl.allocate_shared_memory(w_desc.dtype, [STAGES, BN, WK], w_desc.layout)
+        if MX:  # widened once a call: e4m3 or (twice as many) bf16 chunks, the rows' info
+            info = gl.allocate_shared_memory(gl.int32, [STAGES + 1, BN],
+                                             gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     lat_ready = gl.allocate_shared_memory(gl.int64, [SLOTS + 1, 1], mbarrier.MBarrierLayout())
     lat_empty = gl.allocate_shared_memory(gl.int64, [SLOTS + 1, 1], mbarrier.MBarrierLayout())
     if not MX:

@@ -67,10 +67,11 @@ def _widened_items_loader(p):
         s = ring.wait_free(c)
         ring.info.index((it - start) % (STAGES + 1)).store(info)
         partition_sync()
-        ring.fill(p.w_desc, s, items.weight_row(it), 0)
+        w_row = items.weight_row(it)
+        ring.fill(p.w_desc, s, w_row, 0)
         for j in range(1, chunks):
             s = ring.wait_free(c + j)
-            ring.fill(p.w_desc, s, items.weight_row(it), j * BK)
+            ring.fill(p.w_desc, s, w_row, j * BK)
         c += chunks
 
 

@@ -26,7 +26,13 @@ from .config import (
 )
 from .kernel import hopper_ws_kernel
 from .schedule import lockstep_granule
-from .widening import WidenedItems, WidenedWeight, widened_problem, widened_shapes
+from .widening import (
+    WidenedItems,
+    WidenedWeight,
+    widened_items_shapes,
+    widened_problem,
+    widened_shapes,
+)
 
 
 def items_per_tile(prob: Problem) -> int:
@@ -96,11 +102,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         # MXFP4 over an fp8 cache widened once a call (widening.WidenedItems): each item's
         # rows as e4m3 or bf16 in a copy of 2 kv_c bytes a row, each row's route and factor
         # in an int32 info; the kernel loads the copy by TMA. Meta tensors stand in.
-        n_rows = t.kv_proj_weight.shape[0]
+        shape, info_shape = widened_items_shapes(t.kv_proj_weight.shape[0], prob.kv_c_dim)
         meta = t._replace(
-            kv_proj_weight=torch.empty((n_rows, 2 * prob.kv_c_dim), dtype=torch.float8_e4m3fn,
-                                       device="meta"),
-            kv_proj_scale=torch.empty((n_rows,), dtype=torch.int32, device="meta"))
+            kv_proj_weight=torch.empty(shape, dtype=torch.float8_e4m3fn, device="meta"),
+            kv_proj_scale=torch.empty(info_shape, dtype=torch.int32, device="meta"))
         main = prepare_hopper_ws(prob, meta, max_context_len, config, device, True)
         if main is no_launch:
             return no_launch

@@ -40,6 +40,27 @@ BK = 128  # K per step (kv_c is a multiple of 128 where this is used)
 
 
 @triton.jit
+def _e2m1_as_e4m3(n, d):
+    """e4m3 bits of e2m1 code ``n`` times 2^d, d in [-5, 6] (exact and normal: biased
+    exponents 1 to 15), as int32."""
+    m = n & 7  # the magnitude's code: 0, 0.5, 1, 1.5, 2, 3, 4, 6
+    e = tl.where(m >= 2, (m >> 1) - 1, -1) + d  # the value's binary exponent
+    mag = tl.where(m > 0, ((e + 7) << 3) | (tl.where(m >= 2, m & 1, 0) << 2), 0)
+    return mag | ((n & 8) << 4)
+
+
+@triton.jit
+def _e2m1_as_bf16(n, d):
+    """bf16 bits of e2m1 code ``n`` times 2^d, as int32: exact, but a value below 2^-126 is a
+    zero of its sign."""
+    m = n & 7
+    # m's value (0.5 to 6) is (1 + (m & 1) / 2) x 2^((m >> 1) - 1) from m = 2; 0.5 is 2^-1.
+    e = tl.where(m >= 2, (m >> 1) - 1, -1) + d
+    mag = tl.where((m > 0) & (e >= -126), ((e + 127) << 7) | (tl.where(m >= 2, m & 1, 0) << 6), 0)
+    return mag | ((n & 8) << 12)
+
+
+@triton.jit
 def widen_weight_kernel(w_ptr, ws_ptr, out_ptr, factor_ptr, n_rows, ws_ld,
                         K: tl.constexpr, MX: tl.constexpr, ROWS: tl.constexpr,
                         BK: tl.constexpr):
@@ -67,14 +88,9 @@ def widen_weight_kernel(w_ptr, ws_ptr, out_ptr, factor_ptr, n_rows, ws_ld,
             nib = (byte >> ((k % 2) * 4)[None, :]) & 15
             code = tl.load(ws_ptr + r64 * ws_ld + (k // 32)[None, :], mask=rmask,
                            other=0).to(tl.int32)
-            # e2m1 magnitude m (0, 0.5, 1, 1.5, 2, 3, 4, 6) = (1 + (m & 1) / 2) x 2^e, e =
-            # (m >> 1) - 1 for m >= 2 (0.5: e = -1, mantissa 0), times 2^(code - 127 - F).
-            m = nib & 7
-            e = tl.where(m >= 2, (m >> 1) - 1, -1) + code - 127 - f[:, None]
-            # Below bf16's normal range (2^-126): signed zero. e <= 8 (at most 384).
-            mag = tl.where((m > 0) & (e >= -126),
-                           ((e + 127) << 7) | (tl.where(m >= 2, m & 1, 0) << 6), 0)
-            v = (mag | ((nib & 8) << 12)).to(tl.int16).to(tl.bfloat16, bitcast=True)
+            # Each value times 2^(code - 127 - F): at most 384, below 2^-126 a signed zero.
+            v = _e2m1_as_bf16(nib, code - 127 - f[:, None]).to(tl.int16).to(tl.bfloat16,
+                                                                             bitcast=True)
         else:
             v = tl.load(w_ptr + r64 * K + k[None, :], mask=rmask).to(tl.bfloat16)
         tl.store(out_ptr + r64 * K + k[None, :], v, mask=rmask)
@@ -85,26 +101,6 @@ def widen_weight_kernel(w_ptr, ws_ptr, out_ptr, factor_ptr, n_rows, ws_ld,
 # (the rule of the in-kernel widener, conversions.py, and of plan.fp8_route).
 ITEM = TILE
 MX_ROWS = 32  # weight rows a program widens (a quarter item: enough programs to fill the GPU)
-
-
-@triton.jit
-def _e2m1_as_e4m3(n, d):
-    """e4m3 bits of e2m1 code ``n`` times 2^d, d in [-5, 6] (exact and normal: biased
-    exponents 1 to 15), as int32."""
-    m = n & 7  # the magnitude's code: 0, 0.5, 1, 1.5, 2, 3, 4, 6
-    e = tl.where(m >= 2, (m >> 1) - 1, -1) + d  # the value's binary exponent
-    mag = tl.where(m > 0, ((e + 7) << 3) | (tl.where(m >= 2, m & 1, 0) << 2), 0)
-    return mag | ((n & 8) << 4)
-
-
-@triton.jit
-def _e2m1_as_bf16(n, d):
-    """bf16 bits of e2m1 code ``n`` times 2^d, as int32: exact, but a value below 2^-126 is a
-    zero of its sign."""
-    m = n & 7
-    e = tl.where(m >= 2, (m >> 1) - 1, -1) + d
-    mag = tl.where((m > 0) & (e >= -126), ((e + 127) << 7) | (tl.where(m >= 2, m & 1, 0) << 6), 0)
-    return mag | ((n & 8) << 12)
 
 
 @triton.jit
@@ -190,11 +186,42 @@ def _widen_launch(mx: bool, weight: torch.Tensor, scale: torch.Tensor | None, kv
                        dict(K=kv_c, MX=mx, ROWS=ROWS, BK=BK, num_warps=4), make)
 
 
-class WidenedWeight:
-    """A plan's launch for an fp8 or MXFP4 weight run by a bf16 kernel: per call, allocate
-    the bf16 copy (and MXFP4's row factors) on the call's stream, widen into it, then launch
-    ``main`` (the bf16 weight's launch, from ``widened_problem``) with the copy in the
-    weight's place. The same call protocol as a JitLauncher."""
+class _WidenedLaunch:
+    """The call protocol of a launch that widens the weight first (a JitLauncher's): per
+    call, allocate the copy and any scale of its own (``_buffers``) on the call's stream,
+    widen into them (``widen``, given (weight, its scale, the copy, the copy's scale)), then
+    launch ``main`` with them in the weight's and its scale's places (a copy with no scale
+    of its own keeps the weight's). The buffers live in the caching allocator for the call
+    (inside a CUDA graph's capture, in its pool: each replay widens the weight as it is)."""
+
+    main: JitLauncher
+    widen: JitLauncher
+
+    def _buffers(self, dev: torch.device
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """(the copy as ``widen`` writes it, as ``main`` reads it, its scale or None)."""
+        raise NotImplementedError
+
+    def __call__(self, c, aligned: bool | None = None, device: int | None = None,
+                 addresses=None):
+        out, weight, scale = self._buffers(c.kv_proj_weight.device)
+        widened = c._replace(kv_proj_weight=weight,
+                             kv_proj_scale=c.kv_proj_scale if scale is None else scale)
+        src = (c.kv_proj_weight, c.kv_proj_scale, out, scale)
+        if addresses is None:
+            self.widen(src, aligned, device)
+            return self.main(widened, aligned, device)
+        out_p = out.data_ptr()
+        scale_p = addresses.kv_proj_scale if scale is None else scale.data_ptr()
+        self.widen(src, aligned, device,
+                   (addresses.kv_proj_weight, addresses.kv_proj_scale, out_p, scale_p))
+        return self.main(widened, aligned, device,
+                         addresses._replace(kv_proj_weight=out_p, kv_proj_scale=scale_p))
+
+
+class WidenedWeight(_WidenedLaunch):
+    """A plan's launch for an fp8 or MXFP4 weight run by a bf16 kernel: the bf16 copy (and
+    MXFP4's row factors), then ``main``, the bf16 weight's launch (from ``widened_problem``)."""
 
     def __init__(self, prob: Problem, weight: torch.Tensor, scale: torch.Tensor | None, main):
         self.mx = prob.weight_format == "mxfp4"
@@ -202,23 +229,17 @@ class WidenedWeight:
         self.main = main
         self.widen = _widen_launch(self.mx, weight, scale, prob.kv_c_dim)
 
-    def __call__(self, c, aligned: bool | None = None, device: int | None = None,
-                 addresses=None):
-        dev = c.kv_proj_weight.device
+    def _buffers(self, dev):
         out = torch.empty(self.shape, dtype=torch.bfloat16, device=dev)
         factor = (torch.empty(self.factor_shape, dtype=torch.float32, device=dev)
                   if self.mx else None)
-        widened = c._replace(kv_proj_weight=out,
-                             kv_proj_scale=factor if self.mx else c.kv_proj_scale)
-        if addresses is None:
-            self.widen((c.kv_proj_weight, c.kv_proj_scale, out, factor), aligned, device)
-            return self.main(widened, aligned, device)
-        out_p = out.data_ptr()
-        factor_p = factor.data_ptr() if self.mx else addresses.kv_proj_scale
-        self.widen((c.kv_proj_weight, c.kv_proj_scale, out, factor), aligned, device,
-                   (addresses.kv_proj_weight, addresses.kv_proj_scale, out_p, factor_p))
-        return self.main(widened, aligned, device,
-                         addresses._replace(kv_proj_weight=out_p, kv_proj_scale=factor_p))
+        return out, out, factor
+
+
+def widened_items_shapes(n_rows: int, kv_c: int) -> tuple[tuple[int, int], tuple[int]]:
+    """Shapes of MXFP4's copy over an fp8 cache (2 kv_c bytes a row: an e4m3 row in the first
+    kv_c, a bf16 one over all) and of its rows' info."""
+    return (n_rows, 2 * kv_c), (n_rows,)
 
 
 def _mx_items_launch(weight: torch.Tensor, scale: torch.Tensor, kv_c: int) -> JitLauncher:
@@ -240,40 +261,29 @@ def _mx_items_launch(weight: torch.Tensor, scale: torch.Tensor, kv_c: int) -> Ji
                        dict(K=kv_c, ITEM=ITEM, ROWS=MX_ROWS, BK=BK, num_warps=4), make)
 
 
-class WidenedItems:
-    """A plan's launch for an MXFP4 weight over an fp8 cache widened once a call: per call,
-    allocate the copy ([N, 2 kv_c] bytes: each item's rows as e4m3, or as bf16) and the
-    rows' info (int32 [N]) on the call's stream, widen into them, then launch ``main``, the
-    MXFP4 launch that loads the copy by TMA, with the copy and the info in the weight's and
-    its scale's places. The same call protocol as a JitLauncher."""
+class WidenedItems(_WidenedLaunch):
+    """A plan's launch for an MXFP4 weight over an fp8 cache widened once a call: the copy
+    (each item's rows as e4m3, or as bf16: ``widened_items_shapes``) and the rows' info
+    (int32), then ``main``, the MXFP4 launch that loads the copy by TMA."""
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, kv_c: int, main):
-        self.shape = (weight.shape[0], 2 * kv_c)
+        self.shape, self.info_shape = widened_items_shapes(weight.shape[0], kv_c)
         self.main = main
         self.widen = _mx_items_launch(weight, scale, kv_c)
 
-    def __call__(self, c, aligned: bool | None = None, device: int | None = None,
-                 addresses=None):
-        dev = c.kv_proj_weight.device
+    def _buffers(self, dev):
         out = torch.empty(self.shape, dtype=torch.uint8, device=dev)
-        info = torch.empty(self.shape[0], dtype=torch.int32, device=dev)
-        widened = c._replace(kv_proj_weight=out.view(torch.float8_e4m3fn), kv_proj_scale=info)
-        if addresses is None:
-            self.widen((c.kv_proj_weight, c.kv_proj_scale, out, info), aligned, device)
-            return self.main(widened, aligned, device)
-        out_p, info_p = out.data_ptr(), info.data_ptr()
-        self.widen((c.kv_proj_weight, c.kv_proj_scale, out, info), aligned, device,
-                   (addresses.kv_proj_weight, addresses.kv_proj_scale, out_p, info_p))
-        return self.main(widened, aligned, device,
-                         addresses._replace(kv_proj_weight=out_p, kv_proj_scale=info_p))
+        return out, out.view(torch.float8_e4m3fn), torch.empty(self.info_shape,
+                                                               dtype=torch.int32, device=dev)
 
 
 def widen_mx_items(weight: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The copy (uint8 [N, 2 kv_c]) and the rows' info (int32 [N]) ``WidenedItems`` makes of
     an MXFP4 weight, on the weight's device (the Triton interpreter on a CPU)."""
-    n_rows, kv_c = weight.shape[0], weight.shape[1] * 2
-    out = torch.empty((n_rows, 2 * kv_c), dtype=torch.uint8, device=weight.device)
-    info = torch.empty(n_rows, dtype=torch.int32, device=weight.device)
+    kv_c = weight.shape[1] * 2
+    shape, info_shape = widened_items_shapes(weight.shape[0], kv_c)
+    out = torch.empty(shape, dtype=torch.uint8, device=weight.device)
+    info = torch.empty(info_shape, dtype=torch.int32, device=weight.device)
     _mx_items_launch(weight, scale, kv_c)((weight, scale, out, info))
     return out, info
 
