@@ -144,7 +144,7 @@ def _serves_all(prob: Problem, device: DeviceSpec) -> bool:
     return True
 
 
-def _no_extras(prob: Problem, args: GatherArgs) -> dict[str, float]:
+def _no_extras(prob: Problem, args: GatherArgs, config=None) -> dict[str, float]:
     return {}
 
 
@@ -159,7 +159,7 @@ class Design:
     touch at least one token of ``contexts``; ``serves`` is the design's own rule beyond
     the weight formats and GPU families it lists; ``row_extras`` gives the measurement
     columns the design reports for one input set beyond the common ones (a MXFP4 weight's
-    share of items on the e4m3 route, say), by column name.
+    share of items on the e4m3 route, say), by column name, under the config it ran.
     """
 
     name: str
@@ -173,7 +173,7 @@ class Design:
     vendors: tuple[str, ...] = PORTABLE
     serves: Callable[[Problem, DeviceSpec], bool] = _serves_all
     default_config: DesignConfig | None = None
-    row_extras: Callable[[Problem, GatherArgs], dict[str, float]] = _no_extras
+    row_extras: Callable[..., dict[str, float]] = _no_extras  # (problem, args, config)
 
     def config(self, given=None) -> DesignConfig:
         """The launch config for ``given``: None for the design's default, its config

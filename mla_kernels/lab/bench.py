@@ -54,8 +54,14 @@ class Point:
 
 
 # build_inputs' weight options by name, beside the format's default draw: "wide", an MXFP4
-# weight every row of which spans 13 binades of scale (hopper_ws widens it all to bf16).
-WEIGHT_DRAWS: dict[str, dict] = {"": {}, "wide": {"e8m0_range": (-8, 4), "e8m0_full_span": True}}
+# weight every row of which spans 13 binades of scale, one more than e4m3 holds (hopper_ws
+# runs every item on its split route: two e4m3 parts); "widest", every row spanning 25
+# (beyond the split route: every item on its bf16 route).
+WEIGHT_DRAWS: dict[str, dict] = {
+    "": {},
+    "wide": {"e8m0_range": (-8, 4), "e8m0_full_span": True},
+    "widest": {"e8m0_range": (-20, 4), "e8m0_full_span": True},
+}
 
 
 # ------------------------------------------------------------------ ceilings
@@ -222,16 +228,17 @@ def time_graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], N
     return measure(graphed(eight), budget).scaled(1 / 8)
 
 
-def dot_rate(ceilings: dict, kind: str, dot: str, fp8_route_share: float = NAN) -> float:
+def dot_rate(ceilings: dict, kind: str, dot: str, fp8_route_share: float = NAN,
+             split_route_share: float = NAN) -> float:
     """The ``kind`` rate (``mm_tflops``: cuBLAS's, ``tc_tflops``: the tensor cores' own) of
     the dot that ran: the format's ``dot``, or for a design that splits its work by route,
-    the time-weighted rate of both routes (``roofline.route_rate``). NaN where the ceilings
+    the time-weighted rate of its routes (``roofline.route_rate``). NaN where the ceilings
     lack it."""
-    ran = roofline.route_dot(dot, fp8_route_share)
+    ran = roofline.route_dot(dot, fp8_route_share, split_route_share)
     fp8, bf16 = (ceilings.get(f"{kind}_{d}", NAN) for d in ("fp8", "bf16"))
-    if ran == "fp8+bf16":
-        return roofline.route_rate(fp8_route_share, fp8, bf16)
-    return fp8 if ran == "fp8" else bf16
+    if ran in ("fp8", "bf16"):
+        return fp8 if ran == "fp8" else bf16
+    return roofline.route_rate(fp8_route_share, fp8, bf16, split_route_share)
 
 
 def tensor_core_rates(mma_rows) -> dict[str, float]:
@@ -265,11 +272,12 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float 
                     config: str = "", error: str = "", design: str = "",
                     fp8_route_share: float = NAN, sm_clock_mhz: float = NAN,
                     resolved_config: str = "", fp8_exact_share: float = NAN,
-                    fp8_max_steps: float = NAN) -> Measurement:
+                    fp8_max_steps: float = NAN, split_route_share: float = NAN
+                    ) -> Measurement:
     """One row of the measurement schema (``measurements.Measurement``): the point, one
     timing of one variant (a ``Timing``, or a bare median whose spread is unknown), its
-    floors from the ceilings by the dot that ran (``dot``, split by ``fp8_route_share``
-    where the design reports one), the tensor-core floor where the ceilings hold the
+    floors from the ceilings by the dot that ran (``dot``, split by ``fp8_route_share`` and
+    ``split_route_share`` where the design reports them), the tensor-core floor where the ceilings hold the
     tensor cores' rates, and its check against the reference (FP8 outputs: with the
     share of values exact to the contract's rule and the most e4m3 steps from it). The
     byte model counts the outputs at the point's output element size."""
@@ -280,16 +288,18 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float 
     out_bytes = pt.out_torch_dtype.itemsize
     nbytes = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format, out_bytes)
     nflops = roofline.flops(s, tokens)
-    mm = dot_rate(ceilings, "mm_tflops", dot, fp8_route_share)
+    mm = dot_rate(ceilings, "mm_tflops", dot, fp8_route_share, split_route_share)
     fl = roofline.floors(nbytes, nflops, ceilings["copy_tbps"], mm)
-    tc = dot_rate(at_clock(ceilings, sm_clock_mhz), "tc_tflops", dot, fp8_route_share)
+    tc = dot_rate(at_clock(ceilings, sm_clock_mhz), "tc_tflops", dot, fp8_route_share,
+                  split_route_share)
     tc_floor = (roofline.floors(nbytes, nflops, ceilings["copy_tbps"], tc)["floor_us"]
                 if tc == tc else NAN)
     return Measurement(
         **prov, model=s.name, heads=s.num_heads, weight_format=pt.weight_format,
         cache_dtype=pt.cache_dtype, block_size=pt.block_size, contexts=contexts_str(pt.contexts),
         batch=len(pt.contexts), ctx=tokens, variant=variant, timing=timing, median_us=us,
-        min_bytes=nbytes, flops=nflops, dot_dtype=roofline.route_dot(dot, fp8_route_share),
+        min_bytes=nbytes, flops=nflops,
+        dot_dtype=roofline.route_dot(dot, fp8_route_share, split_route_share),
         copy_tbps=ceilings["copy_tbps"],
         write_tbps=ceilings["write_tbps"], mm_tflops=mm, **fl,
         write_floor_us=(roofline.output_bytes(s, tokens, out_bytes)
@@ -300,7 +310,7 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float 
         fp8_route_share=fp8_route_share, reps=t.reps, q1_us=t.q1_us, q3_us=t.q3_us,
         resolved_config=resolved_config, sm_clock_mhz=sm_clock_mhz, tc_tflops=tc,
         tc_floor_us=tc_floor, out_dtype=pt.out_dtype, fp8_exact_share=fp8_exact_share,
-        fp8_max_steps=fp8_max_steps)
+        fp8_max_steps=fp8_max_steps, split_route_share=split_route_share)
 
 
 def check_columns(chk: dict) -> dict:
@@ -397,8 +407,8 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
             if not name.startswith("torch"):
                 resolved, resolved_cfg = resolve(name, prob, dev, cfg)
                 design = resolved.name
-                # Columns the design reports of its own (hopper_ws: MXFP4's e4m3 share).
-                extras = resolved.row_extras(prob, base.args())
+                # Columns the design reports of its own (hopper_ws: MXFP4's route shares).
+                extras = resolved.row_extras(prob, base.args(), resolved_cfg)
                 cfg = None if cfg is None else resolved_cfg
             spend = budget(name) if budget else FULL
             timings = [("flushed", *timed(measure, rotating([make(i) for i in sets]), spend))]
@@ -421,6 +431,7 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
                       config="" if cfg is None else repr(cfg),
                       error=error, design=design,
                       fp8_route_share=extras.get("fp8_route_share", NAN),
+                      split_route_share=extras.get("split_route_share", NAN),
                       resolved_config="" if resolved_cfg is None else repr(resolved_cfg)),
                  window)
                 for timing, t, window in timings]

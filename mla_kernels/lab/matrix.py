@@ -93,10 +93,13 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
         for ctx in (32000, 109440):
             out[f"kimi/fp8_row/fp8/p{page}/{ctx}"] = _point(KIMI, (ctx,), "fp8_row", "fp8", page,
                                                            device)
-    # MXFP4 with every row too wide for e4m3: hopper_ws's bf16 route on every item.
+    # MXFP4 with every row too wide for e4m3: hopper_ws's split route on every item; and at
+    # 32000 rows wider still, its bf16 route.
     for ctx in HEADLINE[1:]:
         out[f"kimi/mxfp4/fp8/p1/{ctx}/wide"] = _point(KIMI, (ctx,), "mxfp4", "fp8", 1, device,
                                                      "wide")
+    out["kimi/mxfp4/fp8/p1/32000/widest"] = _point(KIMI, (32000,), "mxfp4", "fp8", 1, device,
+                                                   "widest")
     out["kimi/fp8_row/fp8/p1/ragged8"] = _point(KIMI, RAGGED8, "fp8_row", "fp8", 1, device)
     out["kimi/fp8_row/fp8/p1/64x4096"] = _point(KIMI, (4096,) * 64, "fp8_row", "fp8", 1, device)
     for shape in ("deepseek-v3-tp8", "deepseek-v3-tp1", GLM5):

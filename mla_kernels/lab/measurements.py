@@ -98,6 +98,9 @@ class Measurement:
     # values equal to it and the most e4m3 steps from it (NaN for other outputs).
     fp8_exact_share: float = float("nan")
     fp8_max_steps: float = float("nan")
+    # MXFP4 on hopper_ws: the share of work items on the split route, two e4m3 parts (NaN:
+    # not reported; rows of runs without the column had no such route).
+    split_route_share: float = float("nan")
 
     KEY: ClassVar[tuple[str, ...]] = ("device", "model", "heads", "weight_format",
                                       "cache_dtype", "block_size", "contexts", "variant",

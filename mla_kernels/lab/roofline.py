@@ -53,21 +53,30 @@ def dot_dtype(cache_dtype: str, weight_format: str) -> str:
     return "bf16"
 
 
-def route_dot(dot: str, fp8_route_share: float) -> str:
-    """The dot that ran: ``dot`` (the format's), unless a design reports the share of its
-    work that took the e4m3 route (MXFP4 on ``hopper_ws``): then "fp8", "bf16" or
-    "fp8+bf16" by that share."""
+def route_dot(dot: str, fp8_route_share: float, split_route_share: float = float("nan")
+              ) -> str:
+    """The dot that ran: ``dot`` (the format's), unless a design reports the shares of its
+    work that took the e4m3 route and the split route (MXFP4 on ``hopper_ws``): then the
+    routes that ran, joined by "+", of "fp8" (one fp8 dot), "fp8x2" (the split route: two
+    fp8 dots over the same product) and "bf16" (the rest)."""
     s = fp8_route_share
     if s != s:  # NaN: no such route, the format's dot ran
         return dot
-    return "fp8" if s >= 1.0 else "bf16" if s <= 0.0 else "fp8+bf16"
+    s2 = 0.0 if split_route_share != split_route_share else split_route_share
+    ran = [name for name, share in (("fp8", s), ("fp8x2", s2), ("bf16", 1.0 - s - s2))
+           if share > 1e-12]
+    return "+".join(ran) or "bf16"
 
 
-def route_rate(fp8_route_share: float, fp8_rate: float, bf16_rate: float) -> float:
-    """The rate a dot split by route runs at, time-weighted: the work ``s`` at the fp8 rate
-    and the rest at the bf16 one take ``s / fp8 + (1 - s) / bf16`` per FLOP."""
+def route_rate(fp8_route_share: float, fp8_rate: float, bf16_rate: float,
+               split_route_share: float = 0.0) -> float:
+    """The rate (FLOP per time of the product computed) of a dot split by route,
+    time-weighted: the work ``s`` at the fp8 rate, the split route's ``s2`` at half of it
+    (two fp8 dots a product) and the rest at the bf16 rate take ``s / fp8 + 2 s2 / fp8 +
+    (1 - s - s2) / bf16`` per FLOP."""
     s = fp8_route_share
-    return 1.0 / (s / fp8_rate + (1.0 - s) / bf16_rate)
+    s2 = 0.0 if split_route_share != split_route_share else split_route_share
+    return 1.0 / (s / fp8_rate + 2.0 * s2 / fp8_rate + (1.0 - s - s2) / bf16_rate)
 
 
 def floors(nbytes: float, nflops: float, copy_tbps: float, mm_tflops: float) -> dict[str, float]:

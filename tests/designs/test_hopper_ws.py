@@ -31,6 +31,7 @@ from mla_kernels.designs.hopper_ws.conversions import (
     widen_bf16,
     widen_e4m3,
 )
+from mla_kernels.designs.hopper_ws.plan import mx_routes
 from mla_kernels.designs.jit import SCALE_CODES
 from mla_kernels.lab.checks import check_outputs
 
@@ -653,25 +654,27 @@ def test_widened_weight_in_a_cuda_graph_reads_the_weight_at_replay(fmt, cache, d
 
 
 # ------------------------------------------------ MXFP4 over an fp8 cache
-# Widened once a call (the default: a copy of each item as e4m3 or bf16, loaded by TMA) or in
-# the kernel (a packed loader and a widener partition). Weight draws: every row within 12
-# binades (all items on the e4m3 route), every row holding 13 (all on the bf16 route), and
-# one item in three widened to bf16.
-MX_DRAWS = ("e4m3", "bf16", "mixed")
+# Widened once a call (the default: a copy of each item as e4m3, two e4m3 parts or bf16,
+# loaded by TMA) or in the kernel (a packed loader and a widener partition; no split route).
+# Weight draws: every row within 12 binades (all items on the e4m3 route), every row holding
+# 13 (all on the split route widened once a call), every row holding 25 (all on the bf16
+# route), and items of the three routes mixed.
+MX_DRAWS = ("e4m3", "split", "bf16", "mixed")
+MX_DRAW_RANGES = {"e4m3": (-7, 4), "split": (-8, 4), "bf16": (-20, 4), "mixed": (-7, 4)}
 
 
 def _mx_inputs(shape, contexts, block_size, draw, device, seed, **kw):
-    wide = draw == "bf16"
     inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
                           weight_format="mxfp4", device=device, seed=seed,
-                          e8m0_range=(-8, 4) if wide else (-7, 4), e8m0_full_span=wide, **kw)
+                          e8m0_range=MX_DRAW_RANGES[draw], e8m0_full_span=draw != "mixed", **kw)
     if draw == "mixed":
-        # Row 5 of every third item spans -8 to 4: 13 binades.
+        # Row 5 of every third item spans -8 to 4 (13 binades: split), row 9 of the next
+        # -20 to 4 (25: bf16).
         items = inp.kv_proj_scale.view(-1, 128, inp.kv_proj_scale.shape[1])
         items[1::3, 5, 2], items[1::3, 5, 3] = 127 - 8, 127 + 4
-    route = fp8_route(inp.kv_proj_scale)
-    assert {"e4m3": bool(route.all()), "bf16": not route.any(),
-            "mixed": bool(route.any() and not route.all())}[draw], route
+        items[2::3, 9, 0], items[2::3, 9, 1] = 127 - 20, 127 + 4
+    routes = set(mx_routes(inp.kv_proj_scale).tolist())
+    assert routes == {"e4m3": {0}, "split": {2}, "bf16": {1}, "mixed": {0, 1, 2}}[draw], routes
     return inp
 
 
@@ -712,16 +715,18 @@ def test_mxfp4_program_runs_and_ring_depth(programs, widening, stages, groups, d
 def test_mxfp4_widened_once_a_call_or_in_the_kernel_bit_for_bit(draw, shape, device, seed):
     # The same e4m3 or bf16 chunks reach the same K loops either way (the draws hold no value
     # below 2^-126 x the row's factor, where the copy's zeros and the kernel's may differ),
-    # and two MMA groups run each row's K loop as one does, so the outputs agree bit for bit.
+    # and two MMA groups run each row's K loop as one does, so the outputs agree bit for bit;
+    # the split route (widened once a call only) agrees across the configs that take it.
     inp = _mx_inputs(shape, [700, 129], 1, draw, device, seed)
     outs = []
-    for config in (HopperWSConfig(mxfp4_widening="kernel"), HopperWSConfig(),
-                   HopperWSConfig(mma_groups=2, ring_depth=6),
-                   HopperWSConfig(mma_groups=2, ring_depth=3, programs=7)):
+    for config in (HopperWSConfig(), HopperWSConfig(mma_groups=2, ring_depth=6),
+                   HopperWSConfig(mma_groups=2, ring_depth=3, programs=7),
+                   HopperWSConfig(mxfp4_widening="kernel")):
         inp.poison_outputs()
         run_and_check(inp, "hopper_ws", config=config)
         outs.append((config, inp.k_prefix.clone(), inp.v_prefix.clone()))
-    for config, k, v in outs[1:]:
+    split = bool((mx_routes(inp.kv_proj_scale) == 2).any())
+    for config, k, v in outs[1:len(outs) - split]:
         for a, b, name in ((k, outs[0][1], "k_prefix"), (v, outs[0][2], "v_prefix")):
             assert torch.equal(a.view(torch.int16), b.view(torch.int16)), \
                 (name, config, f"seed {seed}")
@@ -876,13 +881,22 @@ def test_bf16_path_latent_widening_is_exact():
 
 
 def test_fp8_route_rule():
-    codes = torch.full((384, 16), 120, dtype=torch.uint8)
+    codes = torch.full((512, 16), 120, dtype=torch.uint8)
     codes[5, 3] = 120 + 11  # 12 binades: still e4m3
-    codes[200, 0] = 120 - 12  # 13 binades: the second item widens to bf16
-    assert fp8_route(codes).tolist() == [True, False, True]
-    assert fp8_route(codes.view(torch.float8_e8m0fnu)).tolist() == [True, False, True]
+    codes[200, 0] = 120 - 12  # 13 binades: the second item takes the split route
+    codes[300, 1], codes[301, 2] = 120 - 11, 120 + 11  # 23 across two rows: each within 12
+    codes[400, 0], codes[400, 1] = 120 - 12, 120 + 12  # 25 binades in one row: bf16
+    assert fp8_route(codes).tolist() == [True, False, True, False]
+    assert fp8_route(codes.view(torch.float8_e8m0fnu)).tolist() == [True, False, True, False]
+    assert mx_routes(codes).tolist() == [0, 2, 0, 1]
+    codes[450, 0], codes[450, 1] = 120 - 11, 120 + 12  # 24 binades: split
+    codes[400, 1] = 120 + 11
+    assert mx_routes(codes).tolist() == [0, 2, 0, 2]
+    # Widened in the kernel: no split route.
+    assert mx_routes(codes, widening="kernel").tolist() == [0, 1, 0, 1]
     # Over a bf16 cache none: the weight is widened to a bf16 copy ahead of the kernel.
-    assert fp8_route(codes, cache_is_fp8=False).tolist() == [False, False, False]
+    assert fp8_route(codes, cache_is_fp8=False).tolist() == [False] * 4
+    assert mx_routes(codes, cache_is_fp8=False).tolist() == [1] * 4
 
 
 def _prob(shape=KIMI, fmt="fp8_row", cache="fp8", out_dtype=torch.bfloat16, **kw):

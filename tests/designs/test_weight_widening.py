@@ -78,12 +78,13 @@ def test_mxfp4_weight_as_torch_fp4_and_e8m0_dtypes(device, seed):
 
 # ------------------------------------------- MXFP4 over an fp8 cache, widened once a call
 @pytest.mark.parametrize("kv_c", [128, 512])
-def test_mxfp4_items_widen_to_e4m3_or_bf16_by_route(kv_c, device, seed):
+def test_mxfp4_items_widen_by_route(kv_c, device, seed):
     # Four items of 128 rows: every row's codes within 12 binades (the e4m3 route), at the
-    # full span in rows 0-15; the same but one row spanning 13 (bf16); codes over the whole
-    # e8m0 range (bf16, values below 2^-126 x 2^F zeros of their sign); a narrow item again.
-    # Every e2m1 code, both zeros included, in each item's first rows.
-    from mla_kernels.designs.hopper_ws.plan import fp8_route
+    # full span in rows 0-15; the same but one row spanning 13 and one 24 (the split route);
+    # codes over the whole e8m0 range (bf16, values below 2^-126 x 2^F zeros of their sign);
+    # a narrow item again. Every e2m1 code, both zeros included, in each item's first rows.
+    from mla_kernels.designs.hopper_ws.config import MX_SPLIT_SHIFT
+    from mla_kernels.designs.hopper_ws.plan import mx_routes
     from mla_kernels.designs.hopper_ws.widening import widen_mx_items
 
     g = torch.Generator().manual_seed(seed)
@@ -95,27 +96,45 @@ def test_mxfp4_items_widen_to_e4m3_or_bf16_by_route(kv_c, device, seed):
     codes = base + torch.randint(0, 12, (n, groups), generator=g)
     codes[:16, 0], codes[:16, -1] = base[:16, 0], base[:16, 0] + 11
     codes[128 + 77, 0], codes[128 + 77, -1] = base[128 + 77, 0], base[128 + 77, 0] + 12
+    codes[128 + 78, 0], codes[128 + 78, -1] = base[128 + 78, 0] + 23, base[128 + 78, 0]
+    codes[128:144, :8] = torch.arange(8)[None, :].mul(-2).add(base[128:144] + 23)[:, :groups]
     codes[256:384] = torch.randint(0, 255, (128, groups), generator=g)
     codes[256:272, 0], codes[256:272, 1] = 0, 254
     codes = codes.clamp(0, 254).to(torch.uint8)
     out, info = widen_mx_items(packed.to(device), codes.to(device))
     out, info = out.cpu(), info.cpu()
-    route = fp8_route(codes)
-    assert route.tolist() == [True, False, False, True], f"seed {seed}"
+    routes = mx_routes(codes)
+    assert routes.tolist() == [0, 2, 1, 0], f"seed {seed}"  # e4m3, split, bf16, e4m3
     top = codes.to(torch.int32).amax(dim=1)
-    assert torch.equal(info, (top - 133) * 2 + (~route).repeat_interleave(128).to(torch.int32)), \
-        f"seed {seed}"
+    shift = torch.where(routes == 2, MX_SPLIT_SHIFT.value, 0).repeat_interleave(128)
+    assert torch.equal(info, ((top - 133 - shift) * 4 + routes.repeat_interleave(128))
+                       .to(torch.int32)), f"seed {seed}"
     # Each value x 2^(133 - top): e2m1 x 2^d, d = its group's code - the row's largest + 6.
     values = e2m1_to_float(unpack_e2m1(packed)).double()
-    want = values * torch.exp2(codes.double().repeat_interleave(32, dim=1)
-                               - top.double()[:, None] + 6)
+    d = codes.double().repeat_interleave(32, dim=1) - top.double()[:, None] + 6
+    want = values * torch.exp2(d)
     for item in range(4):
         rows = slice(item * 128, item * 128 + 128)
-        if route[item]:
+        if routes[item] == 0:
             got = out[rows, :kv_c].view(torch.float8_e4m3fn)
             bits = want[rows].to(torch.float8_e4m3fn).view(torch.uint8)
             assert torch.equal(got.double(), want[rows]), (item, f"seed {seed}")
             assert torch.equal(got.view(torch.uint8), bits), (item, f"seed {seed}")  # -0 too
+        elif routes[item] == 2:
+            # Groups of d >= -5 in the first half, the others x 2^12 in the second; each
+            # value exact, +0 where the other half holds it; the two together the value.
+            low = d[rows] < -5
+            assert low.any() and (d[rows] >= -17).all(), (item, f"seed {seed}")
+            hi, lo = (out[rows, h * kv_c:(h + 1) * kv_c] for h in range(2))
+            for got, part, held in ((hi, want[rows], ~low),
+                                    (lo, want[rows] * 2.0**MX_SPLIT_SHIFT.value, low)):
+                bits = part.to(torch.float8_e4m3fn).view(torch.uint8)
+                assert torch.equal(got, torch.where(held, bits, 0)), (item, f"seed {seed}")
+                assert torch.equal(got.view(torch.float8_e4m3fn).double()[held], part[held]), \
+                    (item, f"seed {seed}")
+            whole = (hi.view(torch.float8_e4m3fn).double()
+                     + lo.view(torch.float8_e4m3fn).double() * 2.0**-MX_SPLIT_SHIFT.value)
+            assert torch.equal(whole, want[rows]), (item, f"seed {seed}")
         else:
             flushed = torch.where(want[rows].abs() < 2.0**-126, values[rows] * 0.0, want[rows])
             got = out[rows].view(torch.bfloat16)

@@ -158,6 +158,22 @@ def _compile_paths(paths: list[tuple], shape: str = "kimi-k3-tp8") -> list[dict]
     return rows
 
 
+def _mx_wgmma(r):
+    """MXFP4 over an fp8 cache: the e4m3 route's 32 wgmma and the bf16 route's 64, and widened
+    once a call also the split route's two e4m3 K loops (64)."""
+    return 32 + 64 + (0 if r["path"][-1] == "kernel" else 64)
+
+
+def _mx_spills(r):
+    """The local-memory bytes allowed MXFP4 over an fp8 cache (why: test_hopper_ws_new_paths'
+    comment). Widened once a call, under triton 3.7 and newer ptxas also keeps some of the
+    split route's values there (140 to 244 bytes under 3.9, by ptxas's report; 3.6's, the
+    H200's, spills no more than before the split route: 20 to 24 bytes)."""
+    if TRITON_VERSION >= (3, 7) and r["path"][-1] != "kernel":
+        return 256
+    return 64
+
+
 def test_hopper_ws_new_paths_compile_for_sm90():
     # Block-scaled fp8, bf16 and MXFP4 weights: the same three warp groups within an SM's
     # shared memory, native wgmma of the right operand type only (fp8 x fp8; bf16 x bf16
@@ -177,10 +193,10 @@ def test_hopper_ws_new_paths_compile_for_sm90():
         if fmt == "bf16" or cache == "bf16":  # over a bf16 cache every weight runs bf16
             assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}, r
             assert len(r["wgmma"]) == 64, r
-        elif fmt == "mxfp4":  # both routes, chosen item by item
+        elif fmt == "mxfp4":  # its routes, chosen item by item
             assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3",
                              "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}, r
-            assert len(r["wgmma"]) == 32 + 64, r
+            assert len(r["wgmma"]) == _mx_wgmma(r), r
         else:
             assert kinds == {"wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"}, r
             assert len(r["wgmma"]) == 32, r
@@ -197,7 +213,7 @@ def test_hopper_ws_new_paths_compile_for_sm90():
         # read from the SASS); at 8ad2c70
         # a bf16 cache's row-scaled path spilled 144 bytes at depth 3 already. The
         # unscaled and row-scaled paths at auto's depth of 4, which the matrix times, do not.
-        allowed = 64 if fmt == "mxfp4" and cache == "fp8" else 0
+        allowed = _mx_spills(r) if fmt == "mxfp4" and cache == "fp8" else 0
         kind, depth = r["path"][1], r["path"][3]
         if (TRITON_VERSION < (3, 7) and (fmt == "bf16" or cache == "bf16")
                 and (kind == "block" or depth < 4)):
@@ -230,12 +246,12 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
         assert r["shared_bytes"] <= HOPPER_SMEM, r
         assert r["num_warps"] == (16 if groups == 2 else 12), r
         assert r["mma_sync"] == 0, r
-        assert len(r["wgmma"]) == (96 if r["path"][0] == "mxfp4" else 32), r
+        assert len(r["wgmma"]) == (_mx_wgmma(r) if r["path"][0] == "mxfp4" else 32), r
         # Under triton 3.6 a ring past 4 keeps one pointer in local memory, stored at the
         # kernel's start and loaded once a partition (8 bytes; read from the SASS).
         allowed = 8 if TRITON_VERSION < (3, 7) else 0
         if r["path"][0] == "mxfp4":  # as on MXFP4's other paths (HOPPER_WS_PATHS)
-            allowed = 64
+            allowed = _mx_spills(r)
         if r["path"][6:] == [True]:
             # The latent in registers: 64 of a group's 200 registers. Under 3.6 (the H200's
             # triton, where it was timed) 8 bytes at depth 6 and none at 4; under 3.9 a few
@@ -323,6 +339,8 @@ def test_hopper_ws_glm5_heads_compile_for_sm90():
         assert r["num_warps"] == (16 if four else 12), r
         assert r["mma_sync"] == 0, r
         bf16 = fmt == "bf16" or cache == "bf16"
-        assert len(r["wgmma"]) == (96 if fmt == "mxfp4" and not bf16 else 64 if bf16 else 32), r
-        allowed = 64 if fmt == "mxfp4" or r["path"][6:7] == [True] else 0
+        assert len(r["wgmma"]) == (_mx_wgmma(r) if fmt == "mxfp4" and not bf16
+                                   else 64 if bf16 else 32), r
+        allowed = (_mx_spills(r) if fmt == "mxfp4" and not bf16
+                   else 64 if fmt == "mxfp4" or r["path"][6:7] == [True] else 0)
         assert r["spill_bytes"] <= allowed, r

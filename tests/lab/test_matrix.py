@@ -6,7 +6,8 @@ import math
 import torch
 
 import mla_kernels as mk
-from mla_kernels.designs.hopper_ws import fp8_route
+from mla_kernels.core.problem import check_arguments
+from mla_kernels.designs.hopper_ws import fp8_route, row_extras
 from mla_kernels.lab import bench, matrix
 from mla_kernels.lab.measurements import Measurement
 
@@ -20,7 +21,10 @@ def test_every_point_draws_a_known_weight():
     wide = matrix.select(["kimi/mxfp4/fp8/p1/*/wide"])
     assert sorted(p.contexts[0] for p in wide.values()) == [32000, 65536, 109440]
     assert {(p.weight_format, p.weight_draw) for p in wide.values()} == {("mxfp4", "wide")}
-    assert all(p.weight_draw == "" for k, p in points.items() if not k.endswith("/wide"))
+    widest = matrix.select(["kimi/mxfp4/fp8/p1/*/widest"])
+    assert [(p.contexts, p.weight_draw) for p in widest.values()] == [((32000,), "widest")]
+    assert all(p.weight_draw == "" for k, p in points.items()
+               if not k.endswith(("/wide", "/widest")))
 
 
 def test_fp8_row_target_points_also_time_graph8():
@@ -37,14 +41,29 @@ def test_fp8_row_target_points_also_time_graph8():
 
 
 def test_weight_draws_put_mxfp4_items_on_the_routes_they_name(seed):
-    # The default draw: every 128-row item on hopper_ws's e4m3 route; "wide": none.
+    # The default draw: every 128-row item on hopper_ws's e4m3 route; "wide": every one on
+    # the split route (widened once a call; bf16 widened in the kernel); "widest": bf16.
+    from mla_kernels.designs.hopper_ws.config import HopperWSConfig
+
     default = mk.build_inputs("kimi-k3-tp8", [4], weight_format="mxfp4", seed=seed)
     wide = mk.build_inputs("kimi-k3-tp8", [4], weight_format="mxfp4", seed=seed,
                            **bench.WEIGHT_DRAWS["wide"])
+    widest = mk.build_inputs("kimi-k3-tp8", [4], weight_format="mxfp4", seed=seed,
+                             **bench.WEIGHT_DRAWS["widest"])
     assert bool(fp8_route(default.kv_proj_scale).all())
     assert not bool(fp8_route(wide.kv_proj_scale).any())
+    prob = check_arguments(*wide.args())
+    shares = {name: row_extras(prob, inp.args()) for name, inp in
+              (("default", default), ("wide", wide), ("widest", widest))}
+    assert shares == {"default": {"fp8_route_share": 1.0, "split_route_share": 0.0},
+                      "wide": {"fp8_route_share": 0.0, "split_route_share": 1.0},
+                      "widest": {"fp8_route_share": 0.0, "split_route_share": 0.0}}
+    assert row_extras(prob, wide.args(), HopperWSConfig(mxfp4_widening="kernel")) == {
+        "fp8_route_share": 0.0, "split_route_share": 0.0}
     codes = wide.kv_proj_scale.int()
     assert bool((codes.amin(1) == 127 - 8).all() and (codes.amax(1) == 127 + 4).all())
+    codes = widest.kv_proj_scale.int()
+    assert bool((codes.amin(1) == 127 - 20).all() and (codes.amax(1) == 127 + 4).all())
     # Any other format ignores the MXFP4 options.
     fp8 = mk.build_inputs("kimi-k3-tp8", [4], weight_format="fp8_row", seed=seed,
                           **bench.WEIGHT_DRAWS["wide"])
@@ -109,6 +128,15 @@ def test_rows_are_scored_by_the_dot_that_ran():
     assert math.isclose(half.roof_fraction, half.floor_us / 170.0)
     # No route reported (a portable design, NaN share): the format's dot.
     assert _mxfp4_row(float("nan")).dot_dtype == "bf16"
+    # The split route runs two fp8 dots a product: half the fp8 rate.
+    split = _mxfp4_row(0.0, split_route_share=1.0)
+    assert split.dot_dtype == "fp8x2" and split.split_route_share == 1.0
+    assert math.isclose(split.mm_tflops, CEILINGS["mm_tflops_fp8"] / 2)
+    three = _mxfp4_row(0.25, split_route_share=0.5)
+    assert three.dot_dtype == "fp8+fp8x2+bf16"
+    assert math.isclose(three.matrix_floor_us,
+                        three.flops * (0.25 / 1000.0 + 2 * 0.5 / 1000.0 + 0.25 / 630.0) / 1e6)
+    assert _mxfp4_row(1.0, split_route_share=0.0).dot_dtype == "fp8"
 
 
 def test_tensor_core_floor_is_at_the_rows_clock_and_absent_unmeasured():

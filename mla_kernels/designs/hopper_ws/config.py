@@ -47,6 +47,18 @@ WIDEN_WARPS = gl.constexpr(4)
 # (2^-6 to 384), so the widening is exact. A work item (128 weight rows) whose rows all fit
 # runs fp8 x fp8; any other item widens its weight to bf16 (same factor) and runs bf16.
 MX_SPAN = gl.constexpr(11)
+# Widened once a call, an item whose rows span up to MX_SPLIT_SPAN binades goes as two e4m3
+# parts instead of bf16 (the split route): the groups of d in [-5, 6] as on the e4m3 route,
+# and those of d in [-17, -6] scaled by 2^MX_SPLIT_SHIFT into [-5, 6]. The item runs two fp8
+# K loops, the low part's after the product so far is multiplied by 2^MX_SPLIT_SHIFT, and
+# its rows' factors are 2^(F - MX_SPLIT_SHIFT).
+MX_SPLIT_SHIFT = gl.constexpr(12)
+MX_SPLIT_FACTOR = gl.constexpr(float(2 ** MX_SPLIT_SHIFT.value))
+MX_SPLIT_SPAN = gl.constexpr(2 * MX_SPAN.value + 1)
+# An item's route, in the low bits of each of its rows' info (4 F + route).
+MX_ROUTE_E4M3 = gl.constexpr(0)
+MX_ROUTE_BF16 = gl.constexpr(1)
+MX_ROUTE_SPLIT = gl.constexpr(2)
 WIDEN_MIN_STAGES = 3  # ring slots MXFP4's in-kernel widener needs (it hands chunks over in pairs)
 WIDEN_MAX_STAGES = 4  # its packed chunks take the room of deeper rings
 MX_PACKED = gl.constexpr(4)  # packed K chunks in flight to the widener (8 KB each)

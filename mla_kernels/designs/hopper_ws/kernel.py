@@ -39,8 +39,8 @@ def hopper_ws_kernel(
     # item then waits for the last item's stores, which a deeper ring leaves long done).
     # FP8 outputs stage in half the bytes: two buffers fit wherever one bf16 one does.
     # MXFP4's packed chunks take the second bf16 buffer's room. MXFP4 widened once a call
-    # (MX_WIDENED: a copy of each item as e4m3 or bf16, its rows' info at ws_ptr) has none:
-    # its chunks come by TMA, as an fp8 weight's.
+    # (MX_WIDENED: a copy of each item as e4m3, two e4m3 parts or bf16, its rows' info at
+    # ws_ptr) has none: its chunks come by TMA, as an fp8 weight's.
     MX: gl.constexpr = SCALE == SCALE_E8M0
     MX_IN: gl.constexpr = MX and not MX_WIDENED  # widened in the kernel
     NBUF: gl.constexpr = 2 if (STAGES <= 4 and not MX_IN) or OUT_FP8 else 1
@@ -142,7 +142,7 @@ def hopper_ws_kernel(
                 Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
                       stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, CACHE_FP8),
                 w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
-                WeightRing(w_ring, w_ready, w_empty, info, STAGES), packed,
+                WeightRing(w_ring, w_ready, w_empty, info, STAGES, MX_WIDENED), packed,
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),
                 Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
                         ko_scale_ptr, vo_scale_ptr, OUT_FP8), turns)

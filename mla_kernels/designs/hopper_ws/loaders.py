@@ -9,7 +9,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .compat import partition_sync, tma_io
-from .config import BK, BN, MX_BIAS, SCALE_E8M0, WIDEN_WARPS
+from .config import BK, BN, MX_BIAS, MX_ROUTE_BF16, MX_ROUTE_E4M3, SCALE_E8M0, WIDEN_WARPS
 from .conversions import (
     as_words,
     halves,
@@ -44,9 +44,10 @@ def weight_loader(p):
 @gluon.jit
 def _widened_items_loader(p):
     """MXFP4 over an fp8 cache widened once a call (widening.widen_mx_items_kernel: each
-    item's rows as e4m3 or as bf16 in a copy of 2 kv_c bytes a row; ws_ptr each row's
-    info): each item's info into its ring entry, then its chunks by TMA, K chunks of 128
-    bytes a row: kv_c / 128 e4m3 ones, or twice as many [128 x 64] bf16 ones. The next
+    item's rows as e4m3, as two e4m3 parts or as bf16 in a copy of 2 kv_c bytes a row;
+    ws_ptr each row's info): each item's info into its ring entry, then its chunks by TMA,
+    K chunks of 128 bytes a row: kv_c / 128 e4m3 ones, or twice as many (the split route's
+    two parts, or [128 x 64] bf16 ones). The next
     item's info is loaded while this item's chunks go out."""
     ring = p.ring
     items = p.items
@@ -60,7 +61,8 @@ def _widened_items_loader(p):
     for it in range(start, end):
         info = nxt
         nxt = gl.load(p.ws_ptr + items.weight_row(gl.minimum(it + 1, end - 1)) + rows)
-        chunks = NK * (1 + gl.max(info & 1, axis=0))
+        # The split and bf16 routes load both halves of the copy's rows.
+        chunks = NK * (1 + (gl.max(info & 3, axis=0) != MX_ROUTE_E4M3).to(gl.int32))
         # As the widener's: an entry is rewritten STAGES + 1 items later, once the MMA warps
         # have released this item's first slot and so read it (they read it first). The
         # first chunk's barrier (an arrival after every thread's store) publishes it.
@@ -159,7 +161,8 @@ def mx_widener(p):
         # released this item's first slot and so read the entry (they read it first).
         ring.wait_free(c)
         ring.info.index(q % (STAGES + 1)).store(
-            gl.convert_layout((top - MX_BIAS) * 2 + (1 - fits.to(gl.int32)), info_layout))
+            gl.convert_layout((top - MX_BIAS) * 4 + (1 - fits.to(gl.int32)) * MX_ROUTE_BF16,
+                              info_layout))
         # Chunks are handed over two at a time: one fence and one barrier for two slots. The
         # first is held while the second's slot frees, which takes the MMA warps' next
         # chunk only with three slots or more (WIDEN_MIN_STAGES).

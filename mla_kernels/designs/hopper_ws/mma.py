@@ -15,7 +15,17 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from .compat import Buffer, bundle, partition_sync, tma_io
-from .config import BK, BM, BN, SCALE_BLOCK, SCALE_E8M0, SCALE_ROW
+from .config import (
+    BK,
+    BM,
+    BN,
+    MX_ROUTE_E4M3,
+    MX_ROUTE_SPLIT,
+    MX_SPLIT_FACTOR,
+    SCALE_BLOCK,
+    SCALE_E8M0,
+    SCALE_ROW,
+)
 from .conversions import as_words, pow2
 from .schedule import tile_row0
 
@@ -87,12 +97,13 @@ def _item_at(items, it, start, end, total, tiles_seen):
 
 
 @gluon.jit
-def _wait_for_chunk(ring, lat, item, c, kb, h):
+def _wait_for_chunk(ring, lat, item, c, kb, h, LANDED: gl.constexpr = False):
     """Wait until weight chunk ``c`` is in its ring slot (returned) and, for the first item of
     a tile, until its latent K chunk ``kb`` has landed (cp.async wrote it through the generic
-    proxy; wgmma reads through the async one, hence the fence)."""
+    proxy; wgmma reads through the async one, hence the fence), unless the caller knows it
+    has (LANDED)."""
     s = ring.wait_full(c)
-    if h == 0:
+    if h == 0 and not LANDED:
         if item.first:
             lat.wait_chunk(item.tiles_seen - 1, kb)
             fence_async_shared()
@@ -102,20 +113,22 @@ def _wait_for_chunk(ring, lat, item, c, kb, h):
 @gluon.jit
 def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                  a_layout: gl.constexpr, WG: gl.constexpr = 0, NWG: gl.constexpr = 1,
-                 a_regs=0, LAT_REGS: gl.constexpr = False):
+                 a_regs=0, LAT_REGS: gl.constexpr = False, PART: gl.constexpr = 0):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
     chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
     MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
     registers). With LAT_REGS (fp8, two groups) the group's rows of each latent chunk are
     wgmma's A operand in registers (``a_regs``, one per chunk, loaded by a tile's first item,
-    which frees the chunk for the next tile at once). Returns with the last wgmma in flight
+    which frees the chunk for the next tile at once). PART: 0 the whole item; on MXFP4's
+    split route 1 its first K loop (the latent chunks kept for the second) and 2 its second
+    (the chunks landed, the product accumulated onto). Returns with the last wgmma in flight
     (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
     WK: gl.constexpr = BK // STEP
     n = item.tiles_seen - 1
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
-            s = _wait_for_chunk(ring, lat, item, c, kb, h)
+            s = _wait_for_chunk(ring, lat, item, c, kb, h, PART == 2)
             if LAT_REGS:
                 if item.first:
                     a_regs = _take_latent_chunk(lat, a_regs, n, kb, WG, NWG)
@@ -132,12 +145,12 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                     a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
                 a = a.load(a_layout).to(gl.bfloat16)
             acc = warpgroup_mma(a, ring.slots.index(s).permute((1, 0)), acc,
-                                use_acc=kb * STEP + h > 0, is_async=True)
+                                use_acc=kb * STEP + h > 0 or PART == 2, is_async=True)
             if kb * STEP + h > 0:
                 # The previous chunk's wgmma is done: its ring slot can be refilled.
                 acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
                 ring.release(c - 1)
-                if h == 0 and not LAT_REGS:
+                if h == 0 and not LAT_REGS and PART != 1:
                     if item.last:  # the tile's last reader of that chunk is done
                         lat.release(n, kb - 1)
             c += 1
@@ -316,23 +329,34 @@ def _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK: gl.constex
                      a16_layout: gl.constexpr, one_layout: gl.constexpr, out_ty: gl.constexpr,
                      WG: gl.constexpr, NWG: gl.constexpr):
     """An MXFP4 item of the run from ``start`` (on group WG's rows of NWG): its route read
-    from its ``info`` entry, its K loop as fp8 x fp8 (e4m3 chunks) or bf16 x bf16 (bf16
-    chunks, the latent widened in registers), and its output x each column's 2^F x
-    ``factor`` (k_scale, over the output's scale for FP8 outputs). Returns (acc, out, c)."""
+    from its ``info`` entry, its K loop as fp8 x fp8 (e4m3 chunks), as two fp8 x fp8 ones
+    (the split route: the product of the first part x 2^MX_SPLIT_SHIFT, then the second's
+    added) or bf16 x bf16 (bf16 chunks, the latent widened in registers), and its output x
+    each column's 2^F x ``factor`` (k_scale, over the output's scale for FP8 outputs; on the
+    split route F is the row's less the shift). Returns (acc, out, c)."""
     # The item's first chunk is published with its info entry (mx_widener, or the loader of
     # a weight widened once a call).
     ring.wait_full(c)
     entry = ring.info.index((item.it - start) % (ring.STAGES + 1))
-    if (gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 1) == 0:
+    route = gl.max(entry.slice(0, 1).load(one_layout), axis=0) & 3
+    if route == MX_ROUTE_E4M3:
         # e4m3 chunks: fp8 x fp8, as fp8_row
         acc, c, _ = _item_k_loop(ring, lat, item, acc, c, NK, 1, a_layout, WG, NWG)
+    elif ring.SPLIT and route == MX_ROUTE_SPLIT:
+        # Two parts' K loops over the same latent chunks; between them the queue drains
+        # once, for the multiply.
+        acc, c, _ = _item_k_loop(ring, lat, item, acc, c, NK, 1, a_layout, WG, NWG, PART=1)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        ring.release(c - 1)
+        acc = acc * MX_SPLIT_FACTOR
+        acc, c, _ = _item_k_loop(ring, lat, item, acc, c, NK, 1, a_layout, WG, NWG, PART=2)
     else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
         acc16 = gl.zeros((BM // NWG, BN), gl.float32, acc16_layout)
         acc16, c, _ = _item_k_loop(ring.as_bf16(), lat, item, acc16, c, NK, 2, a16_layout,
                                    WG, NWG)
         acc = gl.convert_layout(acc16, grp.acc_layout)
     # Each column's 2^F x k_scale, read behind the last wgmma.
-    scale = pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 1) * factor
+    scale = pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 2) * factor
     acc = _item_done(ring, lat, acc, c, item, NK)
     return acc, (acc * scale[None, :]).to(out_ty), c
 

@@ -17,7 +17,11 @@ from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher
 from ..portable_plan import no_launch
 from .config import (
+    MX_ROUTE_BF16,
+    MX_ROUTE_E4M3,
+    MX_ROUTE_SPLIT,
     MX_SPAN,
+    MX_SPLIT_SPAN,
     TILE,
     WIDEN_MAX_STAGES,
     WIDEN_MIN_STAGES,
@@ -262,16 +266,30 @@ def max_pingpong_ring(prob: Problem, device: DeviceSpec, spare: int = 0) -> int:
                 if pingpong_smem(prob, d, spare) <= device.smem_per_program), default=0)
 
 
-def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
-    """Which 128-row blocks (work items) of an MXFP4 weight the kernel widens to e4m3 (True)
-    rather than bf16, from its e8m0 scale [N, K/32]: over an fp8 cache those whose rows'
-    codes all span at most MX_SPAN binades, over a bf16 cache none (the weight is widened to
-    a bf16 copy ahead of the kernel: ``widening``). The kernel decides the same on the
-    device, per item; this host-side copy of the rule is for reporting (the matrix's
-    ``fp8_route_share``) and tests."""
+def mx_routes(scale: torch.Tensor, cache_is_fp8: bool = True, widening: str = "call"
+              ) -> torch.Tensor:
+    """Each 128-row block's (work item's) route through the kernel for an MXFP4 weight, from
+    its e8m0 scale [N, K/32] (``config.MX_ROUTE_*``, int64): over an fp8 cache e4m3 when its
+    rows' codes all span at most MX_SPAN binades, else, widened once a call (``widening``
+    "call"), the split route's two e4m3 parts when they span at most MX_SPLIT_SPAN, else
+    bf16; over a bf16 cache bf16 for every item (the weight is widened to a bf16 copy ahead
+    of the kernel: ``widening``). The kernel decides the same on the device, per item; this
+    host-side copy of the rule is for reporting (the matrix's route shares) and tests."""
     codes = as_uint8(scale).to(torch.int32)
-    span = codes.amax(dim=1) - codes.amin(dim=1)
-    return (span <= MX_SPAN.value).view(-1, TILE).all(dim=1) & cache_is_fp8
+    span = (codes.amax(dim=1) - codes.amin(dim=1)).view(-1, TILE).amax(dim=1)
+    routes = torch.full_like(span, MX_ROUTE_BF16.value, dtype=torch.int64)
+    if not cache_is_fp8:
+        return routes
+    if widening == "call":
+        routes[span <= MX_SPLIT_SPAN.value] = MX_ROUTE_SPLIT.value
+    routes[span <= MX_SPAN.value] = MX_ROUTE_E4M3.value
+    return routes
+
+
+def fp8_route(scale: torch.Tensor, cache_is_fp8: bool = True) -> torch.Tensor:
+    """Which work items of an MXFP4 weight run one fp8 x fp8 K loop (the e4m3 route of
+    ``mx_routes``), as booleans."""
+    return mx_routes(scale, cache_is_fp8) == MX_ROUTE_E4M3.value
 
 
 def supports(prob: Problem) -> bool:
@@ -304,10 +322,14 @@ def serves(prob: Problem, device: DeviceSpec) -> bool:
     return device.sm == 90 and supports(prob)
 
 
-def row_extras(prob: Problem, args: GatherArgs) -> dict[str, float]:
-    """The measurement column this design reports of its own: an MXFP4 weight's share of
-    work items on the e4m3 route."""
+def row_extras(prob: Problem, args: GatherArgs, config: HopperWSConfig | None = None
+               ) -> dict[str, float]:
+    """The measurement columns this design reports of its own: an MXFP4 weight's shares of
+    work items on the e4m3 route and on the split route (under ``config``: the default's
+    where None)."""
     if prob.weight_format != "mxfp4":
         return {}
-    return {"fp8_route_share": float(fp8_route(args.kv_proj_scale, prob.cache_is_fp8)
-                                     .float().mean())}
+    widening = (config or HopperWSConfig()).mxfp4_widening
+    routes = mx_routes(args.kv_proj_scale, prob.cache_is_fp8, widening)
+    return {"fp8_route_share": float((routes == MX_ROUTE_E4M3.value).double().mean()),
+            "split_route_share": float((routes == MX_ROUTE_SPLIT.value).double().mean())}

@@ -60,13 +60,15 @@ def publish_slots(bar0, bar1):
 class WeightRing:
     """The weight ring: STAGES slots of 128 rows x 128 bytes, a ready and an empty barrier
     a slot, and MXFP4's ``info`` ring (each item's route and row factors; a stand-in
-    otherwise). Chunk ``c`` of a program's stream takes slot c % STAGES."""
+    otherwise). Chunk ``c`` of a program's stream takes slot c % STAGES. SPLIT: MXFP4's
+    copy widened once a call, whose items may take the split route (config.MX_SPLIT_SPAN)."""
 
     slots: Buffer
     ready: Buffer
     empty: Buffer
     info: Buffer
     STAGES: gl.constexpr
+    SPLIT: gl.constexpr
 
     @gluon.jit
     def wait_free(self, c):
@@ -103,7 +105,8 @@ class WeightRing:
     @gluon.jit
     def as_bf16(self):
         """The same ring with its slots viewed as [128 x 64] bf16 chunks."""
-        return WeightRing(ring_as_bf16(self.slots), self.ready, self.empty, self.info, self.STAGES)
+        return WeightRing(ring_as_bf16(self.slots), self.ready, self.empty, self.info, self.STAGES,
+                          self.SPLIT)
 
 
 @bundle

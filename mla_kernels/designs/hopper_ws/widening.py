@@ -33,7 +33,16 @@ import triton.language as tl
 from ...core.formats import as_uint8
 from ...core.problem import Problem
 from ..launch import JitLauncher
-from .config import MX_BIAS, MX_SPAN, TILE  # F = a row's largest e8m0 code - MX_BIAS
+from .config import (  # F = a row's largest e8m0 code - MX_BIAS
+    MX_BIAS,
+    MX_ROUTE_BF16,
+    MX_ROUTE_E4M3,
+    MX_ROUTE_SPLIT,
+    MX_SPAN,
+    MX_SPLIT_SHIFT,
+    MX_SPLIT_SPAN,
+    TILE,
+)
 
 ROWS = 16  # weight rows a program widens
 BK = 128  # K per step (kv_c is a multiple of 128 where this is used)
@@ -97,8 +106,9 @@ def widen_weight_kernel(w_ptr, ws_ptr, out_ptr, factor_ptr, n_rows, ws_ld,
 
 
 # MXFP4 over an fp8 cache, widened once a call for the kernel's TMA loader: an item (ITEM
-# weight rows) goes as e4m3 when every row's codes span at most MX_SPAN binades, else as bf16
-# (the rule of the in-kernel widener, conversions.py, and of plan.fp8_route).
+# weight rows) goes as e4m3 when every row's codes span at most MX_SPAN binades (the rule of
+# the in-kernel widener, conversions.py, and of plan.mx_routes), as two e4m3 parts when they
+# span at most MX_SPLIT_SPAN (config.py: the split route), else as bf16.
 ITEM = TILE
 MX_ROWS = 32  # weight rows a program widens (a quarter item: enough programs to fill the GPU)
 
@@ -109,14 +119,22 @@ def widen_mx_items_kernel(w_ptr, ws_ptr, out8_ptr, out16_ptr, info_ptr, ws_ld,
                           BK: tl.constexpr):
     """K chunk ``program_id(1)`` of weight rows [program_id(0) x ROWS, + ROWS) of an MXFP4
     weight (packed [N, K / 2], codes [N, ws_ld]) written into its copy, 2 K bytes a row
-    (``out8`` as bytes, ``out16`` the same memory as int16): each value its e2m1 value times
-    2^d, d = its group's code - the row's largest code + 6, as e4m3 in the row's first K
-    bytes if the rows' item takes the e4m3 route (every row of its ITEM within MX_SPAN:
-    every value then exact and normal), else as bf16 over the whole row. A K chunk's
-    programs write each row's info: 2 F + (1 for the bf16 route), F = the row's largest
-    code - MX_BIAS, as hopper_ws's epilogue reads it. Integer arithmetic only, so the bits
-    are the same under the interpreter and on a GPU, and the same as the in-kernel widener
-    writes wherever a value is at least 2^-126."""
+    (``out8`` as bytes, ``out16`` the same memory as int16). Each value is its e2m1 value
+    times 2^d, d = its group's code - the row's largest code + 6, by the route of the rows'
+    item (the widest span of codes among its ITEM rows):
+
+    - e4m3 (every row within MX_SPAN: every value then exact and normal), in the row's first
+      K bytes;
+    - split (within MX_SPLIT_SPAN): the groups of d >= -5 as e4m3 in the first K bytes, the
+      others times 2^MX_SPLIT_SHIFT as e4m3 in the last K bytes (zeros where the other part
+      holds the group), both exact;
+    - bf16 over the whole row.
+
+    A K chunk's programs write each row's info: 4 (F - shift) + route, F = the row's largest
+    code - MX_BIAS, shift MX_SPLIT_SHIFT on the split route (else 0), as hopper_ws's
+    epilogue reads it. Integer arithmetic only, so the bits are the same under the
+    interpreter and on a GPU, and the same as the in-kernel widener writes wherever a value
+    is at least 2^-126 (it has no split route)."""
     r0 = tl.program_id(0) * ROWS
     kb = tl.program_id(1)
     NG: tl.constexpr = K // 32
@@ -126,14 +144,17 @@ def widen_mx_items_kernel(w_ptr, ws_ptr, out8_ptr, out16_ptr, info_ptr, ws_ld,
     # The route: every row of the item (its codes, 4 bytes a 128-value chunk, are few).
     ri = ((r0 // ITEM) * ITEM + tl.arange(0, ITEM)).to(tl.int64)[:, None]
     icodes = tl.load(ws_ptr + ri * ws_ld + g[None, :], mask=gmask, other=0).to(tl.int32)
-    span = tl.max(icodes, axis=1) - tl.min(tl.where(gmask, icodes, 255), axis=1)
-    wide = tl.max(span, axis=0) > MX_SPAN
+    span = tl.max(tl.max(icodes, axis=1) - tl.min(tl.where(gmask, icodes, 255), axis=1),
+                  axis=0)
+    route = tl.where(span <= MX_SPAN, MX_ROUTE_E4M3,
+                     tl.where(span <= MX_SPLIT_SPAN, MX_ROUTE_SPLIT, MX_ROUTE_BF16))
     r = r0 + tl.arange(0, ROWS)
     r64 = r.to(tl.int64)[:, None]
     top = tl.max(tl.load(ws_ptr + r64 * ws_ld + g[None, :], mask=gmask, other=0).to(tl.int32),
                  axis=1)
     if kb == 0:
-        tl.store(info_ptr + r, (top - MX_BIAS) * 2 + wide.to(tl.int32))
+        shift = tl.where(route == MX_ROUTE_SPLIT, MX_SPLIT_SHIFT, 0)
+        tl.store(info_ptr + r, (top - MX_BIAS - shift) * 4 + route)
     # Each packed byte's d (16 bytes a scale group), its two values low nibble first.
     code = tl.load(ws_ptr + r64 * ws_ld + (kb * G + tl.arange(0, G))[None, :]).to(tl.int32)
     d = tl.reshape(tl.broadcast_to((code - top[:, None] + 6)[:, :, None], [ROWS, G, 16]),
@@ -141,14 +162,23 @@ def widen_mx_items_kernel(w_ptr, ws_ptr, out8_ptr, out16_ptr, info_ptr, ws_ld,
     j = kb * (BK // 2) + tl.arange(0, BK // 2)
     byte = tl.load(w_ptr + r64 * (K // 2) + j[None, :]).to(tl.int32)
     k = kb * BK + tl.arange(0, BK)
-    if wide:
+    if route == MX_ROUTE_BF16:
         v = tl.reshape(tl.join(_e2m1_as_bf16(byte & 15, d), _e2m1_as_bf16(byte >> 4, d)),
                        [ROWS, BK])
         tl.store(out16_ptr + r64 * K + k[None, :], v.to(tl.int16))
     else:
+        # On the e4m3 route every d is at least -5: the low part is empty.
+        low = d < -5
         v = tl.reshape(tl.join(_e2m1_as_e4m3(byte & 15, d), _e2m1_as_e4m3(byte >> 4, d)),
                        [ROWS, BK])
-        tl.store(out8_ptr + r64 * (2 * K) + k[None, :], v.to(tl.uint8))
+        low2 = tl.reshape(tl.join(low, low), [ROWS, BK])
+        tl.store(out8_ptr + r64 * (2 * K) + k[None, :], tl.where(low2, 0, v).to(tl.uint8))
+        if route == MX_ROUTE_SPLIT:
+            d = d + MX_SPLIT_SHIFT
+            v = tl.reshape(tl.join(_e2m1_as_e4m3(byte & 15, d), _e2m1_as_e4m3(byte >> 4, d)),
+                           [ROWS, BK])
+            tl.store(out8_ptr + r64 * (2 * K) + K + k[None, :],
+                     tl.where(low2, v, 0).to(tl.uint8))
 
 
 def widened_problem(prob: Problem) -> Problem:
@@ -238,7 +268,8 @@ class WidenedWeight(_WidenedLaunch):
 
 def widened_items_shapes(n_rows: int, kv_c: int) -> tuple[tuple[int, int], tuple[int]]:
     """Shapes of MXFP4's copy over an fp8 cache (2 kv_c bytes a row: an e4m3 row in the first
-    kv_c, a bf16 one over all) and of its rows' info."""
+    kv_c, a split one's two parts in both halves, a bf16 one over all) and of its rows'
+    info."""
     return (n_rows, 2 * kv_c), (n_rows,)
 
 
@@ -263,7 +294,7 @@ def _mx_items_launch(weight: torch.Tensor, scale: torch.Tensor, kv_c: int) -> Ji
 
 class WidenedItems(_WidenedLaunch):
     """A plan's launch for an MXFP4 weight over an fp8 cache widened once a call: the copy
-    (each item's rows as e4m3, or as bf16: ``widened_items_shapes``) and the rows' info
+    (each item's rows as e4m3, two e4m3 parts or bf16: ``widened_items_shapes``) and the rows' info
     (int32), then ``main``, the MXFP4 launch that loads the copy by TMA."""
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, kv_c: int, main):

@@ -27,20 +27,31 @@ from .tables import (
 )
 
 # What each ``dot_dtype`` a row can carry scores its fraction against.
-FLOOR_NAMES = {"fp8": "fp8 floor", "bf16": "bf16 floor", "fp8+bf16": "route-weighted floor"}
+# (Dots joined by "+" are MXFP4's routes on hopper_ws: a route-weighted floor.)
+FLOOR_NAMES = {"fp8": "fp8 floor", "bf16": "bf16 floor", "fp8x2": "two-fp8-dot floor"}
 FLOOR_TEXT = {
     "fp8": "fp8 floor: an fp8 x fp8 dot at cuBLAS's fp8 rate",
     "bf16": "bf16 floor: a bf16 dot at cuBLAS's bf16 rate",
-    "fp8+bf16": "route-weighted floor (dot fp8+bf16): MXFP4 on hopper_ws, its fp8 route "
-                "share of the work at the fp8 rate, the rest at the bf16 rate",
+    "fp8x2": "two-fp8-dot floor (dot fp8x2): MXFP4's split route on hopper_ws, two fp8 x fp8 "
+             "dots a product at cuBLAS's fp8 rate",
 }
+ROUTES_TEXT = ("route-weighted floor (dot {dot}): MXFP4 on hopper_ws, each route's share of the "
+               "work at its rate (fp8: the fp8 rate, fp8x2: half of it, bf16: the bf16 rate)")
+
+
+def _floor_name(dot: str) -> str:
+    return "route-weighted floor" if "+" in dot else FLOOR_NAMES.get(dot, f"{dot} floor")
+
+
+def _floor_text(dot: str) -> str:
+    return ROUTES_TEXT.format(dot=dot) if "+" in dot else FLOOR_TEXT.get(dot, f"{dot} floor")
 
 
 def floor_name(dot: str) -> str:
     """The floor a cell's fraction is of, by the ``dot_dtype`` its rows name."""
     if not dot:
         return "floor (dot not recorded)"
-    return " / ".join(FLOOR_NAMES.get(x, f"{x} floor") for x in dot.split("/"))
+    return " / ".join(_floor_name(x) for x in dot.split("/"))
 
 
 def ratio_text(ratio: float, us: float) -> str:
@@ -52,7 +63,7 @@ def ratio_text(ratio: float, us: float) -> str:
 
 def fraction_text(cell: pd.Series | None) -> str:
     """A fraction cell: the fraction of the floor, the floor (``dot_dtype``), the fraction
-    of the tensor-core floor and the fp8 route share where the rows have them."""
+    of the tensor-core floor and the route shares where the rows have them."""
     if cell is None or not np.isfinite(cell["roof_fraction"]):
         return "n/a"
     lines = [f"{cell['roof_fraction']:.2f}", floor_name(cell["dot_dtype"])]
@@ -60,6 +71,8 @@ def fraction_text(cell: pd.Series | None) -> str:
         lines.append(f"{cell['tc_fraction']:.2f} of TC floor")
     if np.isfinite(cell["fp8_route_share"]):
         lines.append(f"fp8 route {cell['fp8_route_share']:.2f}")
+    if np.isfinite(cell.get("split_route_share", np.nan)) and cell["split_route_share"] > 0:
+        lines.append(f"split route {cell['split_route_share']:.2f}")
     return "\n".join(lines)
 
 
@@ -97,7 +110,7 @@ def _notes(d: pd.DataFrame, cells: pd.DataFrame, left_out: list[str]) -> list[st
     floor where the rows have it, the other weight draws, what auto ran, what is left out."""
     dots = [x for x in dict.fromkeys("/".join(cells["dot_dtype"]).split("/")) if x]
     out = ["Fractions: floor_us / time, floor_us at cuBLAS's rates for the dot the row ran "
-           "(its dot_dtype): " + "; ".join(FLOOR_TEXT.get(x, f"{x} floor") for x in dots)
+           "(its dot_dtype): " + "; ".join(_floor_text(x) for x in dots)
            + "." if dots else "Fractions: floor_us / time (the rows name no dot_dtype)."]
     tc = cells["tc_fraction"].notna()
     if "tc_floor_us" not in d.columns or not tc.any():

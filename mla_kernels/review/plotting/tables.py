@@ -24,8 +24,8 @@ REFERENCE_FORMAT = "fp8_row"
 # One (cache, weight row, series) of a format table: the medians over its rows, the text
 # columns joined (distinct values), and its time over the same series' fp8_row time.
 CELL_COLUMNS = ("cache_dtype", "weight_row", "column", "variant", "timing", "median_us",
-                "roof_fraction", "tc_fraction", "dot_dtype", "fp8_route_share", "design",
-                "config", "rows", "fp8_row_us", "time_ratio")
+                "roof_fraction", "tc_fraction", "dot_dtype", "fp8_route_share",
+                "split_route_share", "design", "config", "rows", "fp8_row_us", "time_ratio")
 
 
 def format_label(weight_format: str, weight_draw: str = "") -> str:
@@ -117,6 +117,7 @@ def format_cells(d: pd.DataFrame, chosen: Sequence[tuple[str, str]],
                    "tc_fraction": float(tc.median()) if tc.notna().any() else float("nan"),
                    "dot_dtype": _joined(g, "dot_dtype"),
                    "fp8_route_share": _median(g, "fp8_route_share"),
+                   "split_route_share": _median(g, "split_route_share"),
                    "design": _joined(g, "design"), "config": _joined(g, "config"),
                    "rows": len(g)}
             rec.update({c: _median(g, c) for c in values if c not in rec})
