@@ -69,7 +69,8 @@ key = ["tree", "model", "cache_dtype", "weight_format", "ctx", "weight_draw", "v
 g = df.fillna({"weight_draw": ""}).groupby(key)["median_us"]
 t = g.median().unstack("tree")
 labels = [lab for lab, _ in trees]
-t["new_over_old"] = t[labels[1]] / t[labels[0]]
+if len(labels) > 1:  # one tree: its times alone
+    t["new_over_old"] = t[labels[1]] / t[labels[0]]
 pd.set_option("display.width", 200)
 print(t.round(3).to_string())
 print("all correct:", bool(df.correct.all()))

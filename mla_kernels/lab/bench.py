@@ -76,8 +76,9 @@ def _copy_and_fill_us(nbytes: int) -> tuple[float, float]:
 
 def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000,
                      tensor_cores: str | os.PathLike | None = None) -> dict[str, float]:
-    """Copy (read + write), write-only fill, and the matrix rates at this op's M, N, K (cuBLAS);
-    with ``tensor_cores``, the tensor cores' own rates of that CSV of
+    """Copy (read + write), write-only fill, and the matrix rates at this op's M, N, K (cuBLAS;
+    fp8 also at K = 2 kv_c, ``mm_tflops_fp8x2``, MXFP4's split route's product); with
+    ``tensor_cores``, the tensor cores' own rates of that CSV of
     ``lab.diagnostics.mma_rate``'s rows (``tensor_core_rates``)."""
     if tensor_cores and not Path(tensor_cores).is_file():
         raise ValueError(f"tensor_cores: expected mma_rate's CSV, got {str(tensor_cores)!r} "
@@ -103,6 +104,18 @@ def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000,
                         use_fast_accum=f))
             except (RuntimeError, TypeError):
                 continue  # a mode this build does not offer
+    # MXFP4's split route: two fp8 K loops on one accumulator, the matrix work of one
+    # product of K = 2 kv_c (cuBLAS runs a longer K nearer its peak than two products).
+    a2 = torch.randn(m, 2 * k, device=dev).to(torch.float8_e4m3fn)
+    b2 = torch.randn(n, 2 * k, device=dev).to(torch.float8_e4m3fn)
+    fp8x2 = []
+    for fast in (False, True):
+        try:
+            fp8x2.append(median_us(lambda f=fast: torch._scaled_mm(
+                a2, b2.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                use_fast_accum=f)))
+        except (RuntimeError, TypeError):
+            continue
     flop = 2 * m * n * k
     return {
         "copy_tbps": 2 * nbytes / copy_us / 1e6,
@@ -110,6 +123,7 @@ def measure_ceilings(shape: str = "kimi-k3-tp8", tokens: int = 32000,
         "mm_tflops_bf16": flop / bf16_us / 1e6,
         "mm_tflops_fp8": flop / min(fp8.values()) / 1e6,
         **{f"mm_tflops_fp8_{k_}": flop / v / 1e6 for k_, v in fp8.items()},
+        **({"mm_tflops_fp8x2": 2 * flop / min(fp8x2) / 1e6} if fp8x2 else {}),
         **(tensor_core_rates(tensor_cores) if tensor_cores else {}),
     }
 
@@ -238,7 +252,10 @@ def dot_rate(ceilings: dict, kind: str, dot: str, fp8_route_share: float = NAN,
     fp8, bf16 = (ceilings.get(f"{kind}_{d}", NAN) for d in ("fp8", "bf16"))
     if ran in ("fp8", "bf16"):
         return fp8 if ran == "fp8" else bf16
-    return roofline.route_rate(fp8_route_share, fp8, bf16, split_route_share)
+    # The split route's product at its own rate where measured (cuBLAS at K = 2 kv_c; the
+    # tensor cores' rate is the same at any K).
+    return roofline.route_rate(fp8_route_share, fp8, bf16, split_route_share,
+                               ceilings.get(f"{kind}_fp8x2", fp8))
 
 
 def tensor_core_rates(mma_rows) -> dict[str, float]:

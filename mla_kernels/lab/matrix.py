@@ -77,8 +77,9 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     """name -> Point: Kimi-K3 TP8 at the headline contexts for every weight format and cache
     dtype (MXFP4 also with a weight too wide for e4m3, ``.../wide``); fp8 per-row at page
     sizes 16, 64 and 128; the ragged batch; 64 sequences of 4096; DeepSeek-V3 TP8 and TP1
-    at 32000; GLM-5-style heads (``GLM5``) for every weight format at 32000, fp8 per row also
-    at 109440. The points of ``GRAPH8_POINTS`` also time graph8.
+    at 32000; GLM-5-style heads (``GLM5``) for every weight format over an fp8 cache at 4096,
+    32000 and 109440, over a bf16 cache and with FP8 outputs at 32000. The points of
+    ``GRAPH8_POINTS`` also time graph8.
 
     FP8 outputs (e4m3, per-tensor scales), named ``<point>/fp8out``: every weight format on
     an fp8 cache at the headline contexts and on a bf16 cache at 32000, timing
@@ -105,14 +106,16 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     for shape in ("deepseek-v3-tp8", "deepseek-v3-tp1", GLM5):
         out[f"{shape}/fp8_row/fp8/p1/32000"] = _point(shape, (32000,), "fp8_row", "fp8", 1,
                                                       device)
-    # GLM-5-style heads: every other weight format at 32000 and fp8 per row at 109440,
-    # timing GLM5_TIMED (the other caches and FP8 outputs are the tests' and the
-    # exploration rounds', not the committed run's, whose device time they would pass).
-    for fmt in (f for f in WEIGHT_FORMATS if f != "fp8_row"):
-        out[f"{GLM5}/{fmt}/fp8/p1/32000"] = point(GLM5, (32000,), fmt, "fp8", 1, GLM5_TIMED,
-                                                  device)
-    out[f"{GLM5}/fp8_row/fp8/p1/109440"] = point(GLM5, (109440,), "fp8_row", "fp8", 1,
-                                                 GLM5_TIMED, device)
+    # GLM-5-style heads, timing GLM5_TIMED: every weight format over an fp8 cache at 4096,
+    # 32000 (fp8 per row's above) and 109440, and at 32000 over a bf16 cache and with FP8
+    # outputs (the other pages are the tests').
+    for fmt in WEIGHT_FORMATS:
+        for cache, ctx in (("fp8", 4096), ("fp8", 32000), ("fp8", 109440), ("bf16", 32000)):
+            name = f"{GLM5}/{fmt}/{cache}/p1/{ctx}"
+            if name not in out:
+                out[name] = point(GLM5, (ctx,), fmt, cache, 1, GLM5_TIMED, device)
+        out[f"{GLM5}/{fmt}/fp8/p1/32000{FP8_OUT_SUFFIX}"] = point(
+            GLM5, (32000,), fmt, "fp8", 1, GLM5_TIMED, device, out_dtype=FP8_OUT_DTYPE)
     for fmt in WEIGHT_FORMATS:
         for cache, ctx in [("fp8", c) for c in HEADLINE] + [("bf16", 32000)]:
             timed = FP8_OUT_TIMED + (FP8_OUT_PORTABLE if (cache, ctx) == ("fp8", 32000) else ())

@@ -69,14 +69,16 @@ def route_dot(dot: str, fp8_route_share: float, split_route_share: float = float
 
 
 def route_rate(fp8_route_share: float, fp8_rate: float, bf16_rate: float,
-               split_route_share: float = 0.0) -> float:
+               split_route_share: float = 0.0, fp8x2_rate: float | None = None) -> float:
     """The rate (FLOP per time of the product computed) of a dot split by route,
-    time-weighted: the work ``s`` at the fp8 rate, the split route's ``s2`` at half of it
-    (two fp8 dots a product) and the rest at the bf16 rate take ``s / fp8 + 2 s2 / fp8 +
+    time-weighted: the work ``s`` at the fp8 rate, the split route's ``s2`` as two fp8 dots
+    a product (twice the FLOPs at ``fp8x2_rate``, that of one fp8 product of twice the K;
+    the fp8 rate where None) and the rest at the bf16 rate take ``s / fp8 + 2 s2 / fp8x2 +
     (1 - s - s2) / bf16`` per FLOP."""
     s = fp8_route_share
     s2 = 0.0 if split_route_share != split_route_share else split_route_share
-    return 1.0 / (s / fp8_rate + 2.0 * s2 / fp8_rate + (1.0 - s - s2) / bf16_rate)
+    x2 = fp8_rate if fp8x2_rate is None else fp8x2_rate
+    return 1.0 / (s / fp8_rate + 2.0 * s2 / x2 + (1.0 - s - s2) / bf16_rate)
 
 
 def floors(nbytes: float, nflops: float, copy_tbps: float, mm_tflops: float) -> dict[str, float]:

@@ -29,6 +29,7 @@ def test_the_fp8_output_points_are_named_and_timed():
     points = matrix.points()
     want = {f"kimi/{f}/fp8/p1/{c}/fp8out" for f in WEIGHT_FORMATS for c in matrix.HEADLINE}
     want |= {f"kimi/{f}/bf16/p1/32000/fp8out" for f in WEIGHT_FORMATS}
+    want |= {f"glm-5-style/{f}/fp8/p1/32000/fp8out" for f in WEIGHT_FORMATS}
     assert {k for k in points if k.endswith("/fp8out")} == want
     assert set(matrix.select(["*/fp8out"])) == want
     for name in want:
@@ -41,8 +42,9 @@ def test_the_fp8_output_points_are_named_and_timed():
         prob = problem_for(pt.shape, pt.contexts, pt.cache_dtype, pt.weight_format, 1,
                            torch.float8_e4m3fn)
         ws = DESIGNS["hopper_ws"].runs(prob, DEVICES["H200"])
-        assert ws, name  # hopper_ws stores FP8 outputs at Kimi-K3 TP8's heads
-        portable = ("tiled",) if (pt.contexts, pt.cache_dtype) == ((32000,), "fp8") else ()
+        assert ws, name  # hopper_ws stores FP8 outputs at both shapes' heads
+        portable = ("tiled",) if (pt.shape, pt.contexts, pt.cache_dtype) == (
+            "kimi-k3-tp8", (32000,), "fp8") else ()
         assert pt.variants == ("hopper_ws", "auto") + portable, name
     # Every other point keeps bf16 outputs.
     assert all(p.out_dtype == "bfloat16" for k, p in points.items() if k not in want)

@@ -137,6 +137,15 @@ def test_rows_are_scored_by_the_dot_that_ran():
     assert math.isclose(three.matrix_floor_us,
                         three.flops * (0.25 / 1000.0 + 2 * 0.5 / 1000.0 + 0.25 / 630.0) / 1e6)
     assert _mxfp4_row(1.0, split_route_share=0.0).dot_dtype == "fp8"
+    # With cuBLAS's rate at K = 2 kv_c measured, the split route's product is floored at it;
+    # the other routes keep theirs, and the tensor cores' own rate is the same at any K.
+    x2 = {**CEILINGS, **TC, "mm_tflops_fp8x2": 1200.0}
+    split = _mxfp4_row(0.0, x2, split_route_share=1.0)
+    assert math.isclose(split.mm_tflops, 1200.0 / 2)
+    assert math.isclose(split.tc_tflops, 1620.0 / 2)
+    three = _mxfp4_row(0.25, x2, split_route_share=0.5)
+    assert math.isclose(three.matrix_floor_us,
+                        three.flops * (0.25 / 1000.0 + 2 * 0.5 / 1200.0 + 0.25 / 630.0) / 1e6)
 
 
 def test_tensor_core_floor_is_at_the_rows_clock_and_absent_unmeasured():
