@@ -31,6 +31,7 @@ from .timing import FULL, NOT_TIMED, Timing, graphed, measure, median_us, rotati
 
 NAN = float("nan")
 L2_ROTATE_BYTES = 2 * 60 * 2**20  # rotate input sets smaller than twice the H200's L2
+SEQUENCE_SEED = 1000  # a sequence's input sets' seeds start here past the point's
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,10 @@ class Point:
     configs: dict = field(default_factory=dict, hash=False, compare=False)
     weight_draw: str = ""  # a key of WEIGHT_DRAWS
     graph8: bool = False  # also time 8 back-to-back launches in one graph (run_points)
+    # Also time ``sequence`` back-to-back calls, each with its own input set, as a forward
+    # pass's layers make them (``time_sequence``), for those of ``variants`` named here.
+    sequence: int = 0
+    sequence_variants: tuple[str, ...] = ()
     out_dtype: str = DEFAULT_OUT_DTYPE  # the outputs' dtype, torch's name ("float8_e4m3fn")
 
     @property
@@ -242,6 +247,35 @@ def time_graph8(inp: GatherInputs, make: Callable[[GatherInputs], Callable[[], N
     return measure(graphed(eight), budget).scaled(1 / 8)
 
 
+def time_sequence(sets: Sequence[GatherInputs],
+                  make: Callable[[GatherInputs], Callable[[], None]], graph: bool,
+                  budget: tuple[int, int] = FULL) -> Timing:
+    """One call's time among ``len(sets)`` back-to-back calls, call i on input set i (its
+    own cache, indices, weight and outputs, as one layer each): captured in one CUDA graph
+    (``graph``) or called eagerly, the host's launches included. The L2 is flushed before
+    the sequence, not between its calls."""
+    calls = [make(inp) for inp in sets]
+
+    def sequence() -> None:
+        for f in calls:
+            f()
+    return measure(graphed(sequence) if graph else sequence, budget).scaled(1 / len(calls))
+
+
+def sequence_sets(pt: Point, n: int, seed: int, base: GatherInputs | None = None
+                  ) -> list[GatherInputs]:
+    """``n`` input sets of ``pt`` for ``time_sequence``, each drawn with its own seed (from
+    ``seed``), ``base`` the first where given."""
+    draw = WEIGHT_DRAWS[pt.weight_draw]
+    first = [base] if base is not None else []
+    return first + [build_inputs(get_shape(pt.shape), pt.contexts, block_size=pt.block_size,
+                                 cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
+                                 device="cuda", seed=seed + i, spare_indices=0,
+                                 spare_rows=0, spare_blocks=0, out_dtype=pt.out_torch_dtype,
+                                 **draw)
+                    for i in range(len(first), n)]
+
+
 def dot_rate(ceilings: dict, kind: str, dot: str, fp8_route_share: float = NAN,
              split_route_share: float = NAN) -> float:
     """The ``kind`` rate (``mm_tflops``: cuBLAS's, ``tc_tflops``: the tensor cores' own) of
@@ -294,8 +328,8 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float 
     """One row of the measurement schema (``measurements.Measurement``): the point, one
     timing of one variant (a ``Timing``, or a bare median whose spread is unknown), its
     floors from the ceilings by the dot that ran (``dot``, split by ``fp8_route_share`` and
-    ``split_route_share`` where the design reports them), the tensor-core floor where the ceilings hold the
-    tensor cores' rates, and its check against the reference (FP8 outputs: with the
+    ``split_route_share`` where the design reports them), the tensor-core floor where the
+    ceilings hold the tensor cores' rates, and its check against the reference (FP8 outputs: with the
     share of values exact to the contract's rule and the most e4m3 steps from it). The
     byte model counts the outputs at the point's output element size."""
     t = us if isinstance(us, Timing) else Timing(float(us), 0, NAN, NAN)
@@ -369,8 +403,10 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
     (the same launch replayed from a CUDA graph, L2 flushed: the device's time without the
     host's), always for the torch paths and for the designs with ``design_graphs``; "graph8"
     (8 back-to-back launches in one graph) with ``graph8``, or at a point whose own
-    ``graph8`` is set. ``budget`` maps a candidate's name to its (warm-up ms, repetition
-    ms); every candidate gets ``timing.FULL`` without it. Each row records its
+    ``graph8`` is set; "graph<N>" and "eager<N>" (N back-to-back calls, each on its own
+    input set, in one graph and eagerly: ``time_sequence``) for the point's
+    ``sequence_variants`` where its ``sequence`` is N. ``budget`` maps a candidate's name
+    to its (warm-up ms, repetition ms); every candidate gets ``timing.FULL`` without it. Each row records its
     repetitions and quartiles, and the median SM clock during its timing (``lab.clock``),
     read once every point is timed (``sm_clock`` false: not sampled, NaN)."""
     from tqdm.auto import tqdm
@@ -418,6 +454,7 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
         return t, (t0, time.time())
 
     out: list[tuple[dict, object]] = []
+    layers: list[GatherInputs] = []  # a sequence's input sets (Point.sequence)
     for name, dot, make in candidates(pt, torch_paths):
         design, cfg, extras, resolved_cfg = "", pt.configs.get(name), {}, None
         try:
@@ -434,6 +471,13 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
                     measure, rotating([graphed(make(i)) for i in sets]), spend)))
             if graph8 or pt.graph8:
                 timings.append(("graph8", *timed(time_graph8, base, make, spend)))
+            if pt.sequence and name in pt.sequence_variants:
+                n = pt.sequence
+                if len(layers) < n:  # drawn once a point, for every variant it times
+                    layers = sequence_sets(pt, n, seed + SEQUENCE_SEED, base)
+                for kind, in_graph in (("graph", True), ("eager", False)):
+                    timings.append((f"{kind}{n}", *timed(time_sequence, layers, make,
+                                                         in_graph, spend)))
             base.poison_outputs()
             make(base)()
             torch.cuda.synchronize()
@@ -452,6 +496,6 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
                       resolved_config="" if resolved_cfg is None else repr(resolved_cfg)),
                  window)
                 for timing, t, window in timings]
-    del sets, base, ref
+    del sets, base, ref, layers
     torch.cuda.empty_cache()
     return out

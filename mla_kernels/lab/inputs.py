@@ -276,7 +276,8 @@ def build_inputs(
     An MXFP4 weight's power-of-two exponents are drawn from ``e8m0_range`` (inclusive); with
     ``e8m0_full_span`` every weight row holds both ends of it. The default spans 12 binades,
     the widest whose rows hopper_ws widens to e4m3 (a real checkpoint's rows span a few);
-    ``(-8, 4)`` with ``e8m0_full_span`` puts every row on its bf16 route.
+    ``(-8, 4)`` with ``e8m0_full_span`` puts every row one binade past it (its split route
+    widened once a call, else bf16), ``(-20, 4)`` past the split route too (bf16).
 
     Blocks are allocated in shuffled order (plus ``spare_blocks`` never used), ``kv_indices``
     has ``spare_indices`` extra entries, and the outputs ``spare_rows`` extra rows.

@@ -71,6 +71,11 @@ def _point(shape: str, contexts: tuple[int, ...], fmt: str, cache: str, page: in
 # The fp8 per-row targets' points: scored on graph rows, plain calls and graph8 beside them.
 GRAPH8_POINTS = tuple(f"kimi/fp8_row/fp8/p1/{c}" for c in (*HEADLINE, "64x4096")) + (
     "deepseek-v3-tp1/fp8_row/fp8/p1/32000",)
+# A forward pass's calls: one a layer (61 in DeepSeek-V3 and Kimi-K3), each layer its own
+# cache and weight. These points also time SEQUENCE calls on as many input sets, in one graph
+# and eagerly (graph61, eager61), for the targets.
+SEQUENCE = 61
+SEQUENCE_POINTS = tuple(f"kimi/fp8_row/fp8/p1/{c}" for c in (4096, 8192, 32000))
 
 
 def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
@@ -79,7 +84,8 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
     sizes 16, 64 and 128; the ragged batch; 64 sequences of 4096; DeepSeek-V3 TP8 and TP1
     at 32000; GLM-5-style heads (``GLM5``) for every weight format over an fp8 cache at 4096,
     32000 and 109440, over a bf16 cache and with FP8 outputs at 32000. The points of
-    ``GRAPH8_POINTS`` also time graph8.
+    ``GRAPH8_POINTS`` also time graph8, and those of ``SEQUENCE_POINTS`` (fp8 per row at 4096,
+    8192, 32000) SEQUENCE calls on their own input sets, in one graph and eagerly.
 
     FP8 outputs (e4m3, per-tensor scales), named ``<point>/fp8out``: every weight format on
     an fp8 cache at the headline contexts and on a bf16 cache at 32000, timing
@@ -101,6 +107,8 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
                                                      "wide")
     out["kimi/mxfp4/fp8/p1/32000/widest"] = _point(KIMI, (32000,), "mxfp4", "fp8", 1, device,
                                                    "widest")
+    # 8192 tokens for the sequence timings alone (SEQUENCE_POINTS), between 4096 and 32000.
+    out["kimi/fp8_row/fp8/p1/8192"] = point(KIMI, (8192,), "fp8_row", "fp8", 1, TARGETS, device)
     out["kimi/fp8_row/fp8/p1/ragged8"] = _point(KIMI, RAGGED8, "fp8_row", "fp8", 1, device)
     out["kimi/fp8_row/fp8/p1/64x4096"] = _point(KIMI, (4096,) * 64, "fp8_row", "fp8", 1, device)
     for shape in ("deepseek-v3-tp8", "deepseek-v3-tp1", GLM5):
@@ -121,7 +129,10 @@ def points(device: DeviceSpec = DEVICES["H200"]) -> dict[str, Point]:
             timed = FP8_OUT_TIMED + (FP8_OUT_PORTABLE if (cache, ctx) == ("fp8", 32000) else ())
             out[f"kimi/{fmt}/{cache}/p1/{ctx}{FP8_OUT_SUFFIX}"] = point(
                 KIMI, (ctx,), fmt, cache, 1, timed, device, out_dtype=FP8_OUT_DTYPE)
-    return {name: replace(pt, graph8=name in GRAPH8_POINTS) for name, pt in out.items()}
+    return {name: replace(pt, graph8=name in GRAPH8_POINTS,
+                          **({"sequence": SEQUENCE, "sequence_variants": TARGETS}
+                             if name in SEQUENCE_POINTS else {}))
+            for name, pt in out.items()}
 
 
 def select(patterns: Iterable[str] | None, device: DeviceSpec = DEVICES["H200"]

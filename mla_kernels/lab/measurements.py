@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,13 @@ def parse_contexts(text: str | int) -> tuple[int, ...]:
 
 
 DEFAULT_OUT_DTYPE = "bfloat16"  # the ``out_dtype`` column of bf16 outputs
+
+
+def sequence_length(timing: str) -> int:
+    """N for a sequence timing ("graph<N>", "eager<N>": N back-to-back calls on N input
+    sets), else 0 ("graph8", 8 calls on one input set, is not one)."""
+    m = re.fullmatch(r"(graph|eager)([0-9]+)", str(timing))
+    return 0 if m is None or str(timing) == "graph8" else int(m.group(2))
 FP8_OUT_DTYPE = "float8_e4m3fn"  # ... and of FP8 ones
 
 
@@ -54,7 +62,7 @@ class Measurement:
     batch: int
     ctx: int
     variant: str
-    timing: str  # "flushed", "graph" or "graph8" (data/README.md)
+    timing: str  # "flushed", "graph", "graph8", "graph<N>", "eager<N>" (data/README.md)
     median_us: float
     min_bytes: int
     flops: int

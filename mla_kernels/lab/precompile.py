@@ -140,7 +140,9 @@ def warm(job: Job) -> tuple[Job, float, str]:
     try:
         pt = job.point
         if job.harness:
-            rows = bench.run_points([pt], ceilings=_NO_CEILINGS, torch_paths=False,
+            # A sequence's calls launch the point's kernels: compiling needs none of its sets.
+            rows = bench.run_points([replace(pt, sequence=0)], ceilings=_NO_CEILINGS,
+                                    torch_paths=False,
                                     design_graphs=True, progress=False,
                                     budget=lambda _: (0, 1), sm_clock=False)
             errors = [f"{r.variant}: {r.error}" for r in rows if r.error]

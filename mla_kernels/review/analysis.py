@@ -21,6 +21,7 @@ from ..lab.measurements import (
     Measurement,
     contexts_str,
     out_dtypes,
+    sequence_length,
     write_csv_atomic,
 )
 
@@ -232,8 +233,8 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
            variants: Sequence[str] | None = None,
            ragged_contexts: Sequence[int] | None = None,
            device: str | None = None, default_config: bool = True,
-           default_weight: bool = True, out_dtype: str | None = DEFAULT_OUT_DTYPE
-           ) -> pd.DataFrame:
+           default_weight: bool = True, out_dtype: str | None = DEFAULT_OUT_DTYPE,
+           sequences: bool = False) -> pd.DataFrame:
     """The rows of one configuration; an empty frame when nothing matches.
 
     ``device`` (a registry name or torch's device name; None or "auto" for any) keeps the
@@ -243,8 +244,9 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
     ``out_dtype`` keeps the rows of that output dtype (default bf16, as every row of a run
     without the column; None: every one), so a figure of bf16 outputs never takes an FP8
     output's time for the same point's.
-    ``timing`` keeps the rows of one timing (None: every timing; a figure tells them apart
-    by their ``timing`` column). ``batch="single"`` keeps one-sequence rows; ``"ragged"``
+    ``timing`` keeps the rows of one timing (None: every timing but the sequence timings,
+    ``graph<N>`` and ``eager<N>``, unless ``sequences``; a figure tells them apart by their
+    ``timing`` column). ``batch="single"`` keeps one-sequence rows; ``"ragged"``
     keeps the rows whose ``contexts`` equal ``ragged_contexts`` (or every multi-sequence row
     if not given).
     """
@@ -260,6 +262,8 @@ def select(df: pd.DataFrame | None, *, shape: str | None = None, cache_dtype: st
             keep &= df[col].astype(str) == str(val)
     if out_dtype is not None:
         keep &= out_dtypes(df) == str(out_dtype)
+    if timing is None and not sequences and "timing" in df.columns:
+        keep &= df["timing"].map(sequence_length) == 0
     if block_size is not None:
         keep &= df["block_size"].astype(int) == int(block_size)
     if batch == "single":

@@ -344,3 +344,47 @@ def test_hopper_ws_glm5_heads_compile_for_sm90():
         allowed = (_mx_spills(r) if fmt == "mxfp4" and not bf16
                    else 64 if fmt == "mxfp4" or r["path"][6:7] == [True] else 0)
         assert r["spill_bytes"] <= allowed, r
+
+
+_OVERLAP = textwrap.dedent(r"""
+    import json, re
+    from mla_kernels.designs.hopper_ws import HopperWSConfig
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel, ptxas_report
+    from mla_kernels.lab.inputs import build_inputs
+    from mla_kernels.lab.occupancy import problem_for
+
+    for fmt, cache, overlap in (("fp8_row", "fp8", True), ("fp8_row", "fp8", False),
+                                ("mxfp4", "fp8", True), ("bf16", "bf16", True)):
+        inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt)
+        prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1)
+        cfg = HopperWSConfig(overlap_launch=overlap)
+        _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
+        ptx = kernel.asm["ptx"]
+        print(json.dumps({"path": [fmt, cache, overlap],
+                          "launch_pdl": bool(kernel.metadata.launch_pdl),
+                          "wait": len(re.findall(r"griddepcontrol\.wait", ptx)),
+                          "release": len(re.findall(r"griddepcontrol\.launch_dependents", ptx)),
+                          "wait_before_loads": ptx.find("griddepcontrol.wait")
+                          < min(i for i in (ptx.find("ld.global"), ptx.find("cp.async"),
+                                            ptx.find("cp.async.bulk")) if i >= 0),
+                          **ptxas_report(ptx, 90)}))
+""")
+
+
+def test_hopper_ws_overlapped_launch_compiles_for_sm90():
+    # overlap_launch: the launch attribute in the kernel's metadata and one wait and one
+    # release in its code, the wait before any load from global memory in the PTX; off,
+    # neither (the default's code is unchanged).
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", _OVERLAP], capture_output=True, text=True,
+                         env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == 4
+    for r in rows:
+        on = r["path"][2]
+        assert r["launch_pdl"] == on, r
+        assert (r["wait"], r["release"]) == ((1, 1) if on else (0, 0)), r
+        if on:
+            assert r["wait_before_loads"], r

@@ -9,6 +9,7 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .config import BK, BM, BN, GATHER_WARPS, MX_CODES, MX_PACKED, SCALE_E8M0, WIDEN_WARPS
 from .gather import latent_gatherer
+from .grid_dependency import allow_next_grid, wait_for_previous_grid
 from .loaders import mx_widener, packed_loader, weight_loader
 from .mma import mma_epilogue
 from .schedule import Cache, Items
@@ -26,7 +27,8 @@ def hopper_ws_kernel(
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
-    LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, num_warps: gl.constexpr,
+    LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -146,6 +148,13 @@ def hopper_ws_kernel(
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),
                 Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
                         ko_scale_ptr, vo_scale_ptr, OUT_FP8), turns)
+    # Launched overlapped (PDL): the setup above reads no global memory. The kernel before
+    # may still be writing anything this call reads (the cache, its indices, the weight:
+    # the widening kernel writes a widened copy), so the partitions start once it has
+    # finished; the next kernel may launch at once, its own wait guarding its reads.
+    if PDL:
+        wait_for_previous_grid()
+        allow_next_grid()
     # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two
     # MMA groups, a second MMA partition. The partitions and their warps differ, so each
     # set is its own call: a list of partitions cannot be held in a variable.

@@ -222,6 +222,8 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
                   PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
                   MX_WIDENED=widened_items,
+                  # Overlapped launch: the attribute and the kernel's wait go together.
+                  PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
                   maxnreg=168 if groups == 1 and not mx_in else 128)
     has_ws = ws is not None

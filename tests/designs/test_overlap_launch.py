@@ -1,0 +1,104 @@
+"""hopper_ws launched overlapped (programmatic dependent launch): with a kernel before it
+that lets it launch at once and writes this call's inputs late, the call reads the inputs
+as that kernel left them (docs/contract.md, "Where the call works"), eagerly and replayed
+from a CUDA graph. The writer spins before its stores, so a kernel that read anything
+before its wait would read the old values. Needs an sm_90 GPU; the CPU checks the option's
+compile in tests/lab/test_compile.py."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents
+
+import mla_kernels as mk
+from mla_kernels.designs.hopper_ws import HopperWSConfig
+from mla_kernels.lab.checks import check_outputs, expected
+
+KIMI = "kimi-k3-tp8"
+SPIN_NS = 200_000  # the writer's wait before its stores: far past the call's launch
+
+
+def _hopper() -> bool:
+    return (torch.cuda.is_available() and not torch.version.hip
+            and torch.cuda.get_device_capability()[0] == 9)
+
+
+@triton.jit
+def _now():
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def _late_copy(src, dst, n, SPIN: tl.constexpr, BLOCK: tl.constexpr):
+    gdc_launch_dependents()  # the next kernel may launch now
+    t0 = _now()
+    t = t0
+    while t - t0 < SPIN:
+        t = _now()
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.uint8).view(-1)
+
+
+def _late_write(src: torch.Tensor, dst: torch.Tensor) -> None:
+    s, d = _bytes(src), _bytes(dst)
+    _late_copy[(triton.cdiv(s.numel(), 1024),)](s, d, s.numel(), SPIN=SPIN_NS, BLOCK=1024)
+
+
+INPUTS = ("k_buffer", "k_scale", "kv_indices", "kv_proj_weight", "kv_proj_scale")
+
+
+def _write_inputs(dst, src, last: str) -> None:
+    """``src``'s inputs into ``dst``'s tensors, ``last`` by the late writer, the others first
+    (ordered before it on the stream)."""
+    for name in INPUTS:
+        if name != last and getattr(dst, name) is not None:
+            getattr(dst, name).copy_(getattr(src, name))
+    _late_write(getattr(src, last), getattr(dst, last))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("last", ["k_buffer", "kv_indices", "kv_proj_weight"])
+@pytest.mark.parametrize(("fmt", "cache"), [("fp8_row", "fp8"), ("bf16", "fp8"),
+                                          ("mxfp4", "fp8"), ("fp8_row", "bf16")])
+def test_overlapped_launch_reads_what_the_kernel_before_wrote(fmt, cache, last, device, seed):
+    cfg = HopperWSConfig(overlap_launch=True)
+    contexts = [700, 0, 1300]
+    call = mk.build_inputs(KIMI, contexts, block_size=16, cache_dtype=cache,
+                           weight_format=fmt, device=device, seed=seed)
+    new = mk.build_inputs(KIMI, contexts, block_size=16, cache_dtype=cache,
+                          weight_format=fmt, device=device, seed=seed + 1)
+    old = {n: getattr(call, n).clone() for n in INPUTS if getattr(call, n) is not None}
+    assert not torch.equal(_bytes(old[last]), _bytes(getattr(new, last))), f"seed {seed}"
+    ref = expected(new)
+    mk.gather_kv_b_proj(*call.args(), variant="hopper_ws", config=cfg)  # compile, plan
+    torch.cuda.synchronize()
+
+    # Eagerly: the writer, then the call, on one stream.
+    call.poison_outputs()
+    _write_inputs(call, new, last)
+    mk.gather_kv_b_proj(*call.args(), variant="hopper_ws", config=cfg)
+    torch.cuda.synchronize()
+    res = check_outputs(call, ref)
+    assert res["correct"], ("eager", res["max_rel_err"], f"seed {seed}")
+
+    # Replayed from a CUDA graph that holds both, the inputs reset to the old ones first.
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        _write_inputs(call, new, last)
+        mk.gather_kv_b_proj(*call.args(), variant="hopper_ws", config=cfg)
+    for name, t in old.items():
+        getattr(call, name).copy_(t)
+    call.poison_outputs()
+    graph.replay()
+    torch.cuda.synchronize()
+    res = check_outputs(call, ref)
+    assert res["correct"], ("graph", res["max_rel_err"], f"seed {seed}")
