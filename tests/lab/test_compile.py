@@ -145,15 +145,20 @@ _COMPILE_PATHS = textwrap.dedent(r"""
 TRITON_VERSION = tuple(int(x) for x in triton.__version__.split(".")[:2])
 
 
+def _child_rows(script: str, *args: str) -> list[dict]:
+    """The JSON lines ``script`` prints, run in a fresh process with the interpreter off."""
+    pytest.importorskip("triton.experimental.gluon")
+    env = dict(os.environ, TRITON_INTERPRET="0")
+    out = subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                         text=True, env=env, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
 def _compile_paths(paths: list[tuple], shape: str = "kimi-k3-tp8") -> list[dict]:
     """_COMPILE_PATHS's report of each path (for heads of ``shape``), compiled for sm_90 in a
     fresh process."""
-    pytest.importorskip("triton.experimental.gluon")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", _COMPILE_PATHS, json.dumps(paths), shape],
-                         capture_output=True, text=True, env=env, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    rows = _child_rows(_COMPILE_PATHS, json.dumps(paths), shape)
     assert [tuple(r["path"]) for r in rows] == paths
     return rows
 
@@ -375,12 +380,7 @@ def test_hopper_ws_overlapped_launch_compiles_for_sm90():
     # overlap_launch: the launch attribute in the kernel's metadata and one wait and one
     # release in its code, the wait before any load from global memory in the PTX; off,
     # neither (the default's code is unchanged).
-    pytest.importorskip("triton.experimental.gluon")
-    env = dict(os.environ, TRITON_INTERPRET="0")
-    out = subprocess.run([sys.executable, "-c", _OVERLAP], capture_output=True, text=True,
-                         env=env, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    rows = _child_rows(_OVERLAP)
     assert len(rows) == 4
     for r in rows:
         on = r["path"][2]
