@@ -31,7 +31,6 @@ from .timing import FULL, NOT_TIMED, Timing, graphed, measure, median_us, rotati
 
 NAN = float("nan")
 L2_ROTATE_BYTES = 2 * 60 * 2**20  # rotate input sets smaller than twice the H200's L2
-SEQUENCE_SEED = 1000  # a sequence's input sets' seeds start here past the point's
 
 
 @dataclass(frozen=True)
@@ -262,18 +261,18 @@ def time_sequence(sets: Sequence[GatherInputs],
     return measure(graphed(sequence) if graph else sequence, budget).scaled(1 / len(calls))
 
 
-def sequence_sets(pt: Point, n: int, seed: int, base: GatherInputs | None = None
-                  ) -> list[GatherInputs]:
-    """``n`` input sets of ``pt`` for ``time_sequence``, each drawn with its own seed (from
-    ``seed``), ``base`` the first where given."""
+def input_sets(pt: Point, n: int, seed: int, have: Sequence[GatherInputs] = ()
+               ) -> list[GatherInputs]:
+    """``n`` input sets of ``pt`` on the GPU, set i drawn with seed ``seed + i``: those of
+    ``have`` first (already drawn so), then the rest (the timings' rotation, a sequence's
+    layers)."""
     draw = WEIGHT_DRAWS[pt.weight_draw]
-    first = [base] if base is not None else []
-    return first + [build_inputs(get_shape(pt.shape), pt.contexts, block_size=pt.block_size,
-                                 cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
-                                 device="cuda", seed=seed + i, spare_indices=0,
-                                 spare_rows=0, spare_blocks=0, out_dtype=pt.out_torch_dtype,
-                                 **draw)
-                    for i in range(len(first), n)]
+    return list(have) + [build_inputs(get_shape(pt.shape), pt.contexts,
+                                      block_size=pt.block_size, cache_dtype=pt.cache_dtype,
+                                      weight_format=pt.weight_format, device="cuda",
+                                      seed=seed + i, spare_indices=0, spare_rows=0,
+                                      spare_blocks=0, out_dtype=pt.out_torch_dtype, **draw)
+                         for i in range(len(have), n)]
 
 
 def dot_rate(ceilings: dict, kind: str, dot: str, fp8_route_share: float = NAN,
@@ -329,9 +328,9 @@ def measurement_row(prov: dict, pt: Point, variant: str, timing: str, us: float 
     timing of one variant (a ``Timing``, or a bare median whose spread is unknown), its
     floors from the ceilings by the dot that ran (``dot``, split by ``fp8_route_share`` and
     ``split_route_share`` where the design reports them), the tensor-core floor where the
-    ceilings hold the tensor cores' rates, and its check against the reference (FP8 outputs: with the
-    share of values exact to the contract's rule and the most e4m3 steps from it). The
-    byte model counts the outputs at the point's output element size."""
+    ceilings hold the tensor cores' rates, and its check against the reference (FP8
+    outputs: with the share of values exact to the contract's rule and the most e4m3 steps
+    from it). The byte model counts the outputs at the point's output element size."""
     t = us if isinstance(us, Timing) else Timing(float(us), 0, NAN, NAN)
     us = t.median_us
     s = get_shape(pt.shape)
@@ -406,9 +405,10 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
     ``graph8`` is set; "graph<N>" and "eager<N>" (N back-to-back calls, each on its own
     input set, in one graph and eagerly: ``time_sequence``) for the point's
     ``sequence_variants`` where its ``sequence`` is N. ``budget`` maps a candidate's name
-    to its (warm-up ms, repetition ms); every candidate gets ``timing.FULL`` without it. Each row records its
-    repetitions and quartiles, and the median SM clock during its timing (``lab.clock``),
-    read once every point is timed (``sm_clock`` false: not sampled, NaN)."""
+    to its (warm-up ms, repetition ms); every candidate gets ``timing.FULL`` without it.
+    Each row records its repetitions and quartiles, and the median SM clock during its
+    timing (``lab.clock``), read once every point is timed (``sm_clock`` false: not
+    sampled, NaN)."""
     from tqdm.auto import tqdm
 
     ceilings = ceilings or measure_ceilings()
@@ -441,12 +441,7 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
     per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format,
                                  pt.out_torch_dtype.itemsize)
     n_sets = max(1, min(8, -(-L2_ROTATE_BYTES // max(per_set, 1))))
-    sets = [base] + [build_inputs(s, pt.contexts, block_size=pt.block_size,
-                                  cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
-                                  device="cuda", seed=seed + 1 + i, spare_indices=0,
-                                  spare_rows=0, spare_blocks=0, out_dtype=pt.out_torch_dtype,
-                                  **draw)
-            for i in range(n_sets - 1)]
+    sets = input_sets(pt, n_sets, seed, [base])
 
     def timed(fn: Callable[..., Timing], *args) -> tuple[Timing, tuple[float, float]]:
         t0 = time.time()
@@ -454,7 +449,7 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
         return t, (t0, time.time())
 
     out: list[tuple[dict, object]] = []
-    layers: list[GatherInputs] = []  # a sequence's input sets (Point.sequence)
+    layers = sets  # a sequence's input sets (Point.sequence): the rotation's, then more
     for name, dot, make in candidates(pt, torch_paths):
         design, cfg, extras, resolved_cfg = "", pt.configs.get(name), {}, None
         try:
@@ -474,7 +469,7 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
             if pt.sequence and name in pt.sequence_variants:
                 n = pt.sequence
                 if len(layers) < n:  # drawn once a point, for every variant it times
-                    layers = sequence_sets(pt, n, seed + SEQUENCE_SEED, base)
+                    layers = input_sets(pt, n, seed, layers)
                 for kind, in_graph in (("graph", True), ("eager", False)):
                     timings.append((f"{kind}{n}", *timed(time_sequence, layers, make,
                                                          in_graph, spend)))

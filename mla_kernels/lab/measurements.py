@@ -33,6 +33,7 @@ def parse_contexts(text: str | int) -> tuple[int, ...]:
 
 
 DEFAULT_OUT_DTYPE = "bfloat16"  # the ``out_dtype`` column of bf16 outputs
+FP8_OUT_DTYPE = "float8_e4m3fn"  # ... and of FP8 ones
 
 
 def sequence_length(timing: str) -> int:
@@ -40,7 +41,6 @@ def sequence_length(timing: str) -> int:
     sets), else 0 ("graph8", 8 calls on one input set, is not one)."""
     m = re.fullmatch(r"(graph|eager)([0-9]+)", str(timing))
     return 0 if m is None or str(timing) == "graph8" else int(m.group(2))
-FP8_OUT_DTYPE = "float8_e4m3fn"  # ... and of FP8 ones
 
 
 @dataclass(frozen=True)

@@ -99,6 +99,6 @@ def test_run_points_times_a_sequence_on_distinct_sets(seed):
     assert not any(r.variant == "auto" and sequence_length(r.timing) for r in rows), got
     for r in rows:
         assert r.correct and r.median_us > 0 and r.reps > 0, (r, f"seed {seed}")
-    sets = bench.sequence_sets(pt, 3, seed)
+    sets = bench.input_sets(pt, 3, seed)
     caches = [s.k_buffer.view(torch.uint8) for s in sets]
     assert not torch.equal(caches[0], caches[1]) and not torch.equal(caches[1], caches[2])

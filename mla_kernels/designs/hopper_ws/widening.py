@@ -70,6 +70,17 @@ def _e2m1_as_bf16(n, d):
 
 
 @triton.jit
+def _widened(byte, d, BF16: tl.constexpr, ROWS: tl.constexpr, BK: tl.constexpr):
+    """The [ROWS, BK] values of [ROWS, BK / 2] packed e2m1 bytes (low nibble first), each
+    times 2^d (d a byte's), as bf16 or e4m3 bits."""
+    if BF16:
+        lo, hi = _e2m1_as_bf16(byte & 15, d), _e2m1_as_bf16(byte >> 4, d)
+    else:
+        lo, hi = _e2m1_as_e4m3(byte & 15, d), _e2m1_as_e4m3(byte >> 4, d)
+    return tl.reshape(tl.join(lo, hi), [ROWS, BK])
+
+
+@triton.jit
 def widen_weight_kernel(w_ptr, ws_ptr, out_ptr, factor_ptr, n_rows, ws_ld,
                         K: tl.constexpr, MX: tl.constexpr, ROWS: tl.constexpr,
                         BK: tl.constexpr):
@@ -163,20 +174,16 @@ def widen_mx_items_kernel(w_ptr, ws_ptr, out8_ptr, out16_ptr, info_ptr, ws_ld,
     byte = tl.load(w_ptr + r64 * (K // 2) + j[None, :]).to(tl.int32)
     k = kb * BK + tl.arange(0, BK)
     if route == MX_ROUTE_BF16:
-        v = tl.reshape(tl.join(_e2m1_as_bf16(byte & 15, d), _e2m1_as_bf16(byte >> 4, d)),
-                       [ROWS, BK])
+        v = _widened(byte, d, True, ROWS, BK)
         tl.store(out16_ptr + r64 * K + k[None, :], v.to(tl.int16))
     else:
-        # On the e4m3 route every d is at least -5: the low part is empty.
+        # Each value's group below e4m3's range (on the e4m3 route none is).
         low = d < -5
-        v = tl.reshape(tl.join(_e2m1_as_e4m3(byte & 15, d), _e2m1_as_e4m3(byte >> 4, d)),
-                       [ROWS, BK])
         low2 = tl.reshape(tl.join(low, low), [ROWS, BK])
+        v = _widened(byte, d, False, ROWS, BK)
         tl.store(out8_ptr + r64 * (2 * K) + k[None, :], tl.where(low2, 0, v).to(tl.uint8))
         if route == MX_ROUTE_SPLIT:
-            d = d + MX_SPLIT_SHIFT
-            v = tl.reshape(tl.join(_e2m1_as_e4m3(byte & 15, d), _e2m1_as_e4m3(byte >> 4, d)),
-                           [ROWS, BK])
+            v = _widened(byte, d + MX_SPLIT_SHIFT, False, ROWS, BK)
             tl.store(out8_ptr + r64 * (2 * K) + K + k[None, :],
                      tl.where(low2, v, 0).to(tl.uint8))
 
@@ -294,8 +301,8 @@ def _mx_items_launch(weight: torch.Tensor, scale: torch.Tensor, kv_c: int) -> Ji
 
 class WidenedItems(_WidenedLaunch):
     """A plan's launch for an MXFP4 weight over an fp8 cache widened once a call: the copy
-    (each item's rows as e4m3, two e4m3 parts or bf16: ``widened_items_shapes``) and the rows' info
-    (int32), then ``main``, the MXFP4 launch that loads the copy by TMA."""
+    (each item's rows as e4m3, two e4m3 parts or bf16: ``widened_items_shapes``) and the
+    rows' info (int32), then ``main``, the MXFP4 launch that loads the copy by TMA."""
 
     def __init__(self, weight: torch.Tensor, scale: torch.Tensor, kv_c: int, main):
         self.shape, self.info_shape = widened_items_shapes(weight.shape[0], kv_c)

@@ -33,10 +33,11 @@ FLOOR_TEXT = {
     "fp8": "fp8 floor: an fp8 x fp8 dot at cuBLAS's fp8 rate",
     "bf16": "bf16 floor: a bf16 dot at cuBLAS's bf16 rate",
     "fp8x2": "two-fp8-dot floor (dot fp8x2): MXFP4's split route on hopper_ws, two fp8 x fp8 "
-             "dots a product at cuBLAS's fp8 rate",
+             "dots a product, at cuBLAS's fp8 rate for twice the K where the run measured it",
 }
 ROUTES_TEXT = ("route-weighted floor (dot {dot}): MXFP4 on hopper_ws, each route's share of the "
-               "work at its rate (fp8: the fp8 rate, fp8x2: half of it, bf16: the bf16 rate)")
+               "work at its rate (fp8: the fp8 rate, fp8x2: twice the FLOPs at the fp8 rate for "
+               "twice the K where measured, bf16: the bf16 rate)")
 
 
 def _floor_name(dot: str) -> str:
