@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -458,6 +458,10 @@ def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch
                 design = resolved.name
                 # Columns the design reports of its own (hopper_ws: MXFP4's route shares).
                 extras = resolved.row_extras(prob, base.args(), resolved_cfg)
+                if isinstance(cfg, Mapping):
+                    # A mapping is unhashable, so each call would be planned afresh: the
+                    # calls pass the design's own (frozen) config, as an engine would.
+                    make = functools.partial(_design_fn, variant=name, config=resolved_cfg)
                 cfg = None if cfg is None else resolved_cfg
             spend = budget(name) if budget else FULL
             timings = [("flushed", *timed(measure, rotating([make(i) for i in sets]), spend))]

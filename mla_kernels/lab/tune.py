@@ -2,9 +2,11 @@
 per (format, cache, ctx) and appends every row to ROWS.csv as it is measured.
 Usage: python -m mla_kernels.lab.tune ROWS.csv [--designs tiled ...] [--formats fp8_row ...]
        [--caches fp8 ...] [--contexts 32000 ...] [--shapes kimi-k3-tp8 ...]
-       [--configs JSON] [--out-dtype float8_e4m3fn]
+       [--configs JSON] [--out-dtype float8_e4m3fn] [--sequence N]
 --configs: a JSON list of config mappings searched instead of SEARCH's for every design
-given (a config a format refuses is a row with its error)."""
+given (a config a format refuses is a row with its error). --sequence: also time N
+back-to-back calls on their own input sets, in one graph and eagerly (graph<N>, eager<N>
+rows), as a forward pass's layers make them."""
 import argparse
 import json
 import time
@@ -33,10 +35,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shapes", nargs="+", default=["kimi-k3-tp8"])
     ap.add_argument("--configs", type=json.loads, default=None)
     ap.add_argument("--out-dtype", default=bench.DEFAULT_OUT_DTYPE)
+    ap.add_argument("--sequence", type=int, default=0)
     a = ap.parse_args(argv)
     if a.configs is not None and not (isinstance(a.configs, list)
                                       and all(isinstance(c, dict) for c in a.configs)):
         ap.error(f"--configs: expected a JSON list of config mappings, got {a.configs!r}")
+    if a.sequence < 0:
+        ap.error(f"--sequence: expected a count of calls >= 0, got {a.sequence}")
 
     t0 = time.time()
     ceil = bench.measure_ceilings()
@@ -48,13 +53,18 @@ def main(argv: list[str] | None = None) -> None:
                         # serial is ~10x slower than the rest: tuned at the short context only
                         for ctx in (a.contexts if design != "serial" else (4096,)):
                             pt = bench.Point(shape, (ctx,), fmt, cache, 1, (design,),
-                                             configs={design: cfg}, out_dtype=a.out_dtype)
+                                             configs={design: cfg}, out_dtype=a.out_dtype,
+                                             sequence=a.sequence,
+                                             sequence_variants=(design,) if a.sequence else ())
                             rows = frame(bench.run_points([pt], ceilings=ceil, torch_paths=False,
                                                           design_graphs=True, progress=False))
                             append_csv_atomic(rows, a.out)
                             g = rows[rows.timing == "graph"]
+                            seq = rows[rows.timing == f"graph{a.sequence}"]
                             print(f"{shape} {fmt} {cache} {ctx} {design} {cfg}: "
-                                  f"{g.median_us.min():.1f} us (graph), correct "
+                                  f"{g.median_us.min():.1f} us (graph)"
+                                  + (f", {seq.median_us.min():.1f} us a call (graph"
+                                     f"{a.sequence})" if len(seq) else "") + ", correct "
                                   f"{bool(rows.correct.all())}  {time.time() - t0:.0f}s"
                                   + "".join(f"  {e}" for e in set(rows.error) if e), flush=True)
 

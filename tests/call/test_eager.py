@@ -33,6 +33,50 @@ def test_a_repeated_call_is_checked_once(monkeypatch, device, seed):
     assert checked == [1] and check_outputs(inp)["correct"]
 
 
+def test_the_latest_signature_is_found_without_building_the_key(monkeypatch, device, seed):
+    # A forward pass's next layer: the plan of the call before, found by the tensor guard.
+    inp = mk.build_inputs(SMALL, [40, 7], block_size=16, device=device, seed=seed)
+    api.clear_plans()
+    mk.gather_kv_b_proj(*inp.args(), variant="tiled", validate=False)
+    looked = []
+
+    class Counting(dict):
+        def get(self, key, default=None):
+            looked.append(key)
+            return super().get(key, default)
+
+    monkeypatch.setattr(api, "PLANS", Counting(api.PLANS))
+    inp.k_prefix = torch.full_like(inp.k_prefix, float("nan"))
+    inp.v_prefix = torch.full_like(inp.v_prefix, float("nan"))
+    mk.gather_kv_b_proj(*inp.args(), variant="tiled", validate=False)
+    assert looked == [] and check_outputs(inp)["correct"]
+    # Any other signature is looked up by its key, and runs as its own.
+    for kw in ({"variant": "chunked", "validate": False},
+               {"variant": "tiled", "validate": False, "max_context_len": 40},
+               {"variant": "tiled", "validate": True}):
+        before = len(looked)
+        inp.poison_outputs()
+        mk.gather_kv_b_proj(*inp.args(), **kw)
+        assert len(looked) == before + 1, kw
+        assert check_outputs(inp)["correct"], kw
+    # A negative view of the weight right after a good call of its signature: refused.
+    mk.gather_kv_b_proj(*inp.args(), variant="tiled", validate=False)
+    inp.poison_outputs()
+    with pytest.raises(ValueError, match="kv_proj_weight"):
+        mk.gather_kv_b_proj(*inp.args()._replace(kv_proj_weight=inp.kv_proj_weight._neg_view()),
+                            variant="tiled", validate=False)
+    assert bool(torch.isnan(inp.k_prefix).all())
+    # One tensor in two places (the guard fails a repeated tensor): found by the full key.
+    other = mk.build_inputs(SMALL, [40, 7], block_size=16, device=device, seed=seed,
+                            out_dtype=torch.float8_e4m3fn)
+    shared = other.args()._replace(v_out_scale=other.k_out_scale)
+    other.v_out_scale = other.k_out_scale
+    for _ in range(2):
+        other.poison_outputs()
+        mk.gather_kv_b_proj(*shared, variant="tiled", validate=False)
+        assert check_outputs(other)["correct"]
+
+
 def test_calls_from_several_threads(device, seed):
     api.clear_plans()
     inputs = [mk.build_inputs(SMALL, [9 + 5 * i, 3], block_size=16, device=device,
