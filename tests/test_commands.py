@@ -116,3 +116,12 @@ def test_device_run_refuses_an_unknown_step_before_anything_runs(tmp_path: Path)
                         "nonsense"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "unknown step nonsense" in r.stdout
     assert not out.exists()
+
+
+def test_write_bound_refuses_a_negative_sequence_before_gpu_work(capsys):
+    from mla_kernels.lab.diagnostics import write_bound
+
+    with pytest.raises(SystemExit) as stop:
+        write_bound.main(["--sequence", "-1", "4096"])
+    assert stop.value.code == 2
+    assert "--sequence: expected N >= 0, got -1" in capsys.readouterr().err

@@ -68,8 +68,11 @@ def _write_inputs(dst, src, last: str) -> None:
 @pytest.mark.parametrize("last", ["k_buffer", "kv_indices", "kv_proj_weight"])
 @pytest.mark.parametrize(("fmt", "cache"), [("fp8_row", "fp8"), ("bf16", "fp8"),
                                           ("mxfp4", "fp8"), ("fp8_row", "bf16")])
-def test_overlapped_launch_reads_what_the_kernel_before_wrote(fmt, cache, last, device, seed):
-    cfg = HopperWSConfig(overlap_launch=True)
+@pytest.mark.parametrize("variant", ["hopper_ws", "auto"])
+def test_overlapped_launch_reads_what_the_kernel_before_wrote(fmt, cache, last, variant,
+                                                              device, seed):
+    # hopper_ws asked for the option, and auto with its defaults (overlapped too).
+    cfg = HopperWSConfig(overlap_launch=True) if variant == "hopper_ws" else None
     contexts = [700, 0, 1300]
     call = mk.build_inputs(KIMI, contexts, block_size=16, cache_dtype=cache,
                            weight_format=fmt, device=device, seed=seed)
@@ -78,13 +81,13 @@ def test_overlapped_launch_reads_what_the_kernel_before_wrote(fmt, cache, last, 
     old = {n: getattr(call, n).clone() for n in INPUTS if getattr(call, n) is not None}
     assert not torch.equal(_bytes(old[last]), _bytes(getattr(new, last))), f"seed {seed}"
     ref = expected(new)
-    mk.gather_kv_b_proj(*call.args(), variant="hopper_ws", config=cfg)  # compile, plan
+    mk.gather_kv_b_proj(*call.args(), variant=variant, config=cfg)  # compile, plan
     torch.cuda.synchronize()
 
     # Eagerly: the writer, then the call, on one stream.
     call.poison_outputs()
     _write_inputs(call, new, last)
-    mk.gather_kv_b_proj(*call.args(), variant="hopper_ws", config=cfg)
+    mk.gather_kv_b_proj(*call.args(), variant=variant, config=cfg)
     torch.cuda.synchronize()
     res = check_outputs(call, ref)
     assert res["correct"], ("eager", res["max_rel_err"], f"seed {seed}")
@@ -94,7 +97,7 @@ def test_overlapped_launch_reads_what_the_kernel_before_wrote(fmt, cache, last, 
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, stream=stream):
         _write_inputs(call, new, last)
-        mk.gather_kv_b_proj(*call.args(), variant="hopper_ws", config=cfg)
+        mk.gather_kv_b_proj(*call.args(), variant=variant, config=cfg)
     for name, t in old.items():
         getattr(call, name).copy_(t)
     call.poison_outputs()

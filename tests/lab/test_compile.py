@@ -359,13 +359,14 @@ _OVERLAP = textwrap.dedent(r"""
     from mla_kernels.lab.occupancy import problem_for
 
     for fmt, cache, overlap in (("fp8_row", "fp8", True), ("fp8_row", "fp8", False),
-                                ("mxfp4", "fp8", True), ("bf16", "bf16", True)):
+                                ("mxfp4", "fp8", True), ("bf16", "bf16", True),
+                                ("fp8_row", "fp8", None)):
         inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt)
         prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1)
-        cfg = HopperWSConfig(overlap_launch=overlap)
+        cfg = HopperWSConfig() if overlap is None else HopperWSConfig(overlap_launch=overlap)
         _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
         ptx = kernel.asm["ptx"]
-        print(json.dumps({"path": [fmt, cache, overlap],
+        print(json.dumps({"path": [fmt, cache, overlap], "on": cfg.overlap_launch,
                           "launch_pdl": bool(kernel.metadata.launch_pdl),
                           "wait": len(re.findall(r"griddepcontrol\.wait", ptx)),
                           "release": len(re.findall(r"griddepcontrol\.launch_dependents", ptx)),
@@ -379,11 +380,12 @@ _OVERLAP = textwrap.dedent(r"""
 def test_hopper_ws_overlapped_launch_compiles_for_sm90():
     # overlap_launch: the launch attribute in the kernel's metadata and one wait and one
     # release in its code, the wait before any load from global memory in the PTX; off,
-    # neither (the default's code is unchanged).
+    # neither (the plain launch's code). The default config launches overlapped.
     rows = _child_rows(_OVERLAP)
-    assert len(rows) == 4
+    assert len(rows) == 5
+    assert [r["on"] for r in rows if r["path"][2] is None] == [True]
     for r in rows:
-        on = r["path"][2]
+        on = r["on"]
         assert r["launch_pdl"] == on, r
         assert (r["wait"], r["release"]) == ((1, 1) if on else (0, 0)), r
         if on:

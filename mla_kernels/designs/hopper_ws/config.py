@@ -81,10 +81,11 @@ class HopperWSConfig(DesignConfig):
     tile's first chunks are gathered while the last items of a tile still read it;
     ``mxfp4_widening``: an MXFP4 weight over an fp8 cache widened once a call into a copy the
     TMA loader reads (``"call"``), or item by item in the kernel by a widener partition fed
-    by a packed loader (``"kernel"``, rings of 3 or 4); ``overlap_launch``: launched with
-    programmatic dependent launch, so the kernel's launch and setup overlap the end of the
-    kernel before it on the stream, every read of memory after that kernel has finished
-    (docs/contract.md). What each option bought, and where ``auto`` sets them: README.md."""
+    by a packed loader (``"kernel"``, rings of 3 or 4); ``overlap_launch`` (on unless set
+    off): launched with programmatic dependent launch, so the kernel's launch and setup
+    overlap the end of the kernel before it on the stream, every read of memory after that
+    kernel has finished (docs/contract.md). What each option bought, and where ``auto``
+    sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None
@@ -93,7 +94,7 @@ class HopperWSConfig(DesignConfig):
     pingpong: bool = False
     spare_latent_chunks: int = 0
     mxfp4_widening: str = "call"
-    overlap_launch: bool = False
+    overlap_launch: bool = True
 
     _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
