@@ -3,11 +3,11 @@ flushed, one launch replayed from a CUDA graph and a plain call): ``fill_`` of o
 the call's output bytes (K and V, bf16) at each token count, as uint8, bf16 and float32
 elements (``dtype``; the rows of a8be341, 2026-12-01, are uint8 only), and an empty Triton
 launch. With ``--sequence N``, also ``fill_`` of N distinct such buffers back to back in
-one graph, per fill (``graph<N>``, the L2 flushed before the sequence only): what a single
-launch's time leaves out when its last writes still sit in the L2 as it ends, beside the
-designs' ``graph<N>`` rows. Not a lower bound for a kernel that writes those outputs: a
-plain Triton store kernel writes them faster (mla_kernels.lab.diagnostics.gather_write_bound;
-docs/log/2026-12-01-gather-write-bound.md).
+one graph, per fill (``graph<N>``, the L2 flushed before the sequence only), to set beside
+the designs' ``graph<N>`` rows: whether writing alone is slower in a sequence than in one
+launch (docs/log/2026-12-04-host-path-and-overlap.md). Not a lower bound for a kernel that
+writes those outputs: a plain Triton store kernel writes them faster
+(mla_kernels.lab.diagnostics.gather_write_bound; docs/log/2026-12-01-gather-write-bound.md).
 
 Usage on the H200: python3 -m mla_kernels.lab.diagnostics.write_bound [--out FOLDER]
 [--sequence N] [tokens ...] (rows to FOLDER/write_bound.csv; FOLDER defaults to
