@@ -11,6 +11,7 @@ import functools
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,6 +32,9 @@ from .timing import FULL, NOT_TIMED, Timing, graphed, measure, median_us, rotati
 
 NAN = float("nan")
 L2_ROTATE_BYTES = 2 * 60 * 2**20  # rotate input sets smaller than twice the H200's L2
+# Input sets drawn at once: a set's draw runs on the host, one core each (torch's seeded
+# generators), and a sequence point draws tens of sets.
+BUILD_THREADS = max(1, min(8, os.cpu_count() or 1))
 
 
 @dataclass(frozen=True)
@@ -261,18 +265,30 @@ def time_sequence(sets: Sequence[GatherInputs],
     return measure(graphed(sequence) if graph else sequence, budget).scaled(1 / len(calls))
 
 
-def input_sets(pt: Point, n: int, seed: int, have: Sequence[GatherInputs] = ()
-               ) -> list[GatherInputs]:
-    """``n`` input sets of ``pt`` on the GPU, set i drawn with seed ``seed + i``: those of
+def input_sets(pt: Point, n: int, seed: int, have: Sequence[GatherInputs] = (),
+               device: str | torch.device = "cuda") -> list[GatherInputs]:
+    """``n`` input sets of ``pt`` on ``device``, set i drawn with seed ``seed + i``: those of
     ``have`` first (already drawn so), then the rest (the timings' rotation, a sequence's
-    layers)."""
+    layers), drawn on up to ``BUILD_THREADS`` threads: each set from its own generator, so
+    the same sets as drawn one by one."""
     draw = WEIGHT_DRAWS[pt.weight_draw]
-    return list(have) + [build_inputs(get_shape(pt.shape), pt.contexts,
-                                      block_size=pt.block_size, cache_dtype=pt.cache_dtype,
-                                      weight_format=pt.weight_format, device="cuda",
-                                      seed=seed + i, spare_indices=0, spare_rows=0,
-                                      spare_blocks=0, out_dtype=pt.out_torch_dtype, **draw)
-                         for i in range(len(have), n)]
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        # A worker thread's current GPU is its own: the sets go to the caller's.
+        device = torch.device("cuda", torch.cuda.current_device())
+
+    def build(i: int) -> GatherInputs:
+        return build_inputs(get_shape(pt.shape), pt.contexts, block_size=pt.block_size,
+                            cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
+                            device=device, seed=seed + i, spare_indices=0, spare_rows=0,
+                            spare_blocks=0, out_dtype=pt.out_torch_dtype, **draw)
+
+    todo = range(len(have), n)
+    workers = min(len(todo), BUILD_THREADS)
+    if workers <= 1:
+        return list(have) + [build(i) for i in todo]
+    with ThreadPoolExecutor(workers) as pool:
+        return list(have) + list(pool.map(build, todo))
 
 
 def dot_rate(ceilings: dict, kind: str, dot: str, fp8_route_share: float = NAN,

@@ -322,8 +322,12 @@ def build_inputs(
                                    scale_range=weight_scale_range, e8m0_range=e8m0_range,
                                    e8m0_full_span=e8m0_full_span)
     rows = sum(contexts) + spare_rows
-    k_prefix = torch.full((rows, shp.num_heads, shp.k_head_dim), float("nan"), dtype=out_dtype)
-    v_prefix = torch.full((rows, shp.num_heads, shp.v_head_dim), float("nan"), dtype=out_dtype)
+    # The outputs (most of a long context's bytes) are filled where they live: drawing
+    # nothing, they need no host copy.
+    k_prefix = torch.full((rows, shp.num_heads, shp.k_head_dim), float("nan"), dtype=out_dtype,
+                          device=device)
+    v_prefix = torch.full((rows, shp.num_heads, shp.v_head_dim), float("nan"), dtype=out_dtype,
+                          device=device)
 
     def dev(t):
         return None if t is None else t.to(device)

@@ -6,6 +6,7 @@ import math
 
 import pandas as pd
 import pytest
+import torch
 
 from mla_kernels.lab import bench, matrix
 from mla_kernels.lab.measurements import sequence_length
@@ -102,3 +103,35 @@ def test_run_points_times_a_sequence_on_distinct_sets(seed):
     sets = bench.input_sets(pt, 3, seed)
     caches = [s.k_buffer.view(torch.uint8) for s in sets]
     assert not torch.equal(caches[0], caches[1]) and not torch.equal(caches[1], caches[2])
+
+
+def _bytes(t):
+    return None if t is None else t.contiguous().view(-1).view(torch.uint8)
+
+
+def test_input_sets_draw_on_threads_the_sets_drawn_one_by_one(monkeypatch):
+    # A sequence point draws tens of sets, each on the host: they are drawn on several
+    # threads, each from its own seed, so every set, and their order, is what one-by-one
+    # drawing gives; the sets already drawn come first, untouched.
+    import threading
+
+    pt = matrix.point("kimi-k3-tp8", (48,), "fp8_row", "fp8", 1, ("hopper_ws",))
+    first = bench.input_sets(pt, 1, 5, device="cpu")
+    threads = set()
+    build = bench.build_inputs
+
+    def spy(*a, **k):
+        threads.add(threading.get_ident())
+        return build(*a, **k)
+
+    monkeypatch.setattr(bench, "BUILD_THREADS", 4)
+    monkeypatch.setattr(bench, "build_inputs", spy)
+    got = bench.input_sets(pt, 9, 5, first, device="cpu")
+    assert len(threads) > 1 and threading.get_ident() not in threads
+    assert got[0] is first[0] and len(got) == 9
+    assert [s.meta["seed"] for s in got] == list(range(5, 14))
+    monkeypatch.setattr(bench, "BUILD_THREADS", 1)
+    one_by_one = bench.input_sets(pt, 9, 5, device="cpu")
+    for a, b in zip(got, one_by_one, strict=True):
+        for x, y in zip(a.args(), b.args(), strict=True):
+            assert (x is None and y is None) or torch.equal(_bytes(x), _bytes(y))
