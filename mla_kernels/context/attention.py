@@ -33,11 +33,14 @@ PROGRAMS_PER_UNIT = 2  # programs per SM (CU) a launch aims for
 
 @dataclass(frozen=True)
 class Blocking:
-    """A launch's tile sizes: ``block_m`` query rows and ``block_n`` keys per step."""
+    """A launch's tile sizes: ``block_m`` query rows and ``block_n`` keys per step, its warps,
+    and the key tiles in flight (``num_stages``: the loop's software pipeline; None leaves
+    it to the compiler)."""
 
     block_m: int
     block_n: int
     num_warps: int
+    num_stages: int | None = None
 
 
 def expanded_blocking(n_queries: int) -> Blocking:

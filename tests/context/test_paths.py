@@ -16,6 +16,7 @@ from mla_kernels.context import (
     plan_absorbed,
     plan_expanded,
 )
+from mla_kernels.context.absorbed import AbsorbedBlocking
 from mla_kernels.core.shapes import MLAShape
 from mla_kernels.lab.context_checks import attention_errors, judge
 from mla_kernels.lab.context_inputs import build_context_inputs
@@ -95,6 +96,25 @@ def test_absorbed(cache, fmt, device, seed):
     weights = sum(t.numel() * t.element_size() for t in plan.weights)
     lat = 9 * 2 * 512 * 2  # the fold's product, freed once copied
     assert held + weights + lat == absorbed_peak_bytes(TWO, 9, 150, splits=3)
+
+
+@pytest.mark.parametrize("cache", ["fp8", "bf16"])
+@pytest.mark.parametrize(("keys_as_rows", "widen_first"), [(False, False), (True, False),
+                                                           (True, True), (False, True)])
+def test_absorbed_forms(cache, keys_as_rows, widen_first, device, seed):
+    # Each form of the kernel (keys as the dots' rows, the fp8 latent widened first) over a
+    # partial last tile and three splits, against the reference; a bf16 cache has nothing
+    # to widen and runs as it is.
+    ci = build_context_inputs(TWO, 150, 9, block_size=4, cache_dtype=cache,
+                              weight_format="fp8_row", device=device, seed=seed)
+    ref = ci.reference(chunk=64)
+    bufs = poisoned(ci)
+    blk = AbsorbedBlocking(16, 32, 4, 2, keys_as_rows=keys_as_rows, widen_first=widen_first)
+    plan = plan_absorbed(*ci.args(), num_splits=3, blocking=blk, **bufs)
+    assert (plan.widened is not None) == (widen_first and cache == "fp8")
+    plan.run()
+    errs = attention_errors(bufs["out"], bufs["lse"], ref)
+    assert judge(errs, "bf16"), errs
 
 
 def test_both_paths_agree(device, seed):
