@@ -32,9 +32,10 @@ from .merge import merge_parts
 
 
 def absorbed_blocking(rows: int) -> Blocking:
-    # A 64 x kv_c float32 accumulator is a whole warpgroup pair's registers: 8 warps, and
-    # 32 keys a step to leave room for the key tile.
-    return Blocking(64 if rows >= 64 else 16, 32, 8, 2)
+    # A 64 x kv_c float32 accumulator is a whole warpgroup pair's registers: 8 warps. 64
+    # keys a step leave room for one key tile in shared memory, not two, so the loop is not
+    # pipelined; measured faster than 32 keys two deep (scripts/absorbed_tiles.py).
+    return Blocking(64, 64, 8, 1) if rows >= 64 else Blocking(16, 32, 8, 2)
 
 
 # What ``plan_absorbed(blocking=...)`` accepts: the tiles the kernel's dots and shared
@@ -244,9 +245,12 @@ class AbsorbedPlan:
     def workspace(self) -> dict[str, torch.Tensor]:
         """The tensors the plan allocated (the output and LSE included), by name; the
         prepared weights apart."""
+        widened = {} if self.widened is None else {
+            "widened": self.widened, "widened_rows": self.widened_rows,
+            "widened_rows_i32": self.widened_rows_i32}
         return {"q_absorbed": self.q_absorbed, "part_o": self.part_o,
                 "part_lse": self.part_lse, "o_latent": self.o_latent, "out": self.out,
-                "lse": self.lse}
+                "lse": self.lse, **widened}
 
     def fold(self) -> None:
         """[q_nope W_UK, q_pe] per head, into q_absorbed [n, H, kv_c + pe]."""

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mla_kernels.context import absorbed_peak_bytes, expanded_peak_bytes, plan_absorbed, plan_expanded
+from mla_kernels.context.absorbed import AbsorbedBlocking
 from mla_kernels.lab.context_checks import attention_errors, judge
 from mla_kernels.lab.context_inputs import build_context_inputs
 
@@ -61,3 +62,20 @@ def test_graph_replay_equals_the_eager_run(seed):
         g.replay()
         torch.cuda.synchronize()
         assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1])
+
+
+@pytest.mark.parametrize("blocking", [
+    AbsorbedBlocking(64, 32, 8, 2), AbsorbedBlocking(64, 128, 8, 1, keys_as_rows=True),
+    AbsorbedBlocking(64, 128, 8, 1, keys_as_rows=True, widen_first=True),
+    AbsorbedBlocking(64, 64, 8, 1, widen_first=True), AbsorbedBlocking(32, 64, 4, 2,
+                                                                       keys_as_rows=True)],
+    ids=str)
+def test_absorbed_forms_at_scale(blocking, seed):
+    # Each measured form of the absorbed kernel over a long fp8 context, a partial last key
+    # tile and split, against the reference; outputs poisoned first.
+    ci = build_context_inputs("kimi-k3-tp8", 20011, 40, device="cuda", seed=seed)
+    plan = plan_absorbed(*ci.args(), blocking=blocking)
+    plan.out.fill_(float("nan"))
+    out, lse = plan.run()
+    errs = attention_errors(out, lse, ci.reference())
+    assert judge(errs, "bf16"), errs

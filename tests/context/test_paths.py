@@ -115,6 +115,10 @@ def test_absorbed_forms(cache, keys_as_rows, widen_first, device, seed):
     plan.run()
     errs = attention_errors(bufs["out"], bufs["lse"], ref)
     assert judge(errs, "bf16"), errs
+    held = sum(t.numel() * t.element_size() for t in plan.workspace().values())
+    held += sum(t.numel() * t.element_size() for t in plan.weights)
+    held += 9 * 2 * 512 * 2 + (150 * 576 if plan.widened is not None else 0)  # temporaries
+    assert held == absorbed_peak_bytes(TWO, 9, 150, splits=3, widened=plan.widened is not None)
 
 
 def test_both_paths_agree(device, seed):
