@@ -31,11 +31,16 @@ from .kernels import load_two_parts, online_step, split_start, store_partial
 from .merge import merge_parts
 
 
-def absorbed_blocking(rows: int) -> Blocking:
-    # A 64 x kv_c float32 accumulator is a whole warpgroup pair's registers: 8 warps. 64
-    # keys a step leave room for one key tile in shared memory, not two, so the loop is not
-    # pipelined; measured faster than 32 keys two deep (scripts/absorbed_tiles.py).
-    return Blocking(64, 64, 8, 1) if rows >= 64 else Blocking(16, 32, 8, 2)
+def absorbed_blocking(rows: int, fp8_cache: bool = True) -> Blocking:
+    """The absorbed kernel's tiles for ``rows`` (queries x heads) over an fp8 or bf16
+    latent cache."""
+    # A 64 x kv_c float32 accumulator is a whole warpgroup pair's registers: 8 warps. Then
+    # the key tiles that measured fastest on the H200 (scripts/absorbed_tiles.py): an fp8
+    # latent, widened in registers, at 128 keys one tile deep; a bf16 one, loaded straight
+    # into shared memory, at 64 keys two deep.
+    if rows < 64:
+        return Blocking(16, 32, 8, 2)
+    return Blocking(64, 128, 8, 1) if fp8_cache else Blocking(64, 64, 8, 2)
 
 
 # What ``plan_absorbed(blocking=...)`` accepts: the tiles the kernel's dots and shared
@@ -264,7 +269,7 @@ class AbsorbedPlan:
         n, h, width = self.q_absorbed.shape
         kv_c = self.o_latent.shape[2]
         rows = n * h
-        blk = self.blocking or absorbed_blocking(rows)
+        blk = self.blocking or absorbed_blocking(rows, self.k_buffer.dtype == checks.FP8)
         per = max(1, triton.cdiv(triton.cdiv(self.context_len, self.splits), blk.block_n)) \
             * blk.block_n
         fp8 = self.k_buffer.dtype == checks.FP8
@@ -363,7 +368,7 @@ def plan_absorbed(
         weights = absorb_weights(kv_proj_weight, kv_proj_scale, num_heads=h, nope=nope,
                                  dtype=q.dtype)
     rows = n * h
-    blk = blocking or absorbed_blocking(rows)
+    blk = blocking or absorbed_blocking(rows, fp8)
     if splits is None:
         splits = split_count(triton.cdiv(rows, blk.block_m), context_len, blk.block_n,
                              device_spec(dev).compute_units)
