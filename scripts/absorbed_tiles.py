@@ -1,8 +1,9 @@
-"""The absorbed path's attention kernel over candidate tilings and forms, on the live GPU:
-absorbed_tiles.csv, one row per (cache, C, n, tiling) with the attention (kernel and merge,
-and the widening where the form widens first) and the whole path timed as CUDA graphs'
-replays (median, L2 flushed), each checked against the float32 reference first, with the
-run's provenance and the path's floor at the rates measured at the start.
+"""The absorbed path's attention kernel over candidate tilings, on the live GPU:
+absorbed_tiles.csv, one row per (cache, C, n, tiling) with the attention (kernel and merge)
+and the whole path timed as CUDA graphs' replays (median, L2 flushed), each checked against
+the float32 reference first, with the run's provenance and the path's floor at the rates
+measured at the start. (The rows of 2026-12-04 also hold two forms since removed:
+``keys_as_rows`` and ``widen_first``, docs/log/2026-12-04-absorbed-tiles.md.)
 
 Usage on the H200: python scripts/absorbed_tiles.py FOLDER [--points C:n ...]
 [--caches fp8 bf16]. A tiling that does not compile or launch gets a row with its error."""
@@ -14,7 +15,7 @@ import pandas as pd
 import torch
 
 from mla_kernels.context import plan_absorbed
-from mla_kernels.context.absorbed import AbsorbedBlocking
+from mla_kernels.context.attention import Blocking
 from mla_kernels.lab.bench import measure_ceilings
 from mla_kernels.lab.context_checks import attention_errors, judge, worst
 from mla_kernels.lab.context_floors import Rates, absorbed_floor
@@ -25,15 +26,10 @@ from mla_kernels.lab.provenance import provenance
 from mla_kernels.lab.timing import SHORT, graphed, measure
 
 SHAPE = "kimi-k3-tp8"
-# (block_m, block_n, warps, stages, keys_as_rows, widen_first); the first two are
-# absorbed_blocking's for 64 rows or more over an fp8 and a bf16 latent.
-CANDIDATES = [
-    (64, 128, 8, 1, False, False), (64, 64, 8, 2, False, False), (64, 32, 8, 2, False, False),
-    (64, 64, 8, 1, False, False),
-    (64, 64, 8, 1, False, True), (64, 32, 8, 2, False, True),
-    (64, 128, 8, 1, True, False), (64, 128, 8, 1, True, True), (32, 128, 8, 1, True, True),
-    (32, 64, 4, 2, True, True),
-]
+# (block_m, block_n, warps, stages); the first two are absorbed_blocking's for 64 rows or
+# more over an fp8 and a bf16 latent, the third the tiling before them.
+CANDIDATES = [(64, 128, 8, 1), (64, 64, 8, 2), (64, 32, 8, 2), (64, 64, 8, 1), (64, 128, 8, 2),
+              (64, 32, 8, 1), (64, 16, 8, 3)]
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out", type=Path)
@@ -53,16 +49,12 @@ for cache in a.caches:
                                   device="cuda", seed=0)
         ref = ci.reference()
         floor = absorbed_floor(SHAPE, c, n, cache, "fp8_row", rates)["floor_us"]
-        for bm, bn, warps, stages, t, widen in CANDIDATES:
-            if widen and cache != "fp8":
-                continue  # a bf16 latent has nothing to widen
+        for bm, bn, warps, stages in CANDIDATES:
             row = {**prov, "model": SHAPE, "cache_dtype": cache, "weight_format": "fp8_row",
                    "block_size": 1, "ctx": c, "new_tokens": n, "block_m": bm, "block_n": bn,
-                   "num_warps": warps, "num_stages": stages, "keys_as_rows": t,
-                   "widen_first": widen, "floor_us": floor, "floor_source": rates.source}
+                   "num_warps": warps, "num_stages": stages, "floor_us": floor, "floor_source": rates.source}
             try:
-                blk = AbsorbedBlocking(bm, bn, warps, stages, keys_as_rows=t, widen_first=widen)
-                plan = plan_absorbed(*ci.args(), blocking=blk)
+                plan = plan_absorbed(*ci.args(), blocking=Blocking(bm, bn, warps, stages))
                 plan.out.fill_(float("nan"))
                 out, lse = plan.run()
                 errs = attention_errors(out, lse, ref)
@@ -77,7 +69,7 @@ for cache in a.caches:
                 torch.cuda.synchronize()
             rows.append(row)
             print({k: row.get(k) for k in ("cache_dtype", "ctx", "new_tokens", "block_m", "block_n",
-                                           "num_warps", "num_stages", "keys_as_rows", "widen_first",
+                                           "num_warps", "num_stages",
                                            "correct", "attend_us", "run_us", "roof_fraction",
                                            "error")}, flush=True)
             write_csv_atomic(pd.DataFrame(rows), a.out / "absorbed_tiles.csv")

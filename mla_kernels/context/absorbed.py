@@ -51,17 +51,6 @@ WARPS = (4, 8)
 STAGES = (1, 2, 3, 4)
 
 
-@dataclass(frozen=True)
-class AbsorbedBlocking(Blocking):
-    """The absorbed kernel's tiles and its form: ``keys_as_rows`` runs
-    ``latent_attention_t_kernel`` (the keys as the rows of both dots), ``widen_first``
-    widens an fp8 latent to a bf16 copy of the context's rows before the kernel, so the
-    kernel's operands load straight into shared memory."""
-
-    keys_as_rows: bool = False
-    widen_first: bool = False
-
-
 def check_blocking(blocking) -> Blocking:
     """A caller's blocking for the absorbed kernel, or a ValueError naming the field."""
     if not isinstance(blocking, Blocking):
@@ -71,9 +60,6 @@ def check_blocking(blocking) -> Blocking:
         value = getattr(blocking, field)
         if type(value) is not int or value not in allowed:
             raise checks.fail(f"blocking.{field}", f"one of {allowed}", repr(value))
-    for field in ("keys_as_rows", "widen_first"):
-        if type(getattr(blocking, field, False)) is not bool:
-            raise checks.fail(f"blocking.{field}", "a bool", repr(getattr(blocking, field)))
     return blocking
 
 
@@ -165,64 +151,6 @@ def latent_attention_kernel(
                    rows, rmask, acc, m_i, l_i, KV_C, BKV)
 
 
-@triton.jit
-def latent_attention_t_kernel(
-    q_ptr, cache_ptr, k_scale_ptr, block_ids_ptr, part_o_ptr, part_lse_ptr,
-    n_rows, n_keys, keys_per_split, qk_scale,
-    stride_block, stride_slot, stride_part_o, stride_part_lse,
-    KV_C: tl.constexpr, PE: tl.constexpr, BKV: tl.constexpr, BPE: tl.constexpr,
-    BLOCK_SIZE: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, HAS_K_SCALE: tl.constexpr,
-    STAGES: tl.constexpr,
-):
-    """``latent_attention_kernel``'s work with the keys as the rows of every dot: the
-    scores transposed (S^T = C Q^T, [BN, BM]) and the output transposed (O^T += C^T P^T,
-    [KV_C, BM]). A BM = 64 row tile then fills both dots' 128-row side across two
-    warpgroups without either computing the same scores twice, as the row-major form does
-    when the scores feed the value dot's A operand."""
-    tile = tl.program_id(0)
-    split = tl.program_id(1)
-    rows = tile * BM + tl.arange(0, BM)
-    rmask = rows < n_rows
-    dc = tl.arange(0, BKV)
-    dp = tl.arange(0, BPE)
-    q_c, q_pe = load_two_parts(q_ptr + rows.to(tl.int64)[:, None] * (KV_C + PE), rmask,
-                               KV_C, BKV, PE, BPE)
-    q_ct = tl.trans(q_c)
-    q_pet = tl.trans(q_pe)
-    dt = q_ptr.dtype.element_ty
-    scale = qk_scale
-    if HAS_K_SCALE:
-        k_scale = tl.load(k_scale_ptr)
-        scale = scale * k_scale
-    k0 = split * keys_per_split
-    k1 = tl.minimum(k0 + keys_per_split, n_keys)
-    m_i = tl.full([BM], float("-inf"), tl.float32)
-    l_i = tl.zeros([BM], tl.float32)
-    acc = tl.zeros([BKV, BM], tl.float32)
-    for j in tl.range(k0, k1, BN, num_stages=STAGES):
-        keys = j + tl.arange(0, BN)
-        kok = keys < k1
-        blocks = tl.load(block_ids_ptr + keys // BLOCK_SIZE, mask=kok, other=0)
-        row = blocks.to(tl.int64) * stride_block + (keys % BLOCK_SIZE) * stride_slot
-        c = tl.load(cache_ptr + row[:, None] + dc[None, :],
-                    mask=kok[:, None] & (dc[None, :] < KV_C), other=0.0).to(dt)
-        pe = tl.load(cache_ptr + row[:, None] + KV_C + dp[None, :],
-                     mask=kok[:, None] & (dp[None, :] < PE), other=0.0).to(dt)
-        st = dot_acc(c, q_ct, tl.zeros([BN, BM], tl.float32))
-        st = dot_acc(pe, q_pet, st)
-        st = tl.where(kok[:, None], st * scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(st, 0))
-        alpha = tl.exp2(m_i - m_new)
-        pt = tl.exp2(st - m_new[None, :])
-        l_i = l_i * alpha + tl.sum(pt, 0)
-        m_i = m_new
-        acc = dot_acc(tl.trans(c), pt.to(dt), acc * alpha[None, :])
-    if HAS_K_SCALE:
-        acc = acc * k_scale
-    store_partial(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
-                  rows, rmask, tl.trans(acc), m_i, l_i, KV_C, BKV)
-
-
 @dataclass
 class AbsorbedPlan:
     """Everything one absorbed call launches, allocated and checked once: ``fold``,
@@ -243,19 +171,13 @@ class AbsorbedPlan:
     out: torch.Tensor
     lse: torch.Tensor
     blocking: Blocking | None = None  # None: absorbed_blocking's for the plan's rows
-    widened: torch.Tensor | None = None  # [C, 1, kv_c + pe] bf16 (widen_first)
-    widened_rows: torch.Tensor | None = None  # [C] int64: each token's row of the cache
-    widened_rows_i32: torch.Tensor | None = None  # [C] int32: 0 .. C - 1
 
     def workspace(self) -> dict[str, torch.Tensor]:
         """The tensors the plan allocated (the output and LSE included), by name; the
         prepared weights apart."""
-        widened = {} if self.widened is None else {
-            "widened": self.widened, "widened_rows": self.widened_rows,
-            "widened_rows_i32": self.widened_rows_i32}
         return {"q_absorbed": self.q_absorbed, "part_o": self.part_o,
                 "part_lse": self.part_lse, "o_latent": self.o_latent, "out": self.out,
-                "lse": self.lse, **widened}
+                "lse": self.lse}
 
     def fold(self) -> None:
         """[q_nope W_UK, q_pe] per head, into q_absorbed [n, H, kv_c + pe]."""
@@ -273,21 +195,14 @@ class AbsorbedPlan:
         per = max(1, triton.cdiv(triton.cdiv(self.context_len, self.splits), blk.block_n)) \
             * blk.block_n
         fp8 = self.k_buffer.dtype == checks.FP8
-        kern = (latent_attention_t_kernel if getattr(blk, "keys_as_rows", False)
-                else latent_attention_kernel)
-        cache, block_ids = self.k_buffer, self.block_ids
-        if self.widened is not None:
-            w = cache.shape[2]
-            self.widened.view(-1, w).copy_(cache.view(-1, w)[self.widened_rows])
-            cache, block_ids = self.widened, self.widened_rows_i32
-        kern[(triton.cdiv(rows, blk.block_m), self.splits)](
-            self.q_absorbed, cache, self.k_scale if fp8 else self.q_absorbed,
-            block_ids, self.part_o, self.part_lse, rows, self.context_len, per,
-            self.sm_scale * LOG2E, cache.stride(0), cache.stride(1),
+        latent_attention_kernel[(triton.cdiv(rows, blk.block_m), self.splits)](
+            self.q_absorbed, self.k_buffer, self.k_scale if fp8 else self.q_absorbed,
+            self.block_ids, self.part_o, self.part_lse, rows, self.context_len, per,
+            self.sm_scale * LOG2E, self.k_buffer.stride(0), self.k_buffer.stride(1),
             self.part_o[0].numel(), self.part_lse[0].numel(),
             KV_C=kv_c, PE=width - kv_c, BKV=triton.next_power_of_2(kv_c),
             BPE=max(16, triton.next_power_of_2(width - kv_c)),
-            BLOCK_SIZE=cache.shape[1], BM=blk.block_m, BN=blk.block_n,
+            BLOCK_SIZE=self.k_buffer.shape[1], BM=blk.block_m, BN=blk.block_n,
             HAS_K_SCALE=fp8, STAGES=blk.num_stages, num_warps=blk.num_warps)
         merge_parts(self.part_o, self.part_lse, self.splits, self.o_latent, self.lse)
 
@@ -380,21 +295,7 @@ def plan_absorbed(
         o_latent=torch.empty((n, h, kv_c), dtype=q.dtype, device=dev),
         out=torch.empty((n, h, v), dtype=q.dtype, device=dev) if out is None else out,
         lse=torch.empty((n, h), dtype=torch.float32, device=dev) if lse is None else lse,
-        blocking=blocking, **_widening(k_buffer, kv_indices, context_len, blk, fp8))
-
-
-def _widening(k_buffer, kv_indices, context_len, blk, fp8) -> dict:
-    """widen_first's buffers: the bf16 copy and each token's row of the paged cache."""
-    if not (fp8 and getattr(blk, "widen_first", False)):
-        return {}
-    bs, dev = k_buffer.shape[1], k_buffer.device
-    pages = triton.cdiv(context_len, bs)
-    rows = (kv_indices[:pages].long()[:, None] * bs
-            + torch.arange(bs, device=dev)[None, :]).reshape(-1)[:context_len]
-    return {"widened": torch.empty((context_len, 1, k_buffer.shape[2]), dtype=torch.bfloat16,
-                                   device=dev),
-            "widened_rows": rows,
-            "widened_rows_i32": torch.arange(context_len, dtype=torch.int32, device=dev)}
+        blocking=blocking)
 
 
 def absorbed_prefix_attention(q, k_buffer, k_scale, kv_indptr, kv_indices, context_len,

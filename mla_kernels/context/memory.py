@@ -50,13 +50,10 @@ def expanded_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int
 
 
 def absorbed_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int, *,
-                        splits: int = 1, q_dtype: torch.dtype = torch.bfloat16,
-                        widened: bool = False) -> int:
+                        splits: int = 1, q_dtype: torch.dtype = torch.bfloat16) -> int:
     """Absorbed: the absorbed queries and the fold's product before it is copied in, the
     partials (float32, kv_c wide), the latent output, the projection's product and the
-    output with its LSE; and the prepared weights (held beside them while the call runs).
-    ``widened`` (an fp8 latent widened first): its bf16 copy, each token's row (int64) and
-    index (int32), and the gathered fp8 rows the copy is widened from."""
+    output with its LSE; and the prepared weights (held beside them while the call runs)."""
     s = get_shape(shape)
     _counts(new_tokens, context_len, splits)
     n, h, b = new_tokens, s.num_heads, _size(q_dtype, "q_dtype")
@@ -69,5 +66,4 @@ def absorbed_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int
     weights = h * (s.qk_nope_dim + s.v_head_dim) * s.kv_c_dim * b
     # The fold's product is freed once copied; the projection's comes after it, so the two
     # temporaries are never held together: the larger counts.
-    copy = context_len * (s.latent_dim * (2 + 1) + 8 + 4) if widened else 0
-    return q_absorbed + max(fold_tmp, proj_tmp) + parts + o_latent + out + weights + copy
+    return q_absorbed + max(fold_tmp, proj_tmp) + parts + o_latent + out + weights

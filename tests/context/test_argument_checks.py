@@ -18,6 +18,7 @@ from mla_kernels.context import (
     prefix_attention,
     prefix_reference,
 )
+from mla_kernels.context.attention import Blocking
 from mla_kernels.core.shapes import MLAShape
 from mla_kernels.lab.context_inputs import build_context_inputs
 
@@ -297,3 +298,18 @@ def test_the_reference_names_a_bad_argument(ci, device):
         prefix_reference(*replaced(ci.args(), 5, 0))
     with pytest.raises(ValueError, match=r"chunk: expected None or an int >= 1, got -4"):
         prefix_reference(*ci.args(), chunk=-4)
+
+
+@pytest.mark.parametrize(("blocking", "message"), [
+    ((64, 64, 8, 1), "blocking: expected a context.attention.Blocking, got tuple"),
+    (Blocking(48, 64, 8, 1), r"blocking.block_m: expected one of \(16, 32, 64, 128\), got 48"),
+    (Blocking(64, 256, 8, 1), r"blocking.block_n: expected one of \(16, 32, 64, 128\), got 256"),
+    (Blocking(64, 64, 2, 1), r"blocking.num_warps: expected one of \(4, 8\), got 2"),
+    (Blocking(64, 64, 8, None), r"blocking.num_stages: expected one of \(1, 2, 3, 4\), got None"),
+    (Blocking(64, 64, 8, True), r"blocking.num_stages: expected one of \(1, 2, 3, 4\), got True"),
+])
+def test_absorbed_blocking_names_the_bad_field(ci, blocking, message):
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match=message):
+        absorbed_prefix_attention(*ci.args(), blocking=blocking, **bufs)
+    assert untouched(bufs)

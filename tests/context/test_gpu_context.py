@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mla_kernels.context import absorbed_peak_bytes, expanded_peak_bytes, plan_absorbed, plan_expanded
-from mla_kernels.context.absorbed import AbsorbedBlocking
+from mla_kernels.context.attention import Blocking
 from mla_kernels.lab.context_checks import attention_errors, judge
 from mla_kernels.lab.context_inputs import build_context_inputs
 
@@ -64,16 +64,15 @@ def test_graph_replay_equals_the_eager_run(seed):
         assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1])
 
 
-@pytest.mark.parametrize("blocking", [
-    AbsorbedBlocking(64, 32, 8, 2), AbsorbedBlocking(64, 128, 8, 1, keys_as_rows=True),
-    AbsorbedBlocking(64, 128, 8, 1, keys_as_rows=True, widen_first=True),
-    AbsorbedBlocking(64, 64, 8, 1, widen_first=True), AbsorbedBlocking(32, 64, 4, 2,
-                                                                       keys_as_rows=True)],
-    ids=str)
-def test_absorbed_forms_at_scale(blocking, seed):
-    # Each measured form of the absorbed kernel over a long fp8 context, a partial last key
-    # tile and split, against the reference; outputs poisoned first.
-    ci = build_context_inputs("kimi-k3-tp8", 20011, 40, device="cuda", seed=seed)
+@pytest.mark.parametrize("blocking", [Blocking(64, 128, 8, 1), Blocking(64, 64, 8, 2),
+                                      Blocking(64, 32, 8, 2), Blocking(16, 32, 8, 2)], ids=str)
+@pytest.mark.parametrize("cache", ["fp8", "bf16"])
+def test_absorbed_tilings_at_scale(blocking, cache, seed):
+    # absorbed_blocking's tiles for both latents, the tiling before them and the small-row
+    # one, over a long context with a partial last key tile and split, against the
+    # reference; outputs poisoned first.
+    ci = build_context_inputs("kimi-k3-tp8", 20011, 40, cache_dtype=cache, device="cuda",
+                              seed=seed)
     plan = plan_absorbed(*ci.args(), blocking=blocking)
     plan.out.fill_(float("nan"))
     out, lse = plan.run()

@@ -16,7 +16,7 @@ from mla_kernels.context import (
     plan_absorbed,
     plan_expanded,
 )
-from mla_kernels.context.absorbed import AbsorbedBlocking
+from mla_kernels.context.attention import Blocking
 from mla_kernels.core.shapes import MLAShape
 from mla_kernels.lab.context_checks import attention_errors, judge
 from mla_kernels.lab.context_inputs import build_context_inputs
@@ -99,26 +99,22 @@ def test_absorbed(cache, fmt, device, seed):
 
 
 @pytest.mark.parametrize("cache", ["fp8", "bf16"])
-@pytest.mark.parametrize(("keys_as_rows", "widen_first"), [(False, False), (True, False),
-                                                           (True, True), (False, True)])
-def test_absorbed_forms(cache, keys_as_rows, widen_first, device, seed):
-    # Each form of the kernel (keys as the dots' rows, the fp8 latent widened first) over a
-    # partial last tile and three splits, against the reference; a bf16 cache has nothing
-    # to widen and runs as it is.
+@pytest.mark.parametrize("blocking", [Blocking(16, 32, 4, 2), Blocking(64, 128, 8, 1),
+                                      Blocking(32, 16, 4, 3)], ids=str)
+def test_absorbed_tilings(cache, blocking, device, seed):
+    # A plan's own tiles (rows past the 18 here, keys past a split's 50, a partial last
+    # key tile) against the reference, the outputs poisoned first; its memory as counted.
     ci = build_context_inputs(TWO, 150, 9, block_size=4, cache_dtype=cache,
                               weight_format="fp8_row", device=device, seed=seed)
     ref = ci.reference(chunk=64)
     bufs = poisoned(ci)
-    blk = AbsorbedBlocking(16, 32, 4, 2, keys_as_rows=keys_as_rows, widen_first=widen_first)
-    plan = plan_absorbed(*ci.args(), num_splits=3, blocking=blk, **bufs)
-    assert (plan.widened is not None) == (widen_first and cache == "fp8")
+    plan = plan_absorbed(*ci.args(), num_splits=3, blocking=blocking, **bufs)
     plan.run()
     errs = attention_errors(bufs["out"], bufs["lse"], ref)
     assert judge(errs, "bf16"), errs
     held = sum(t.numel() * t.element_size() for t in plan.workspace().values())
-    held += sum(t.numel() * t.element_size() for t in plan.weights)
-    held += 9 * 2 * 512 * 2 + (150 * 576 if plan.widened is not None else 0)  # temporaries
-    assert held == absorbed_peak_bytes(TWO, 9, 150, splits=3, widened=plan.widened is not None)
+    held += sum(t.numel() * t.element_size() for t in plan.weights) + 9 * 2 * 512 * 2
+    assert held == absorbed_peak_bytes(TWO, 9, 150, splits=3)
 
 
 def test_both_paths_agree(device, seed):
