@@ -170,7 +170,7 @@ class AbsorbedPlan:
     o_latent: torch.Tensor
     out: torch.Tensor
     lse: torch.Tensor
-    blocking: Blocking | None = None  # None: absorbed_blocking's for the plan's rows
+    blocking: Blocking | None = None  # the tiles the split count was made for (None: absorbed_blocking's)
 
     def workspace(self) -> dict[str, torch.Tensor]:
         """The tensors the plan allocated (the output and LSE included), by name; the
@@ -191,10 +191,10 @@ class AbsorbedPlan:
         n, h, width = self.q_absorbed.shape
         kv_c = self.o_latent.shape[2]
         rows = n * h
-        blk = self.blocking or absorbed_blocking(rows, self.k_buffer.dtype == checks.FP8)
+        fp8 = self.k_buffer.dtype == checks.FP8
+        blk = self.blocking or absorbed_blocking(rows, fp8)  # None in a plan made by hand
         per = max(1, triton.cdiv(triton.cdiv(self.context_len, self.splits), blk.block_n)) \
             * blk.block_n
-        fp8 = self.k_buffer.dtype == checks.FP8
         latent_attention_kernel[(triton.cdiv(rows, blk.block_m), self.splits)](
             self.q_absorbed, self.k_buffer, self.k_scale if fp8 else self.q_absorbed,
             self.block_ids, self.part_o, self.part_lse, rows, self.context_len, per,
@@ -295,7 +295,7 @@ def plan_absorbed(
         o_latent=torch.empty((n, h, kv_c), dtype=q.dtype, device=dev),
         out=torch.empty((n, h, v), dtype=q.dtype, device=dev) if out is None else out,
         lse=torch.empty((n, h), dtype=torch.float32, device=dev) if lse is None else lse,
-        blocking=blocking)
+        blocking=blk)
 
 
 def absorbed_prefix_attention(q, k_buffer, k_scale, kv_indptr, kv_indices, context_len,
