@@ -26,7 +26,7 @@ from .config import (
     SCALE_E8M0,
     SCALE_ROW,
 )
-from .conversions import as_words, pow2
+from .conversions import as_words, pow2, widen_operand
 from .schedule import tile_row0
 
 
@@ -116,11 +116,12 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                  a_regs=0, LAT_REGS: gl.constexpr = False, PART: gl.constexpr = 0):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
-    chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
-    MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
-    registers). With LAT_REGS (fp8, two groups) the group's rows of each latent chunk are
-    wgmma's A operand in registers (``a_regs``, one per chunk, loaded by a tile's first item,
-    which frees the chunk for the next tile at once). PART: 0 the whole item; on MXFP4's
+    chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, over
+    an fp8 tile (a bf16 weight's ``latent_widening="operand"``, MXFP4's bf16 route), the fp8
+    latent slice widened to a bf16 A operand in registers). With LAT_REGS (fp8, two groups)
+    the group's rows of each latent chunk are wgmma's A operand in registers (``a_regs``, one
+    per chunk, loaded by a tile's first item, which frees the chunk for the next tile at
+    once). PART: 0 the whole item; on MXFP4's
     split route 1 its first K loop (the latent chunks kept for the second) and 2 its second
     (the chunks landed, the product accumulated onto). Returns with the last wgmma in flight
     (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
@@ -143,7 +144,7 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                 a = lat.bufs.index(lat.slot(n, kb)).slice(h * WK, WK, dim=1)
                 if NWG > 1:
                     a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
-                a = a.load(a_layout).to(gl.bfloat16)
+                a = widen_operand(a.load(a_layout))
             acc = warpgroup_mma(a, ring.slots.index(s).permute((1, 0)), acc,
                                 use_acc=kb * STEP + h > 0 or PART == 2, is_async=True)
             if kb * STEP + h > 0:
