@@ -26,7 +26,7 @@ from .config import (
     SCALE_E8M0,
     SCALE_ROW,
 )
-from .conversions import as_words, pow2, widen_operand
+from .conversions import as_words, load_widened, pow2
 from .schedule import tile_row0
 
 
@@ -125,7 +125,6 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
     split route 1 its first K loop (the latent chunks kept for the second) and 2 its second
     (the chunks landed, the product accumulated onto). Returns with the last wgmma in flight
     (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
-    WK: gl.constexpr = BK // STEP
     n = item.tiles_seen - 1
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
@@ -141,10 +140,8 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
             else:
                 # This K slice of the fp8 latent chunk, widened (exactly) in registers while
                 # the previous slice's wgmma runs.
-                a = lat.bufs.index(lat.slot(n, kb)).slice(h * WK, WK, dim=1)
-                if NWG > 1:
-                    a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
-                a = widen_operand(a.load(a_layout))
+                a = load_widened(lat.bufs.index(lat.slot(n, kb)), h, WG * (BM // NWG),
+                                 BM // NWG, a_layout)
             acc = warpgroup_mma(a, ring.slots.index(s).permute((1, 0)), acc,
                                 use_acc=kb * STEP + h > 0 or PART == 2, is_async=True)
             if kb * STEP + h > 0:
