@@ -9,7 +9,7 @@ from triton.experimental.gluon import language as gl
 from .compat import smem
 from .config import BK, BN, MX_SPAN, WIDEN_WARPS
 
-# e4m3 -> bf16 for a bf16 weight's latent (_latent_widener, or widen_operand in the MMA warps)
+# e4m3 -> bf16 for a bf16 weight's latent (_latent_widener, or load_widened in the MMA warps)
 # and MXFP4's bf16 route, a word of 4 values into two of 2: each
 # byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 (its value 2^-120 times the
 # e4m3 value, subnormals included), then multiplied by 2^120 (exact). Integer and bf16x2
@@ -72,14 +72,6 @@ def widen_words(w):
     lo, hi = gl.inline_asm_elementwise(E4M3_TO_BF16, "=r,=r,r", [w],
                                        dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
     return gl.join(lo, hi).reshape([w.shape[0], 2 * w.shape[1]])
-
-
-@gluon.jit
-def widen_operand(a):
-    """An e4m3 tensor as bf16 in the same layout, exactly (E4M3_TO_BF16 on each register of
-    four values): an fp8 latent slice loaded as a bf16 wgmma A operand, widened in place."""
-    return gl.inline_asm_elementwise(E4M3_TO_BF16, "=r,=r,r", [a.to(gl.int8, bitcast=True)],
-                                     dtype=gl.bfloat16, is_pure=True, pack=4)
 
 
 @gluon.constexpr_function
