@@ -378,17 +378,6 @@ def test_deep_rings_over_an_fp8_cache(fmt, stages, device, seed):
     ("fp8_row", "bf16", HopperWSConfig(ring_depth=6), "ring_depth"),
     ("fp8_row", "fp8", HopperWSConfig(latent_in_registers=True), "latent_in_registers"),
     ("fp8_block", "fp8", HopperWSConfig(latent_in_registers=True), "latent_in_registers"),
-    # Seven slots fit beside an fp8 tile only with FP8 outputs' staging (half the bytes).
-    ("fp8_row", "fp8", HopperWSConfig(ring_depth=7), "ring_depth"),
-    ("bf16", "fp8", HopperWSConfig(ring_depth=7, latent_widening="operand"), "ring_depth"),
-    # The operand route: a bf16 weight over an fp8 cache, unscaled or per row.
-    ("bf16", "bf16", HopperWSConfig(latent_widening="operand"), "latent_widening"),
-    ("fp8_row", "fp8", HopperWSConfig(latent_widening="operand"), "latent_widening"),
-    ("mxfp4", "fp8", HopperWSConfig(latent_widening="operand"), "latent_widening"),
-    ("bf16", "fp8", HopperWSConfig(mma_groups=2, latent_widening="operand",
-                                   latent_in_registers=True), "latent_in_registers"),
-    ("bf16", "fp8", HopperWSConfig(mma_groups=2, latent_widening="operand", pingpong=True),
-     "mma_groups"),
 ])
 def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cache, config,
                                                                         field):
@@ -404,14 +393,12 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
 
 
 def test_config_fields_checked():
-    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=8), dict(ring_depth=1),
-                dict(latent_widening="slice"), dict(latent_widening=1),
+    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
                 dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2),
                 dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1),
                 dict(mxfp4_widening="once"), dict(mxfp4_widening=True)):
         with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
-                                             "|pingpong|spare_latent_chunks|mxfp4_widening"
-                                             "|latent_widening)"
+                                             "|pingpong|spare_latent_chunks|mxfp4_widening)"
                                              ": expected"):
             HopperWSConfig(**bad)
 
@@ -523,86 +510,6 @@ def test_block_scales_far_apart_along_k(device, seed):
     s[:, 0::2], s[:, 1::2] = 1e2, 1e-3
     s[1::2] = s[1::2].flip(1)
     run_and_check(inp, "hopper_ws")
-
-
-# ------------------------------------------------ a bf16 weight widened into the operand
-# Over an fp8 cache a bf16 weight may keep the fp8 tile as gathered, each K slice widened by
-# the MMA warps into wgmma's A operand (latent_widening="operand"): one or two groups, and
-# the ring the room left allows (seven with FP8 outputs, six with bf16 ones).
-OPERAND_PATHS = [NEW_PATHS[3], NEW_PATHS[4], NEW_PATHS[5]]  # no scale, per row, [N, 1] bf16
-
-
-def _operand(groups=1, out=torch.bfloat16, **kw):
-    deepest = 7 if out == torch.float8_e4m3fn else 6
-    return HopperWSConfig(latent_widening="operand", mma_groups=groups,
-                          **{"ring_depth": deepest, **kw})
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize("path", OPERAND_PATHS, ids=_path_id)
-@pytest.mark.parametrize("groups", [1, 2])
-@pytest.mark.parametrize("out", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
-@pytest.mark.parametrize(("contexts", "block_size"), LAYOUTS)
-def test_operand_widening_matches_reference(path, groups, out, contexts, block_size, device,
-                                            seed):
-    inp = _inputs(KIMI, contexts, block_size, path, device, seed, out_dtype=out)
-    run_and_check(inp, "hopper_ws", config=_operand(groups, out))
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize("groups", [1, 2])
-@pytest.mark.parametrize("programs", [1, 5, 131])
-@pytest.mark.parametrize(("stages", "out"), [(2, torch.bfloat16), (4, torch.float8_e4m3fn),
-                                             (5, torch.bfloat16), (7, torch.float8_e4m3fn)],
-                         ids=["2-bf16", "4-fp8", "5-bf16", "7-fp8"])
-def test_operand_widening_program_runs_and_ring_depth(groups, programs, stages, out, device,
-                                                      seed):
-    # Runs that start and end mid-tile and mid-head, each item's eight bf16 chunks wrapping
-    # every ring; a ring of five takes one staging buffer with bf16 outputs.
-    inp = _inputs(KIMI, [900, 333], 1, NEW_PATHS[4], device, seed, out_dtype=out)
-    run_and_check(inp, "hopper_ws", config=_operand(groups, out, ring_depth=stages,
-                                                    programs=programs))
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize("out", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
-@pytest.mark.parametrize("groups", [1, 2])
-def test_operand_widening_at_scale(groups, out, device, seed):
-    inp = _inputs(KIMI, [32000], 1, NEW_PATHS[3], device, seed, out_dtype=out)
-    run_and_check(inp, "hopper_ws", config=_operand(groups, out))
-
-
-def test_operand_widening_keeps_the_fp8_tile():
-    # The launch's constants: an fp8 tile (no bf16 one), bf16 chunks of 64 K values, the
-    # gather warps at the fp8 gather's registers.
-    from mla_kernels.designs.hopper_ws import HOPPER_WS
-
-    for out, groups in ((torch.bfloat16, 1), (torch.float8_e4m3fn, 2)):
-        inp = mk.build_inputs(KIMI, [10], cache_dtype="fp8", weight_format="bf16",
-                              out_dtype=out)
-        launch = HOPPER_WS.prepare(_prob(fmt="bf16", cache="fp8", out_dtype=out), inp.args(),
-                                   None, _operand(groups, out), DEVICES["H200"])
-        c = launch.consts
-        assert not c["LAT16"] and c["CACHE_FP8"] and c["WK"] == 64, c
-        assert c["MMA_GROUPS"] == groups and c["STAGES"] == (7 if groups == 2 else 6), c
-        assert c["GATHER_REGS"] == (88 if groups == 2 else 96), c
-
-
-def test_fp8_tile_shared_memory_rule():
-    # Seven slots beside an fp8 tile and two staging buffers with FP8 outputs; with bf16
-    # ones six beside one buffer (five and six take the second's room).
-    from mla_kernels.designs.hopper_ws.plan import fp8_tile_smem
-
-    h200 = DEVICES["H200"].smem_per_program
-    for fmt in ("fp8_row", "bf16"):
-        fp8 = _prob(fmt=fmt, cache="fp8", out_dtype=torch.float8_e4m3fn)
-        b16 = _prob(fmt=fmt, cache="fp8")
-        assert fp8_tile_smem(fp8, 7) <= h200 < fp8_tile_smem(fp8, 8)
-        assert fp8_tile_smem(b16, 6) <= h200 < fp8_tile_smem(b16, 7)
-        assert fp8_tile_smem(b16, 5) - fp8_tile_smem(b16, 4) == 128 * 128 + 16 - 128 * 128 * 2
 
 
 # ------------------------------------------------ a bf16 cache

@@ -116,7 +116,7 @@ _COMPILE_PATHS = textwrap.dedent(r"""
     shape = sys.argv[2]
     for fmt, kind, dtype, depth, cache, *groups in json.loads(sys.argv[1]):
         # groups: [MMA groups[, latent in registers[, pingpong, spare latent chunks, out[,
-        # MXFP4's widening[, the latent's widening]]]]]
+        # MXFP4's widening]]]]
         out = getattr(torch, groups[4]) if len(groups) > 4 else torch.bfloat16
         inp = build_inputs(shape, [300], cache_dtype=cache, weight_format=fmt, out_dtype=out)
         prob = problem_for(shape, [300], cache, fmt, 1, out_dtype=out)
@@ -131,8 +131,7 @@ _COMPILE_PATHS = textwrap.dedent(r"""
                              latent_in_registers=len(groups) > 1 and groups[1],
                              pingpong=len(groups) > 2 and groups[2],
                              spare_latent_chunks=groups[3] if len(groups) > 3 else 0,
-                             mxfp4_widening=groups[5] if len(groups) > 5 else "call",
-                             latent_widening=groups[6] if len(groups) > 6 else "tile")
+                             mxfp4_widening=groups[5] if len(groups) > 5 else "call")
         _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
         ptx = kernel.asm["ptx"]
         print(json.dumps({"path": [fmt, kind, dtype, depth, cache, *groups],
@@ -140,7 +139,6 @@ _COMPILE_PATHS = textwrap.dedent(r"""
                           "num_warps": int(kernel.metadata.num_warps),
                           "wgmma": re.findall(r"wgmma\.mma_async\S*", ptx),
                           "mma_sync": len(re.findall(r"\bmma\.sync", ptx)),
-                          "byte_pair_loads": len(re.findall(r"ld\.shared\.v2\.b8", ptx)),
                           **ptxas_report(ptx, 90)}))
 """)
 
@@ -265,30 +263,6 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
             # of the partition's scalars (44 bytes), some beside the last chunk's wgmma (SASS).
             allowed = 8 if TRITON_VERSION < (3, 7) else 64
         assert r["spill_bytes"] <= allowed, r
-
-
-# A bf16 weight over an fp8 cache on the operand route (the fp8 tile kept, each K slice
-# widened into wgmma's A operand by the MMA warps): one group or two, the deepest rings that
-# fit (7 with FP8 outputs, 6 with bf16 ones), unscaled or per row.
-HOPPER_WS_OPERAND = [
-    ("bf16", "none", None, 7, "fp8", 1, False, False, 0, "float8_e4m3fn", "call", "operand"),
-    ("bf16", "row", "float32", 6, "fp8", 2, False, False, 0, "bfloat16", "call", "operand"),
-    ("bf16", "row", "bfloat16", 7, "fp8", 2, False, False, 0, "float8_e4m3fn", "call",
-     "operand"),
-]
-
-
-def test_hopper_ws_operand_route_compiles_for_sm90():
-    # bf16 x bf16 wgmma only, its A operand from registers (64 an item: K = 512 in k16 steps,
-    # two m64 halves, or one a group), within the SM's shared memory, no spills; each
-    # thread's K pairs are loaded as 16-bit words, never as pairs of bytes packed after.
-    for r in _compile_paths(HOPPER_WS_OPERAND):
-        assert r["shared_bytes"] <= HOPPER_SMEM, r
-        assert r["num_warps"] == (16 if r["path"][5] == 2 else 12), r
-        assert set(r["wgmma"]) == {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}, r
-        assert len(r["wgmma"]) == 64, r
-        assert r["mma_sync"] == 0 and r["byte_pair_loads"] == 0, r
-        assert r["spill_bytes"] == 0, r
 
 
 # The ping-pong schedule with FP8 outputs (spare latent chunk slots or none) and with bf16

@@ -69,8 +69,7 @@ MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest
 @dataclass(frozen=True)
 class HopperWSConfig(DesignConfig):
     """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
-    one, where 5 and 6 take the room of the second output staging buffer, and 7 with FP8
-    outputs (two staging buffers of half the bytes); ``programs``:
+    one, where 5 and 6 take the room of the second output staging buffer; ``programs``:
     persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
     warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache (each takes 64 of a
     tile's 128 rows); ``latent_in_registers``: with two groups, each holds its rows of a
@@ -80,10 +79,6 @@ class HopperWSConfig(DesignConfig):
     multiplies (an fp8 per-row or per-block weight over an fp8 cache);
     ``spare_latent_chunks``: with pingpong, latent chunk slots beyond a tile's, so the next
     tile's first chunks are gathered while the last items of a tile still read it;
-    ``latent_widening``: a bf16 weight over an fp8 cache multiplies a bf16 latent tile that
-    the gather warps widen as they gather it (``"tile"``, 128 KB at kv_c = 512), or the fp8
-    tile as gathered, each K slice widened by the MMA warps into wgmma's A operand in
-    registers (``"operand"``: half the shared memory, so a deeper ring; no block scale);
     ``mxfp4_widening``: an MXFP4 weight over an fp8 cache widened once a call into a copy the
     TMA loader reads (``"call"``), or item by item in the kernel by a widener partition fed
     by a packed loader (``"kernel"``, rings of 3 or 4); ``overlap_launch`` (on unless set
@@ -100,11 +95,9 @@ class HopperWSConfig(DesignConfig):
     spare_latent_chunks: int = 0
     mxfp4_widening: str = "call"
     overlap_launch: bool = True
-    latent_widening: str = "tile"
 
-    _rules = {"ring_depth": int_in(2, 7), "programs": optional(int_in(1, 1 << 20)),
+    _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
               "spare_latent_chunks": int_in(0, 3),
-              "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag(),
-              "latent_widening": choice(("tile", "operand"))}
+              "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag()}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

@@ -9,8 +9,7 @@ from triton.experimental.gluon import language as gl
 from .compat import smem
 from .config import BK, BN, MX_SPAN, WIDEN_WARPS
 
-# e4m3 -> bf16 for a bf16 weight's latent (_latent_widener, or load_widened in the MMA warps)
-# and MXFP4's bf16 route, a word of 4 values into two of 2: each
+# e4m3 -> bf16 for a bf16 weight's latent (_latent_widener), a word of 4 values into two of 2: each
 # byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 (its value 2^-120 times the
 # e4m3 value, subnormals included), then multiplied by 2^120 (exact). Integer and bf16x2
 # arithmetic, 3.5 instructions a value, instead of the conversion units' two conversions
@@ -72,38 +71,6 @@ def widen_words(w):
     lo, hi = gl.inline_asm_elementwise(E4M3_TO_BF16, "=r,=r,r", [w],
                                        dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
     return gl.join(lo, hi).reshape([w.shape[0], 2 * w.shape[1]])
-
-
-@gluon.constexpr_function
-def pair_layout(a_layout):
-    """The layout of a bf16 A operand's registers (a linear layout whose first register
-    basis steps K by 1: kWidth 2) as int16 pairs of K values: the same threads, K / 2."""
-    assert a_layout.reg_bases[0] == [0, 1], a_layout
-
-    def half(bases):
-        return [[r, k // 2] for r, k in bases]
-    return gl.DistributedLinearLayout(
-        reg_bases=half(a_layout.reg_bases[1:]), lane_bases=half(a_layout.lane_bases),
-        warp_bases=half(a_layout.warp_bases), block_bases=[],
-        shape=[a_layout.shape[0], a_layout.shape[1] // 2])
-
-
-@gluon.jit
-def load_widened(chunk, h: gl.constexpr, R0: gl.constexpr, HM: gl.constexpr,
-                 a_layout: gl.constexpr):
-    """Rows [R0, R0 + HM) of K slice ``h`` (64 values) of an e4m3 [128 x 128] chunk as a bf16
-    wgmma A operand (``a_layout``), exactly: each thread's K pairs loaded as 16-bit words,
-    two of them (four values) widened at a time (E4M3_TO_BF16), the bf16 pairs out of each
-    result word in place."""
-    pl: gl.constexpr = pair_layout(gl.to_linear_layout(a_layout, [HM, BK // 2]))
-    pairs = smem.reinterpret(chunk, gl.int16, [BN, BK // 2], gl.NVMMASharedLayout(
-        swizzle_byte_width=128, element_bitwidth=16, rank=2))
-    p = pairs.slice(h * (BK // 4), BK // 4, dim=1).slice(R0, HM, dim=0).load(pl)
-    w = gl.inline_asm_elementwise(E4M3_TO_BF16, "=r,=r,r", [p], dtype=gl.int32,
-                                  is_pure=True, pack=2)
-    lo = w.to(gl.int16).to(gl.bfloat16, bitcast=True)
-    hi = (w >> 16).to(gl.int16).to(gl.bfloat16, bitcast=True)
-    return gl.convert_layout(gl.join(lo, hi).reshape([HM, BK // 2]), a_layout)
 
 
 @gluon.jit

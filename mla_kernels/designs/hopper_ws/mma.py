@@ -26,7 +26,7 @@ from .config import (
     SCALE_E8M0,
     SCALE_ROW,
 )
-from .conversions import as_words, load_widened, pow2
+from .conversions import as_words, pow2
 from .schedule import tile_row0
 
 
@@ -113,20 +113,18 @@ def _wait_for_chunk(ring, lat, item, c, kb, h, LANDED: gl.constexpr = False):
 @gluon.jit
 def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                  a_layout: gl.constexpr, WG: gl.constexpr = 0, NWG: gl.constexpr = 1,
-                 a_regs=0, LAT_REGS: gl.constexpr = False, PART: gl.constexpr = 0,
-                 MX: gl.constexpr = False):
+                 a_regs=0, LAT_REGS: gl.constexpr = False, PART: gl.constexpr = 0):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
-    chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, over
-    an fp8 tile (a bf16 weight's ``latent_widening="operand"``, MXFP4's bf16 route), the fp8
-    latent slice widened to a bf16 A operand in registers: ``load_widened``, or on MXFP4's
-    route (MX) the conversion units). With LAT_REGS (fp8, two groups) the group's rows of
-    each latent chunk are wgmma's A operand in registers (``a_regs``, one per chunk, loaded
-    by a tile's first item, which frees the chunk for the next tile at once). PART: 0 the
-    whole item; on MXFP4's split route 1 its first K loop (the latent chunks kept for the
-    second) and 2 its second (the chunks landed, the product accumulated onto). Returns with
-    the last wgmma in flight (``_item_done`` retires it), the weight-chunk count and
-    ``a_regs``."""
+    chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
+    MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
+    registers). With LAT_REGS (fp8, two groups) the group's rows of each latent chunk are
+    wgmma's A operand in registers (``a_regs``, one per chunk, loaded by a tile's first item,
+    which frees the chunk for the next tile at once). PART: 0 the whole item; on MXFP4's
+    split route 1 its first K loop (the latent chunks kept for the second) and 2 its second
+    (the chunks landed, the product accumulated onto). Returns with the last wgmma in flight
+    (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
+    WK: gl.constexpr = BK // STEP
     n = item.tiles_seen - 1
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
@@ -142,14 +140,10 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
             else:
                 # This K slice of the fp8 latent chunk, widened (exactly) in registers while
                 # the previous slice's wgmma runs.
-                if MX:
-                    a = lat.bufs.index(lat.slot(n, kb)).slice(h * (BK // 2), BK // 2, dim=1)
-                    if NWG > 1:
-                        a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
-                    a = a.load(a_layout).to(gl.bfloat16)
-                else:
-                    a = load_widened(lat.bufs.index(lat.slot(n, kb)), h, WG * (BM // NWG),
-                                     BM // NWG, a_layout)
+                a = lat.bufs.index(lat.slot(n, kb)).slice(h * WK, WK, dim=1)
+                if NWG > 1:
+                    a = a.slice(WG * (BM // NWG), BM // NWG, dim=0)
+                a = a.load(a_layout).to(gl.bfloat16)
             acc = warpgroup_mma(a, ring.slots.index(s).permute((1, 0)), acc,
                                 use_acc=kb * STEP + h > 0 or PART == 2, is_async=True)
             if kb * STEP + h > 0:
@@ -359,7 +353,7 @@ def _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK: gl.constex
     else:  # bf16 chunks, the latent widened in registers, as a bf16 weight
         acc16 = gl.zeros((BM // NWG, BN), gl.float32, acc16_layout)
         acc16, c, _ = _item_k_loop(ring.as_bf16(), lat, item, acc16, c, NK, 2, a16_layout,
-                                   WG, NWG, MX=True)
+                                   WG, NWG)
         acc = gl.convert_layout(acc16, grp.acc_layout)
     # Each column's 2^F x k_scale, read behind the last wgmma.
     scale = pow2(entry.load(gl.SliceLayout(0, grp.acc_layout)) >> 2) * factor

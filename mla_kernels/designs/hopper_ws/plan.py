@@ -115,19 +115,8 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
             return no_launch
         return WidenedItems(t.kv_proj_weight, t.kv_proj_scale, prob.kv_c_dim, main)
     mx_in = mx and not widened_items  # widened in the kernel
-    bf16_weight = prob.weight_dtype == torch.bfloat16
-    operand = config.latent_widening == "operand"
-    if operand and not (bf16_weight and prob.cache_is_fp8):
-        raise ValueError("config.latent_widening: expected 'tile' here (the MMA warps widen "
-                         "the latent for a bf16 weight over an fp8 cache only), got 'operand' "
-                         f"(weight format {prob.weight_format}, cache {prob.cache_dtype})")
-    if operand and prob.scale == "block":
-        raise ValueError("config.latent_widening: expected 'tile' for a block-scaled bf16 "
-                         "weight (its K loop renormalises two halves read from a bf16 tile "
-                         "in shared memory), got 'operand'")
-    # A bf16 weight multiplies a bf16 latent tile (over an fp8 cache widened at the gather),
-    # or over an fp8 cache the fp8 tile, each K slice widened into the A operand (operand).
-    lat16 = bf16_weight and not operand
+    # A bf16 weight multiplies a bf16 latent tile (over an fp8 cache widened at the gather).
+    lat16 = prob.weight_dtype == torch.bfloat16
     if mx_in and config.ring_depth < WIDEN_MIN_STAGES:
         # The widener holds one slot while it waits for the next: with two, the MMA warps
         # would wait for the held one.
@@ -174,18 +163,12 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     # (or as bf16 ones, item by item).
     two_group_scales = ("row", "block") if pingpong else ("row", "e8m0") if widened_items \
         else ("row",)
-    # A bf16 weight over an fp8 tile (operand): each group widens its own rows' slices.
-    if groups == 2 and not ((prob.scale in two_group_scales and prob.cache_is_fp8
-                             and not bf16_weight)
-                            or (operand and not pingpong and prob.scale in ("none", "row"))):
+    if groups == 2 and not (prob.scale in two_group_scales and prob.cache_is_fp8
+                            and not lat16):
         raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
                          f"per-row weight over an fp8 cache, or MXFP4 widened once a call, or "
-                         f"with pingpong a per-row or per-block fp8 one, or a bf16 weight "
-                         f"widened into the operand), got 2 (weight format "
+                         f"with pingpong a per-row or per-block fp8 one), got 2 (weight format "
                          f"{prob.weight_format}, cache {prob.cache_dtype})")
-    if bf16_weight and config.latent_in_registers:
-        raise ValueError("config.latent_in_registers: expected False for a bf16 weight (the "
-                         "latent held in registers is an fp8 wgmma's operand), got True")
     if mx and config.latent_in_registers:
         raise ValueError("config.latent_in_registers: expected False for an MXFP4 weight (its "
                          "bf16 route reads the latent from shared memory), got True")
@@ -208,15 +191,6 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         # A bf16 latent tile (128 KB) leaves room for four weight slots.
         raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
                          f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
-    if not (lat16 or mx_in or pingpong):
-        asked = fp8_tile_smem(prob, config.ring_depth, mx_info=widened_items)
-        if asked > device.smem_per_program:
-            deepest = max((d for d in range(2, 8) if fp8_tile_smem(
-                prob, d, mx_info=widened_items) <= device.smem_per_program), default=0)
-            raise ValueError(f"config.ring_depth: expected at most {deepest} over an fp8 "
-                             f"latent tile with {prob.out_dtype} outputs ({asked} bytes of "
-                             f"shared memory asked, {device.smem_per_program} there), got "
-                             f"{config.ring_depth}")
     # Rows of one TMA store: a group's share of a tile, or with pingpong the whole tile.
     srows = TILE if pingpong else TILE // groups
     # Columns of one store: an item, or one of its two pieces (heads of other widths).
@@ -275,26 +249,16 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     return JitLauncher(hopper_ws_kernel, grid, 19, consts, make)
 
 
-def fp8_tile_smem(prob: Problem, ring_depth: int, spare: int = 0, pingpong: bool = False,
-                  mx_info: bool = False) -> int:
-    """Shared memory the kernel asks over an fp8 latent tile (kernel.py's buffers; not MXFP4
-    widened in the kernel): the tile, its ``spare`` extra chunk slots and its rope, the
-    weight ring, the output staging buffers (two, or one past a ring of four with 16-bit
-    outputs; with ``pingpong`` one a group) and the rope's, the barriers and the info
-    entries (``mx_info``: an MXFP4 weight widened once a call's, one an item in flight)."""
+def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:
+    """Shared memory the ping-pong schedule's kernel asks (over an fp8 cache): the latent
+    tile, its ``spare`` extra chunk slots and its rope, the weight ring, a staging buffer for
+    each group and the rope's, the barriers and the unused info entry."""
     out = torch.empty((), dtype=prob.out_dtype).element_size()
     slots = prob.kv_c_dim // TILE + spare
     tile = TILE * (slots * TILE + prob.pe_dim)
-    buffers = 2 if pingpong or ring_depth <= 4 or prob.out_is_fp8 else 1
-    stage = (buffers * TILE + prob.pe_dim) * TILE * out
-    barriers = 8 * (2 * (slots + 1) + 2 * ring_depth + (2 if pingpong else 0))
-    info = 4 * TILE * ((ring_depth + 1) if mx_info else 1)
-    return tile + ring_depth * TILE * TILE + stage + barriers + info
-
-
-def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:
-    """Shared memory the ping-pong schedule's kernel asks (``fp8_tile_smem``)."""
-    return fp8_tile_smem(prob, ring_depth, spare, pingpong=True)
+    stage = (2 * TILE + prob.pe_dim) * TILE * out
+    barriers = 8 * (2 * (slots + 1) + 2 * ring_depth + 2)
+    return tile + ring_depth * TILE * TILE + stage + barriers + 4 * TILE
 
 
 def max_pingpong_ring(prob: Problem, device: DeviceSpec, spare: int = 0) -> int:
