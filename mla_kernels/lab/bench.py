@@ -7,6 +7,7 @@ GPU only (timings: ``timing.measure``, a flushed L2, the median with its quartil
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -411,7 +412,7 @@ def candidates(pt: Point, torch_paths: bool = True) -> list[tuple[str, str, Make
 def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_paths: bool = True,
                graph8: bool = False, design_graphs: bool = False, progress: bool = True,
                seed: int = 0, budget: Callable[[str], tuple[int, int]] | None = None,
-               sm_clock: bool = True) -> list[Measurement]:
+               sm_clock: bool = True, clock: ClockLog | None = None) -> list[Measurement]:
     """Time every design of every point, check each against the reference, return tidy rows.
 
     Timings: "flushed" (do_bench, L2 flushed, the Python launch path included); "graph"
@@ -424,13 +425,16 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
     to its (warm-up ms, repetition ms); every candidate gets ``timing.FULL`` without it.
     Each row records its repetitions and quartiles, and the median SM clock during its
     timing (``lab.clock``), read once every point is timed (``sm_clock`` false: not
-    sampled, NaN)."""
+    sampled, NaN). ``clock``: an open ``ClockLog`` to read instead of one opened for this
+    call (a caller timing point after point keeps one sampler running: each log's
+    ``nvidia-smi`` takes a while to start), ``sm_clock`` then unused."""
     from tqdm.auto import tqdm
 
     ceilings = ceilings or measure_ceilings()
     prov = provenance()
     pending: list[tuple[dict, object]] = []  # each row's arguments and its clock window
-    with ClockLog(enabled=sm_clock) as clock:
+    with contextlib.nullcontext(clock) if clock is not None else ClockLog(
+            enabled=sm_clock) as clock:
         for pt in tqdm(points, disable=not progress, desc="points"):
             pending += _time_point(pt, prov, ceilings, clock, torch_paths=torch_paths,
                                    graph8=graph8, design_graphs=design_graphs, seed=seed,
