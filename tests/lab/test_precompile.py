@@ -220,3 +220,16 @@ def test_a_sequence_s_sets_launch_the_kernels_of_the_point_s_own():
     for r in rows:
         base, *layers = r["keys"]
         assert base and all(k == base for k in layers), (r["point"], r["variant"])
+
+
+def test_each_matrix_launch_has_the_precompile_job_of_its_own_point():
+    # The whole point (format, cache, page, weight draw, outputs, graph8) and design, not
+    # its shape and contexts alone: a job of another point compiles other specialisations.
+    jobs = {(j.point, j.point.variants, j.point.graph8) for j in precompile.matrix_jobs()}
+    for name, pt in matrix.points().items():
+        for v in pt.variants:
+            want = replace(pt, variants=(v,))
+            assert (want, (v,), pt.graph8) in jobs, (name, v)
+    # FP8 outputs: the torch path's quantize too, at every such point's shape.
+    (q,) = precompile.quantize_job()
+    assert len(q.quantize) == sum(p.out_dtype != "bfloat16" for p in matrix.points().values())
