@@ -54,14 +54,38 @@ class Job:
                 p.weight_draw, p.out_dtype, repr(sorted(p.configs.items())), self.quantize)
 
 
+def auto_is_another(pt: Point, device=None) -> bool:
+    """Whether ``auto`` at ``pt`` resolves to the design and config another of its variants
+    runs (``designs.resolve``, on ``device``: the live GPU, else the registry's H200): its
+    calls then launch that variant's kernels on the same inputs, which that variant's job
+    compiles."""
+    from ..core.devices import DEVICES, live_device
+    from ..designs import resolve
+    from .occupancy import problem_for
+
+    if "auto" not in pt.variants:
+        return False
+    device = device or live_device() or DEVICES["H200"]
+    prob = problem_for(pt.shape, pt.contexts, pt.cache_dtype, pt.weight_format,
+                       pt.block_size, pt.out_torch_dtype)
+    try:
+        design, cfg = resolve("auto", prob, device, pt.configs.get("auto"))
+        return any(resolve(v, prob, device, pt.configs.get(v)) == (design, cfg)
+                   for v in pt.variants if v != "auto")
+    except ValueError:  # a point auto cannot run here: its job reports it
+        return False
+
+
 def matrix_jobs(patterns: Sequence[str] | None = None) -> list[Job]:
     """The matrix points named by ``patterns`` (all for None), through the harness, a job
-    per design (so the compiles of one point spread over the workers)."""
+    per design (so the compiles of one point spread over the workers); none for ``auto``
+    where it runs another variant's design and config (``auto_is_another``)."""
     from .matrix import select
 
     return [Job(replace(pt, variants=(v,),
                         configs={k: c for k, c in pt.configs.items() if k == v}))
-            for pt in select(patterns).values() for v in pt.variants]
+            for pt in select(patterns).values() for v in pt.variants
+            if not (v == "auto" and auto_is_another(pt))]
 
 
 def quantize_job(patterns: Sequence[str] | None = None) -> list[Job]:

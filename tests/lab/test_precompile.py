@@ -14,11 +14,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_every_matrix_point_and_design_is_one_harness_job():
     jobs = precompile.matrix_jobs()
-    want = {(name, v) for name, pt in matrix.points().items() for v in pt.variants}
+    want = {(name, v) for name, pt in matrix.points().items() for v in pt.variants
+            if v != "auto" or not precompile.auto_is_another(pt)}
     assert len(jobs) == len(want)
     assert all(j.harness and len(j.point.variants) == 1 for j in jobs)
     assert {(j.point.shape, j.point.contexts, j.point.variants[0]) for j in jobs} \
-        == {(p.shape, p.contexts, v) for p in matrix.points().values() for v in p.variants}
+        == {(p.shape, p.contexts, v) for p in matrix.points().values() for v in p.variants
+            if v != "auto" or not precompile.auto_is_another(p)}
     graph8 = {(j.point.shape, j.point.contexts, j.point.weight_format) for j in jobs
               if j.point.graph8}
     assert graph8 == {(p.shape, p.contexts, p.weight_format)
@@ -228,8 +230,36 @@ def test_each_matrix_launch_has_the_precompile_job_of_its_own_point():
     jobs = {(j.point, j.point.variants, j.point.graph8) for j in precompile.matrix_jobs()}
     for name, pt in matrix.points().items():
         for v in pt.variants:
+            if v == "auto" and precompile.auto_is_another(pt):
+                continue  # the design it resolves to has the job (below)
             want = replace(pt, variants=(v,))
             assert (want, (v,), pt.graph8) in jobs, (name, v)
+
+
+def test_auto_s_job_is_left_out_only_where_another_variant_launches_the_same():
+    from mla_kernels.core.devices import DEVICES
+    from mla_kernels.designs import resolve
+    from mla_kernels.lab.occupancy import problem_for
+
+    dev = DEVICES["H200"]
+    left_out = 0
+    for name, pt in matrix.points().items():
+        prob = problem_for(pt.shape, pt.contexts, pt.cache_dtype, pt.weight_format,
+                           pt.block_size, pt.out_torch_dtype)
+        auto = resolve("auto", prob, dev, None)
+        same = [v for v in pt.variants if v != "auto" and resolve(v, prob, dev, None) == auto]
+        assert precompile.auto_is_another(pt, dev) == bool(same), name
+        left_out += bool(same)
+    assert 0 < left_out < len(matrix.points())  # some points' auto runs a tuned config
+    # A config of auto's own is not the design's default: its job stays.
+    pt = matrix.points()["kimi/bf16/fp8/p1/4096"]
+    assert precompile.auto_is_another(pt, dev)
+    cfg = resolve("auto", problem_for(pt.shape, pt.contexts, pt.cache_dtype,
+                                      pt.weight_format, pt.block_size), dev, None)[1]
+    other = replace(pt, configs={"auto": replace(cfg, ring_depth=cfg.ring_depth - 1)}) \
+        if hasattr(cfg, "ring_depth") else None
+    if other is not None:
+        assert not precompile.auto_is_another(other, dev)
     # FP8 outputs: the torch path's quantize too, at every such point's shape.
     (q,) = precompile.quantize_job()
     assert len(q.quantize) == sum(p.out_dtype != "bfloat16" for p in matrix.points().values())
