@@ -7,6 +7,7 @@ GPU only (timings: ``timing.measure``, a flushed L2, the median with its quartil
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import time
@@ -25,13 +26,16 @@ from . import roofline
 from .cases import build_case
 from .checks import check_outputs, expected
 from .clock import ClockLog
-from .inputs import GatherInputs, build_inputs
+from .inputs import GatherInputs, HostDraws, build_inputs
 from .measurements import DEFAULT_OUT_DTYPE, Measurement, contexts_str
 from .provenance import provenance
 from .timing import FULL, NOT_TIMED, Timing, graphed, measure, median_us, rotating
 
 NAN = float("nan")
 L2_ROTATE_BYTES = 2 * 60 * 2**20  # rotate input sets smaller than twice the H200's L2
+# The host draws a matrix run keeps for later points (scripts/perf_matrix.py's
+# ``inputs.HostDraws``): every point's base and rotation sets, 3.8 GiB at 87 points.
+MATRIX_DRAW_BYTES = 6 * 2**30
 # Input sets drawn at once: a set's draw runs on the host, one core each (torch's seeded
 # generators), and a sequence point draws tens of sets.
 BUILD_THREADS = max(1, min(8, os.cpu_count() or 1))
@@ -266,11 +270,12 @@ def time_sequence(sets: Sequence[GatherInputs],
 
 
 def input_sets(pt: Point, n: int, seed: int, have: Sequence[GatherInputs] = (),
-               device: str | torch.device = "cuda") -> list[GatherInputs]:
+               device: str | torch.device = "cuda", draws: HostDraws | None = None
+               ) -> list[GatherInputs]:
     """``n`` input sets of ``pt`` on ``device``, set i drawn with seed ``seed + i``: those of
     ``have`` first (already drawn so), then the rest (the timings' rotation, a sequence's
     layers), drawn on up to ``BUILD_THREADS`` threads: each set from its own generator, so
-    the same sets as drawn one by one."""
+    the same sets as drawn one by one (``draws``: ``build_inputs``' host draws kept)."""
     draw = WEIGHT_DRAWS[pt.weight_draw]
     device = torch.device(device)
     if device.type == "cuda" and device.index is None:
@@ -281,7 +286,7 @@ def input_sets(pt: Point, n: int, seed: int, have: Sequence[GatherInputs] = (),
         return build_inputs(get_shape(pt.shape), pt.contexts, block_size=pt.block_size,
                             cache_dtype=pt.cache_dtype, weight_format=pt.weight_format,
                             device=device, seed=seed + i, spare_indices=0, spare_rows=0,
-                            spare_blocks=0, out_dtype=pt.out_torch_dtype, **draw)
+                            spare_blocks=0, out_dtype=pt.out_torch_dtype, draws=draws, **draw)
 
     todo = range(len(have), n)
     workers = min(len(todo), BUILD_THREADS)
@@ -411,7 +416,8 @@ def candidates(pt: Point, torch_paths: bool = True) -> list[tuple[str, str, Make
 def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_paths: bool = True,
                graph8: bool = False, design_graphs: bool = False, progress: bool = True,
                seed: int = 0, budget: Callable[[str], tuple[int, int]] | None = None,
-               sm_clock: bool = True) -> list[Measurement]:
+               sm_clock: bool = True, clock: ClockLog | None = None,
+               draws: HostDraws | None = None) -> list[Measurement]:
     """Time every design of every point, check each against the reference, return tidy rows.
 
     Timings: "flushed" (do_bench, L2 flushed, the Python launch path included); "graph"
@@ -424,40 +430,49 @@ def run_points(points: Sequence[Point], *, ceilings: dict | None = None, torch_p
     to its (warm-up ms, repetition ms); every candidate gets ``timing.FULL`` without it.
     Each row records its repetitions and quartiles, and the median SM clock during its
     timing (``lab.clock``), read once every point is timed (``sm_clock`` false: not
-    sampled, NaN)."""
+    sampled, NaN). ``clock``: an open ``ClockLog`` to read instead of one opened for this
+    call (a caller timing point after point keeps one sampler running: each log's
+    ``nvidia-smi`` takes a while to start), ``sm_clock`` then unused. ``draws``: the host's
+    draws of the points' input sets (their sequences' aside) kept for a later point that
+    builds the same (``inputs.HostDraws``: the same values, copied again)."""
     from tqdm.auto import tqdm
 
     ceilings = ceilings or measure_ceilings()
     prov = provenance()
     pending: list[tuple[dict, object]] = []  # each row's arguments and its clock window
-    with ClockLog(enabled=sm_clock) as clock:
+    with contextlib.nullcontext(clock) if clock is not None else ClockLog(
+            enabled=sm_clock) as clock:
         for pt in tqdm(points, disable=not progress, desc="points"):
             pending += _time_point(pt, prov, ceilings, clock, torch_paths=torch_paths,
                                    graph8=graph8, design_graphs=design_graphs, seed=seed,
-                                   budget=budget)
+                                   budget=budget, draws=draws)
         return [measurement_row(**kw, sm_clock_mhz=clock.median_mhz(*w) if w else NAN)
                 for kw, w in pending]
 
 
+def rotation_sets(pt: Point) -> int:
+    """The input sets a point's timings rotate between: enough (at most 8) to span twice the
+    L2 together."""
+    per_set = roofline.min_bytes(get_shape(pt.shape), sum(pt.contexts), pt.cache_dtype,
+                                 pt.weight_format, pt.out_torch_dtype.itemsize)
+    return max(1, min(8, -(-L2_ROTATE_BYTES // max(per_set, 1))))
+
+
 def _time_point(pt: Point, prov: dict, ceilings: dict, clock: ClockLog, *, torch_paths: bool,
                 graph8: bool, design_graphs: bool, seed: int,
-                budget: Callable[[str], tuple[int, int]] | None) -> list[tuple[dict, object]]:
+                budget: Callable[[str], tuple[int, int]] | None,
+                draws: HostDraws | None = None) -> list[tuple[dict, object]]:
     """``run_points``' work at one point: each row's ``measurement_row`` arguments and the
     (start, end) of its timing (None: not timed)."""
     s = get_shape(pt.shape)
-    tokens = sum(pt.contexts)
     draw = WEIGHT_DRAWS[pt.weight_draw]
     case = build_case(s, pt.contexts, block_size=pt.block_size, cache_dtype=pt.cache_dtype,
                       weight_format=pt.weight_format, device="cuda", seed=seed,
                       spare_indices=0, spare_rows=0, spare_blocks=0,
-                      out_dtype=pt.out_torch_dtype, **draw)
+                      out_dtype=pt.out_torch_dtype, draws=draws, **draw)
     base, prob, dev = case.inputs, case.problem, case.device
     ref = expected(base)
-    # Enough input sets (at most 8) to span twice the L2 together, rotated between calls.
-    per_set = roofline.min_bytes(s, tokens, pt.cache_dtype, pt.weight_format,
-                                 pt.out_torch_dtype.itemsize)
-    n_sets = max(1, min(8, -(-L2_ROTATE_BYTES // max(per_set, 1))))
-    sets = input_sets(pt, n_sets, seed, [base])
+    sets = input_sets(pt, rotation_sets(pt), seed, [base], draws=draws)
 
     def timed(fn: Callable[..., Timing], *args) -> tuple[Timing, tuple[float, float]]:
         t0 = time.time()

@@ -88,6 +88,33 @@ def compile_calls(run, device: DeviceSpec, capability: int) -> list:
     return seen
 
 
+def launch_keys(run, device: DeviceSpec, capability: int = 90) -> list[tuple[str, ...]]:
+    """What identifies each Triton kernel ``run()`` launches in Triton's compile cache, in
+    launch order, compiling and launching nothing: (its name, then the signature,
+    constants, specialisations and options as ``compile_calls`` would compile it, each as
+    its repr). Two calls whose keys are equal compile nothing the other has not."""
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(_target(device, capability))
+    seen = []
+
+    def key_instead(self, *args, grid, warmup, **kwargs):
+        binder = create_function_from_signature(self.signature, self.params, backend)
+        bound, spec, opts = binder(*args, **kwargs)
+        opts, sig, consts, attrs = self._pack_args(backend, kwargs, bound, spec, opts)
+        seen.append((self.__name__, repr(sig), repr(consts), repr(attrs),
+                     repr(sorted(opts.__dict__.items()))))
+
+    real = JITFunction.run
+    JITFunction.run = key_instead
+    try:
+        run()
+    finally:
+        JITFunction.run = real
+    return seen
+
+
 def compile_launches(variant: str, inputs, prob, config: DesignConfig | None,
                      device: DeviceSpec, capability: int) -> tuple:
     """Compile what the launcher would launch, for the target, instead of launching it:

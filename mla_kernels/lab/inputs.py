@@ -270,8 +270,14 @@ def build_inputs(
     out_dtype: torch.dtype = torch.bfloat16,
     e8m0_range: tuple[int, int] = (-7, 4),
     e8m0_full_span: bool = False,
+    draws: HostDraws | None = None,
 ) -> GatherInputs:
     """A full random input set on ``device``.
+
+    ``draws``: where the host's draws of an earlier call with the same arguments (the
+    outputs' dtype aside) are kept, to be copied to a GPU again rather than drawn again
+    (the same values: every tensor drawn is a function of those arguments alone); unused
+    for a CPU ``device``, whose tensors would share them.
 
     An MXFP4 weight's power-of-two exponents are drawn from ``e8m0_range`` (inclusive); with
     ``e8m0_full_span`` every weight row holds both ends of it. The default spans 12 binades,
@@ -298,29 +304,21 @@ def build_inputs(
     fp8_dtype = cdt if cdt in FP8_MAX else torch.float8_e4m3fn
     _check_sizes(shp, contexts, block_size, spare_indices, spare_rows, spare_blocks,
                  cdt.itemsize, checked["out_dtype"], device)
-
-    blocks_per_seq = [-(-c // block_size) for c in contexts]
-    num_used = sum(blocks_per_seq)
-    num_blocks = num_used + spare_blocks
-    perm = torch.randperm(num_blocks, generator=gen)[:num_used].to(torch.int32)
-    kv_indices = torch.cat((perm, torch.randint(0, num_blocks, (spare_indices,), generator=gen,
-                                                dtype=torch.int32)))
-    kv_indptr = torch.zeros(len(contexts) + 1, dtype=torch.int32)
-    kv_indptr[1:] = torch.cumsum(torch.tensor(blocks_per_seq, dtype=torch.int64), 0)
-    cs = torch.zeros(len(contexts) + 1, dtype=torch.int32)
-    cs[1:] = torch.cumsum(torch.tensor(contexts, dtype=torch.int64), 0)
-
-    if cdt in FP8_MAX:
-        k_buffer = random_fp8_codes(gen, (num_blocks, block_size, shp.latent_dim), cdt)
-        scale_val = k_scale if k_scale is not None else float(_log_uniform(gen, (1,), 2e-3, 5e-2))
-        k_scale_t = torch.tensor([scale_val], dtype=torch.float32)
+    if draws is not None and torch.device(device).type != "cpu":
+        key = (shp, tuple(contexts), block_size, cache_dtype, weight_format, seed,
+               spare_indices, spare_blocks, k_scale, tuple(weight_scale_range),
+               tuple(e8m0_range), bool(e8m0_full_span))
+        drawn = draws.get(key)
+        if drawn is None:
+            drawn = _draw(gen, shp, contexts, block_size, spare_indices, spare_blocks, cdt,
+                          fp8_dtype, k_scale, weight_format, weight_scale_range, e8m0_range,
+                          e8m0_full_span)
+            draws.put(key, drawn)
     else:
-        k_buffer = torch.randn(num_blocks, block_size, shp.latent_dim, generator=gen).to(cdt)
-        k_scale_t = None if k_scale is None else torch.tensor([k_scale], dtype=torch.float32)
-
-    weight, wscale = random_weight(gen, shp.weight_rows, shp.kv_c_dim, weight_format, fp8_dtype,
-                                   scale_range=weight_scale_range, e8m0_range=e8m0_range,
-                                   e8m0_full_span=e8m0_full_span)
+        drawn = _draw(gen, shp, contexts, block_size, spare_indices, spare_blocks, cdt,
+                      fp8_dtype, k_scale, weight_format, weight_scale_range, e8m0_range,
+                      e8m0_full_span)
+    kv_indptr, kv_indices, cs, k_buffer, k_scale_t, weight, wscale = drawn
     rows = sum(contexts) + spare_rows
     # The outputs (most of a long context's bytes) are filled where they live: drawing
     # nothing, they need no host copy.
@@ -343,6 +341,63 @@ def build_inputs(
         shape=shp, contexts=contexts, block_size=block_size, cache_dtype=cache_dtype,
         weight_format=weight_format, meta={"seed": seed},
     )
+
+
+class HostDraws:
+    """``build_inputs``' host draws by their arguments, kept while their bytes together stay
+    within ``max_bytes`` (one a set: later ones are drawn each time): a process that builds
+    the same inputs again (a matrix point with FP8 outputs and its bf16-output twin) copies
+    them instead of drawing them again. Safe across threads."""
+
+    def __init__(self, max_bytes: int):
+        import threading
+
+        self.max_bytes, self.bytes, self.hits = max_bytes, 0, 0
+        self._kept: dict[tuple, tuple] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple) -> tuple | None:
+        with self._lock:
+            got = self._kept.get(key)
+            self.hits += got is not None
+            return got
+
+    def put(self, key: tuple, drawn: tuple) -> None:
+        n = sum(t.numel() * t.element_size() for t in drawn if t is not None)
+        with self._lock:
+            if key not in self._kept and self.bytes + n <= self.max_bytes:
+                self._kept[key] = drawn
+                self.bytes += n
+
+
+def _draw(gen: torch.Generator, shp: MLAShape, contexts, block_size: int, spare_indices: int,
+          spare_blocks: int, cdt: torch.dtype, fp8_dtype: torch.dtype, k_scale,
+          weight_format: str, weight_scale_range, e8m0_range, e8m0_full_span: bool) -> tuple:
+    """Everything ``build_inputs`` draws on the host from ``gen``, in its order: (kv_indptr,
+    kv_indices, the prefix sums, the cache, its scale, the weight, its scale)."""
+    blocks_per_seq = [-(-c // block_size) for c in contexts]
+    num_used = sum(blocks_per_seq)
+    num_blocks = num_used + spare_blocks
+    perm = torch.randperm(num_blocks, generator=gen)[:num_used].to(torch.int32)
+    kv_indices = torch.cat((perm, torch.randint(0, num_blocks, (spare_indices,), generator=gen,
+                                                dtype=torch.int32)))
+    kv_indptr = torch.zeros(len(contexts) + 1, dtype=torch.int32)
+    kv_indptr[1:] = torch.cumsum(torch.tensor(blocks_per_seq, dtype=torch.int64), 0)
+    cs = torch.zeros(len(contexts) + 1, dtype=torch.int32)
+    cs[1:] = torch.cumsum(torch.tensor(contexts, dtype=torch.int64), 0)
+
+    if cdt in FP8_MAX:
+        k_buffer = random_fp8_codes(gen, (num_blocks, block_size, shp.latent_dim), cdt)
+        scale_val = k_scale if k_scale is not None else float(_log_uniform(gen, (1,), 2e-3, 5e-2))
+        k_scale_t = torch.tensor([scale_val], dtype=torch.float32)
+    else:
+        k_buffer = torch.randn(num_blocks, block_size, shp.latent_dim, generator=gen).to(cdt)
+        k_scale_t = None if k_scale is None else torch.tensor([k_scale], dtype=torch.float32)
+
+    weight, wscale = random_weight(gen, shp.weight_rows, shp.kv_c_dim, weight_format, fp8_dtype,
+                                   scale_range=weight_scale_range, e8m0_range=e8m0_range,
+                                   e8m0_full_span=e8m0_full_span)
+    return kv_indptr, kv_indices, cs, k_buffer, k_scale_t, weight, wscale
 
 
 OUT_SCALE_SAMPLE = 256  # tokens whose outputs set the FP8 outputs' scales

@@ -7,6 +7,9 @@ graph timings, the check), and the correctness checks' single calls as those mak
 so every kernel the run will launch is compiled with the run's own specialisations, and
 lands in Triton's on-disk cache, where the timing process finds it. A single launch per
 design is not enough: the harness's path compiles kernels of its own (seen on the H200).
+The torch path's compiled FP8 quantize (the matrix's FP8-output points) is called as the
+matrix calls it, so Inductor's on-disk caches hold its graphs (``quantize_job``). A
+group's later jobs start once its first job is done (``ready``), not once every group's is.
 
     python -m mla_kernels.lab.precompile [--workers N] [--points GLOB ...] [--report CONFIG]
         [--host] [--list]
@@ -39,22 +42,73 @@ class Job:
 
     point: Point
     harness: bool = True
+    # The torch path's compiled FP8 quantize (``bench.quantize_outputs``) called at these
+    # (tokens, heads, K head dim, V head dim) in turn, as the matrix calls it at its FP8-output
+    # points (``quantize_job``); ``point`` then only names the first of them.
+    quantize: tuple[tuple[int, int, int, int], ...] = ()
 
     def group(self) -> tuple:
         """Jobs of one group most likely share their kernels: the first compiles them."""
         p = self.point
         return (p.variants, p.shape, p.weight_format, p.cache_dtype, p.block_size,
-                p.weight_draw, p.out_dtype, repr(sorted(p.configs.items())))
+                p.weight_draw, p.out_dtype, repr(sorted(p.configs.items())), self.quantize)
+
+
+def auto_is_another(pt: Point, device=None) -> bool:
+    """Whether ``auto`` at ``pt`` resolves to the design and config another of its variants
+    runs (``designs.resolve``, on ``device``: the live GPU, else the registry's H200): its
+    calls then launch that variant's kernels on the same inputs, which that variant's job
+    compiles."""
+    from ..core.devices import DEVICES, live_device
+    from ..designs import resolve
+    from .occupancy import problem_for
+
+    if "auto" not in pt.variants:
+        return False
+    device = device or live_device() or DEVICES["H200"]
+    prob = problem_for(pt.shape, pt.contexts, pt.cache_dtype, pt.weight_format,
+                       pt.block_size, pt.out_torch_dtype)
+    try:
+        design, cfg = resolve("auto", prob, device, pt.configs.get("auto"))
+        return any(resolve(v, prob, device, pt.configs.get(v)) == (design, cfg)
+                   for v in pt.variants if v != "auto")
+    except ValueError:  # a point auto cannot run here: its job reports it
+        return False
 
 
 def matrix_jobs(patterns: Sequence[str] | None = None) -> list[Job]:
     """The matrix points named by ``patterns`` (all for None), through the harness, a job
-    per design (so the compiles of one point spread over the workers)."""
+    per design (so the compiles of one point spread over the workers); none for ``auto``
+    where it runs another variant's design and config (``auto_is_another``)."""
     from .matrix import select
 
     return [Job(replace(pt, variants=(v,),
                         configs={k: c for k, c in pt.configs.items() if k == v}))
-            for pt in select(patterns).values() for v in pt.variants]
+            for pt in select(patterns).values() for v in pt.variants
+            if not (v == "auto" and auto_is_another(pt))]
+
+
+def quantize_job(patterns: Sequence[str] | None = None) -> list[Job]:
+    """The matrix points' torch paths with FP8 outputs (named by ``patterns``, all for None)
+    quantize their bf16 result by one ``torch.compile``d function, compiled in the matrix's
+    process: torch compiles it for the first point's shapes, then once more with the
+    dimensions that changed left symbolic. One job makes the same calls in the matrix's
+    order, so Inductor's on-disk caches hold both graphs and their kernels when the matrix
+    compiles them: [] where no point has FP8 outputs."""
+    from ..core.shapes import get_shape
+    from .matrix import select
+
+    shapes, first = [], None
+    for pt in select(patterns).values():
+        if pt.out_dtype == "bfloat16":
+            continue
+        s = get_shape(pt.shape)
+        shapes.append((sum(pt.contexts), s.num_heads, s.k_head_dim, s.v_head_dim))
+        first = first or pt
+    if first is None:
+        return []
+    return [Job(replace(first, variants=("torch_bf16",), configs={}), harness=False,
+                quantize=tuple(shapes))]
 
 
 def report_jobs(config_path: str | os.PathLike) -> list[Job]:
@@ -120,7 +174,8 @@ def schedule(jobs: Iterable[Job]) -> tuple[list[Job], list[Job]]:
             first[j.group()] = j
     def by_cost(j: Job) -> tuple:  # the Gluon design compiles slowest: its groups first
         v = j.point.variants
-        return (v == ("auto",), "hopper_ws" not in v, -len(v), -sum(j.point.contexts))
+        return (not j.quantize, v == ("auto",), "hopper_ws" not in v, -len(v),
+                -sum(j.point.contexts))
     return sorted(first.values(), key=by_cost), sorted(rest, key=by_cost)
 
 
@@ -139,7 +194,9 @@ def warm(job: Job) -> tuple[Job, float, str]:
     errors = []
     try:
         pt = job.point
-        if job.harness:
+        if job.quantize:
+            warm_quantize(job.quantize)
+        elif job.harness:
             # A sequence's calls launch the point's kernels: compiling needs none of its sets.
             rows = bench.run_points([replace(pt, sequence=0)], ceilings=_NO_CEILINGS,
                                     torch_paths=False,
@@ -160,6 +217,25 @@ def warm(job: Job) -> tuple[Job, float, str]:
     return job, time.perf_counter() - t0, "; ".join(errors)
 
 
+def warm_quantize(shapes: Iterable[tuple[int, int, int, int]], device: str = "cuda") -> None:
+    """Call the torch path's compiled quantize (``bench.quantize_outputs``) as its FP8-output
+    call makes it (``bench.torch_path``: bf16 K and V, their [1] scales, the outputs' first
+    ``tokens`` rows) at each of ``shapes`` (tokens, heads, K head dim, V head dim) in turn."""
+    import torch
+
+    from . import bench
+
+    quant = bench.quantize_outputs()
+    for t, heads, dk, dv in shapes:
+        k = torch.zeros((t, heads, dk), dtype=torch.bfloat16, device=device)
+        v = torch.zeros((t, heads, dv), dtype=torch.bfloat16, device=device)
+        k8 = torch.empty((t, heads, dk), dtype=torch.float8_e4m3fn, device=device)
+        v8 = torch.empty((t, heads, dv), dtype=torch.float8_e4m3fn, device=device)
+        one = torch.ones(1, dtype=torch.float32, device=device)
+        quant(k, v, one, one.clone(), k8[:t], v8[:t])
+        del k, v, k8, v8
+
+
 OOM_WORKERS = 3
 MEMORY_SHARE = 0.8  # of the GPU's memory the jobs in flight may take together, by estimate
 
@@ -172,6 +248,8 @@ def memory_gib(job: Job) -> float:
     from . import roofline
 
     p = job.point
+    if job.quantize:  # bf16 and fp8 outputs at its largest shape
+        return 1.0 + max(3 * t * h * (dk + dv) for t, h, dk, dv in job.quantize) / 2**30
     out = roofline.output_bytes(get_shape(p.shape), sum(p.contexts))
     return 1.0 + (3 + (8 if p.graph8 else 0)) * out / 2**30
 
@@ -203,20 +281,51 @@ def _gpu_gib() -> float:
     return float("inf")
 
 
-def _run_phase(pool, batch: list[Job], workers: int, budget_gib: float
-               ) -> list[tuple[Job, float, str]]:
-    """``warm`` over ``batch`` in ``pool``, jobs admitted as processes and memory free up."""
+def ready(pending: Sequence[Job], firsts: set[Job], open_groups: set[tuple]) -> list[Job]:
+    """The jobs of ``pending`` that may start now, in its order: a group's first job
+    (``firsts``) at once; ``auto`` alone once no first job is left (``open_groups``: the
+    groups whose first job has not finished); any other once its own group's first job has
+    finished, whatever the other groups' are doing."""
+    out = []
+    for j in pending:
+        if j in firsts:
+            out.append(j)
+        elif j.point.variants == ("auto",):
+            if not open_groups:
+                out.append(j)
+        elif j.group() not in open_groups:
+            out.append(j)
+    return out
+
+
+def _run_jobs(pool, first: list[Job], rest: list[Job], workers: int, budget_gib: float,
+              log, t0: float) -> list[tuple[Job, float, str]]:
+    """``warm`` over ``first`` and ``rest`` in ``pool``: each job admitted once it is
+    ``ready`` and a process and its memory (``admit``) are free, so a group's later jobs
+    start as soon as its first job is done, not once every group's is."""
     from concurrent.futures import FIRST_COMPLETED, wait
 
-    pending, running, out = list(batch), {}, []
+    pending, running, out = list(first) + list(rest), {}, []
+    firsts, open_groups = set(first), {j.group() for j in first}
     while pending or running:
-        for j in admit(pending, list(running.values()), workers - len(running), budget_gib):
+        start = admit(ready(pending, firsts, open_groups),
+                      [g for _, g in running.values()], workers - len(running), budget_gib)
+        for j in start:
             pending.remove(j)
-            running[pool.submit(warm, j)] = memory_gib(j)
+            running[pool.submit(warm, j)] = (j, memory_gib(j))
+        if not running:  # cannot happen (see ready): never wait on nothing
+            raise RuntimeError(f"precompile: {len(pending)} jobs left and none can start")
         finished, _ = wait(running, return_when=FIRST_COMPLETED)
         for f in finished:
-            running.pop(f)
+            j, _ = running.pop(f)
             out.append(f.result())
+            if j in firsts:
+                open_groups.discard(j.group())
+                if not open_groups:
+                    log(f"precompile: {len(first)} jobs (first of each group) done at "
+                        f"{time.perf_counter() - t0:.0f} s", flush=True)
+    log(f"precompile: {len(rest)} jobs (the rest) done at {time.perf_counter() - t0:.0f} s",
+        flush=True)
     return out
 
 
@@ -238,8 +347,9 @@ def retry_out_of_memory(done: list[tuple[Job, float, str]], again
 
 def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tuple[Job, float, str]]:
     """Compile every job's kernels in ``workers`` processes (default: the cores but one):
-    first one job of each group, then the rest, as many at once as processes are free and
-    their estimated memory fits in ``MEMORY_SHARE`` of the GPU's; then again,
+    one job of each group first, each of the rest once its group's first is done (``auto``
+    once every group's is: ``ready``), as many at once as processes are free and their
+    estimated memory fits in ``MEMORY_SHARE`` of the GPU's; then again,
     ``OOM_WORKERS`` at a time, those that still ran out of GPU memory. Returns each job's
     (job, seconds, error). The workers inherit this process's environment,
     TRITON_INTERPRET included, which the package reads as a worker imports it."""
@@ -253,11 +363,7 @@ def run(jobs: Iterable[Job], workers: int | None = None, log=print) -> list[tupl
     ctx = mp.get_context("spawn")
     budget = MEMORY_SHARE * _gpu_gib()
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        for phase, batch in (("first of each group", first), ("the rest", rest)):
-            out = _run_phase(pool, batch, workers, budget)
-            done += out
-            log(f"precompile: {len(batch)} jobs ({phase}) done at "
-                f"{time.perf_counter() - t0:.0f} s", flush=True)
+        done += _run_jobs(pool, first, rest, workers, budget, log, t0)
     # An estimate can be short: jobs that ran out of GPU memory beside the others run again,
     # a few at a time, so their kernels are still compiled before the timing step.
     def again(short: list[Job]) -> list[tuple[Job, float, str]]:
@@ -285,7 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     a = ap.parse_args(argv)
     if a.workers is not None and a.workers < 1:
         ap.error(f"--workers: expected a count >= 1, got {a.workers}")
-    jobs = [] if a.points == ["none"] else matrix_jobs(a.points)
+    jobs = [] if a.points == ["none"] else matrix_jobs(a.points) + quantize_job(a.points)
     if a.report:
         if not Path(a.report).is_file():
             ap.error(f"--report: expected a configuration file, got {a.report!r}")

@@ -494,11 +494,6 @@ def _files(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
 
 
-def _stamps(folder: Path) -> dict[str, tuple[int, int]]:
-    return {rel: ((st := (folder / rel).stat()).st_mtime_ns, st.st_size)
-            for rel in _files(folder)}
-
-
 def _move(src_root: Path, dst_root: Path, rels: list[str]) -> None:
     for rel in rels:
         dst = dst_root / rel
@@ -506,22 +501,52 @@ def _move(src_root: Path, dst_root: Path, rels: list[str]) -> None:
         os.replace(src_root / rel, dst)
 
 
+# Notebooks that, re-plotting (any mode but "measure"), launch nothing on a GPU and read no
+# other notebook's outputs: a run starts them at once, each in its own process, beside the
+# others, which run one at a time in order (a GPU's timings see no other launch). The
+# context sweep re-plotting still checks kernels on the device, and the occupancy notebook
+# reads compiled kernels: neither is here.
+BESIDE = frozenset({"04_formats.ipynb", "05_context_path.ipynb"})
+
+
+def runs_beside(notebook: Path, params: dict, beside=BESIDE) -> bool:
+    """Whether the run starts ``notebook`` beside the others (``BESIDE``, not measuring)."""
+    return notebook.name in beside and params.get("mode") != "measure"
+
+
+def _run_beside(notebook: Path, params: dict, out_dir: Path, timeout, run) -> NotebookResult:
+    """``run_notebook`` in a worker process; whatever it raises is the notebook's error."""
+    try:
+        return run_notebook(notebook, params, out_dir, timeout=timeout, cell_progress=False,
+                            run=run)
+    except Exception as exc:  # noqa: BLE001  reported as the notebook's failure
+        return NotebookResult(notebook.name, False, 0.0, str(out_dir / "notebooks" /
+                                                             notebook.name),
+                              error=_error_summary(exc))
+
+
 def run_report(config: str | None = None, out: Path | None = None,
                notebooks: list[str] | None = None, overrides: dict | None = None,
                cell_progress: bool = True,
-               notebook_dir: Path = NOTEBOOK_DIR) -> tuple[Path, list[NotebookResult]]:
-    """Run the batch; returns the report folder and one result per notebook (the CLI
-    turns them into a summary and an exit code).
+               notebook_dir: Path = NOTEBOOK_DIR,
+               beside=BESIDE) -> tuple[Path, list[NotebookResult]]:
+    """Run the batch; returns the report folder and one result per notebook, in notebook
+    order (the CLI turns them into a summary and an exit code).
 
-    The notebooks write beside the report folder (``staging_dirs``: ``<out>.incoming``),
-    and each file is put down to the notebook that wrote it. At the end the files of every
-    notebook that ran through replace their earlier versions in the report folder; those
-    of a notebook that failed go to ``<out>.failed`` instead, so the report keeps that
-    notebook's earlier outputs as they were (a run whose notebooks all fail changes only
-    ``summary.json``). ``summary.json`` lists what this run wrote, what was kept from
-    earlier, and what failed. Nothing is created before ``plan_report`` has checked what
-    the run is given (its ValueError reaches the caller).
+    The notebooks of ``beside`` that do not measure (``runs_beside``) start at once, each in
+    a process of its own; the others run one after another in order. Each notebook writes
+    into a folder of its own beside the report folder (under ``staging_dirs``'
+    ``<out>.incoming``). At the end the files of every notebook that ran through replace
+    their earlier versions in the report folder (in notebook order: a later notebook's
+    file of the same name wins); those of a notebook that failed go to ``<out>.failed``
+    instead, so the report keeps that notebook's earlier outputs as they were (a run whose
+    notebooks all fail changes only ``summary.json``). ``summary.json`` lists what this run
+    wrote, what was kept from earlier, and what failed. Nothing is created before
+    ``plan_report`` has checked what the run is given (its ValueError reaches the caller).
     """
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
     from tqdm import tqdm
 
     plan = plan_report(config, out, notebooks, overrides, notebook_dir)
@@ -530,7 +555,8 @@ def run_report(config: str | None = None, out: Path | None = None,
     _, failed_dir = staging_dirs(out_dir)
     print(f"report: configuration {cfg['name']!r}, {len(plan.jobs)} notebooks -> {out_dir}",
           flush=True)
-    results, owned = [], {}  # owned: each file written, the notebook that wrote it last
+    results: list[NotebookResult | None] = [None] * len(plan.jobs)
+    staged = [incoming / nb.stem for nb, _ in plan.jobs]  # each notebook's own folder
     try:
         from ..lab.provenance import git_commit
 
@@ -538,38 +564,56 @@ def run_report(config: str | None = None, out: Path | None = None,
         # runner's (the same unless the tree changed during the run, which +dirty shows).
         commit_used = git_commit()
         with child_environment():
-            bar = tqdm(plan.jobs, desc="notebooks", unit="nb", position=0)
-            for nb, params in bar:
-                bar.set_postfix_str(nb.stem)
-                before = _stamps(incoming)
+            calls = []
+            for i, (nb, params) in enumerate(plan.jobs):
+                staged[i].mkdir()
                 if "out_dir" in params:
-                    params = {**params, "out_dir": str(incoming)}
+                    params = {**params, "out_dir": str(staged[i])}
                 data = plan.sources.get(nb.name, "")
-                results.append(run_notebook(nb, params, incoming,
-                                            timeout=cfg.get("execution_timeout"),
-                                            cell_progress=cell_progress,
-                                            run=f"configuration {cfg['name']}, code at "
-                                                f"commit {commit_used}"
-                                                + (f", data of {data}" if data else "")))
-                results[-1].data = data
-                owned.update({rel: results[-1] for rel, st in _stamps(incoming).items()
-                              if before.get(rel) != st})
-            bar.close()
+                run = (f"configuration {cfg['name']}, code at commit {commit_used}"
+                       + (f", data of {data}" if data else ""))
+                calls.append((i, nb, params, data, run))
+            together = [c for c in calls if runs_beside(c[1], c[2], beside)]
+            in_order = [c for c in calls if c not in together]
+            pool = (ProcessPoolExecutor(len(together), mp_context=mp.get_context("spawn"))
+                    if together else None)
+            try:
+                pending = {i: (pool.submit(_run_beside, nb, params, staged[i],
+                                           cfg.get("execution_timeout"), run), data)
+                           for i, nb, params, data, run in together}
+                if together:
+                    print("  beside the others: "
+                          + ", ".join(nb.stem for _, nb, *_ in together), flush=True)
+                bar = tqdm(in_order, desc="notebooks", unit="nb", position=0)
+                for i, nb, params, data, run in bar:
+                    bar.set_postfix_str(nb.stem)
+                    results[i] = run_notebook(nb, params, staged[i],
+                                              timeout=cfg.get("execution_timeout"),
+                                              cell_progress=cell_progress, run=run)
+                    results[i].data = data
+                bar.close()
+                for i, (future, data) in pending.items():
+                    results[i] = future.result()
+                    results[i].data = data
+            finally:
+                if pool is not None:
+                    pool.shutdown(wait=True, cancel_futures=True)
     finally:
-        ok = {rel for rel, r in owned.items() if r.ok}
-        written = sorted(ok - {"summary.json"})
-        failed_files = sorted(set(owned) - ok)
-        _move(incoming, out_dir, written)
+        done = [(r, staged[i]) for i, r in enumerate(results) if r is not None]
+        ok_files = {rel for r, home in done if r.ok for rel in _files(home)}
+        written = sorted(ok_files - {"summary.json"})
+        failed_files = sorted({rel for r, home in done if not r.ok for rel in _files(home)})
         shutil.rmtree(failed_dir, ignore_errors=True)
-        if failed_files:
-            _move(incoming, failed_dir, failed_files)
+        for r, home in done:  # in notebook order: a later notebook's file replaces it
+            _move(home, out_dir if r.ok else failed_dir, _files(home))
         shutil.rmtree(incoming, ignore_errors=True)
+    results = [r for r, _ in done]
     kept = [f for f in _files(out_dir) if f not in set(written) and f != "summary.json"]
-    for r in results:  # the paths the run reports are where the files now are
-        home = out_dir if r.ok else failed_dir
-        r.output = str(home / Path(r.output).relative_to(incoming))
+    for r, home in done:  # the paths it reports: where the files now are
+        dest = out_dir if r.ok else failed_dir
+        r.output = str(dest / Path(r.output).relative_to(home))
         if r.html:
-            r.html = str(home / Path(r.html).relative_to(incoming))
+            r.html = str(dest / Path(r.html).relative_to(home))
     summary = {"config": cfg["name"], "commit": commit_used,
                "notebooks": [asdict(r) for r in results], "written": written,
                "kept_from_earlier": kept,

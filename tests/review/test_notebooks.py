@@ -216,8 +216,9 @@ def test_papermill_injected_the_configuration(cpu_report):
         i = next(i for i, t in enumerate(tags) if "parameters" in t)
         injected = nb.cells[i + 1]
         assert "injected-parameters" in tags[i + 1]
-        # The notebooks write beside the report folder; the runner moves what they wrote.
-        assert f'out_dir = "{report.staging_dirs(out_dir)[0]}"' in injected.source
+        # The notebooks write beside the report folder, each into a folder of its own; the
+        # runner moves what they wrote.
+        assert f'out_dir = "{report.staging_dirs(out_dir)[0] / p.stem}"' in injected.source
         own = cfg["notebooks"][p.name]
         if "contexts" in own:
             assert f"contexts = {own['contexts']}" in injected.source
@@ -398,6 +399,80 @@ def test_earlier_results_stay_until_new_ones_are_written(tmp_path):
     _, results = report.run_report(str(cfg), out=out, notebook_dir=nbs, cell_progress=False)
     assert all(r.ok for r in results) and (out / "b.txt").read_text() == "run 3"
     assert not failed.exists()
+
+
+@pytest.mark.slow
+def test_notebooks_beside_the_others_run_at_once_and_keep_their_outputs(tmp_path):
+    # 01 waits for a file that 03 writes: run one after the other, 01 would time out.
+    nbs = tmp_path / "nbs"
+    nbs.mkdir()
+    marker = tmp_path / "marker"
+    _tiny_notebook(nbs / "01_waits.ipynb", "import time\n"
+                   f"end = time.time() + 120\n"
+                   f"while not Path({str(marker)!r}).exists() and time.time() < end:\n"
+                   "    time.sleep(0.1)\n"
+                   f"assert Path({str(marker)!r}).exists(), 'ran alone'\n"
+                   "Path(out_dir, 'waits.txt').write_text('1')")
+    _tiny_notebook(nbs / "02_broken.ipynb", "Path(out_dir, 'broken.txt').write_text('2')\n"
+                   "raise ValueError('boom')")
+    _tiny_notebook(nbs / "03_beside.ipynb", f"Path({str(marker)!r}).write_text('3')\n"
+                   "Path(out_dir, 'beside.txt').write_text('3')")
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("parameters: {}\n")
+    out = tmp_path / "out"
+    _, results = report.run_report(str(cfg), out=out, notebook_dir=nbs, cell_progress=False,
+                                   beside={"03_beside.ipynb"})
+    assert [r.notebook for r in results] == ["01_waits.ipynb", "02_broken.ipynb",
+                                             "03_beside.ipynb"]
+    assert [r.ok for r in results] == [True, False, True], [r.error for r in results]
+    assert (out / "waits.txt").is_file() and (out / "beside.txt").is_file()
+    assert (out / "html" / "03_beside.html").is_file()
+    assert results[2].html == str(out / "html" / "03_beside.html")
+    assert (tmp_path / "out.failed" / "broken.txt").is_file() and not (out / "broken.txt").exists()
+    summary = json.loads((out / "summary.json").read_text())
+    assert {"waits.txt", "beside.txt", "notebooks/03_beside.ipynb"} <= set(summary["written"])
+    assert "broken.txt" in summary["failed_outputs"]["files"]
+    assert not (tmp_path / "out.incoming").exists()
+
+
+def test_only_gpu_free_replots_run_beside_the_others():
+    # What runs beside the measuring notebooks must launch nothing on the GPU when it
+    # re-plots: every call that reaches a kernel or a compiled one sits in its measure path.
+    gpu_calls = {"check_variants", "run_points", "measure_resources", "compiled_resources",
+                 "measure_ceilings", "gather_kv_b_proj", "run"}
+
+    def gpu_free(path: Path) -> bool:
+        import ast
+
+        nb = nbformat.read(str(path), as_version=4)
+        src = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+
+        def measure_only(node) -> bool:
+            return (isinstance(node, ast.FunctionDef) and node.name == "measure") or (
+                isinstance(node, ast.If) and "mode == 'measure'" in ast.unparse(node.test)
+                .replace('"', "'"))
+
+        def walk(node, guarded=False) -> bool:
+            guarded = guarded or measure_only(node)
+            if isinstance(node, ast.Call) and not guarded:
+                f = node.func
+                name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+                if name in gpu_calls:
+                    return False
+            return all(walk(c, guarded) for c in ast.iter_child_nodes(node))
+        return walk(ast.parse(src))
+
+    by_name = {p.name: p for p in NOTEBOOKS}
+    assert report.BESIDE and report.BESIDE <= set(by_name)
+    for name in report.BESIDE:
+        assert gpu_free(by_name[name]), name
+    # The sweep checks kernels even when it re-plots, the occupancy notebook compiles them.
+    assert not gpu_free(by_name["02_context_sweep.ipynb"])
+    assert not gpu_free(by_name["01_occupancy.ipynb"])
+    nb = by_name["04_formats.ipynb"]
+    assert report.runs_beside(nb, {"mode": "replot"})
+    assert not report.runs_beside(nb, {"mode": "measure"})
+    assert not report.runs_beside(by_name["03_roofline.ipynb"], {"mode": "replot"})
 
 
 @pytest.mark.slow
