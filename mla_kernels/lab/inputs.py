@@ -304,20 +304,18 @@ def build_inputs(
     fp8_dtype = cdt if cdt in FP8_MAX else torch.float8_e4m3fn
     _check_sizes(shp, contexts, block_size, spare_indices, spare_rows, spare_blocks,
                  cdt.itemsize, checked["out_dtype"], device)
-    if draws is not None and torch.device(device).type != "cpu":
-        key = (shp, tuple(contexts), block_size, cache_dtype, weight_format, seed,
-               spare_indices, spare_blocks, k_scale, tuple(weight_scale_range),
-               tuple(e8m0_range), bool(e8m0_full_span))
-        drawn = draws.get(key)
-        if drawn is None:
-            drawn = _draw(gen, shp, contexts, block_size, spare_indices, spare_blocks, cdt,
-                          fp8_dtype, k_scale, weight_format, weight_scale_range, e8m0_range,
-                          e8m0_full_span)
-            draws.put(key, drawn)
-    else:
+    if torch.device(device).type == "cpu":
+        draws = None  # a CPU set's tensors would share the kept ones
+    key = (shp, tuple(contexts), block_size, cache_dtype, weight_format, seed, spare_indices,
+           spare_blocks, k_scale, tuple(weight_scale_range), tuple(e8m0_range),
+           bool(e8m0_full_span))
+    drawn = None if draws is None else draws.get(key)
+    if drawn is None:
         drawn = _draw(gen, shp, contexts, block_size, spare_indices, spare_blocks, cdt,
                       fp8_dtype, k_scale, weight_format, weight_scale_range, e8m0_range,
                       e8m0_full_span)
+        if draws is not None:
+            draws.put(key, drawn)
     kv_indptr, kv_indices, cs, k_buffer, k_scale_t, weight, wscale = drawn
     rows = sum(contexts) + spare_rows
     # The outputs (most of a long context's bytes) are filled where they live: drawing
