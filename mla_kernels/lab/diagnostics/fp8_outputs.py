@@ -16,7 +16,7 @@ import torch
 
 from ...api import gather_kv_b_proj
 from ...designs.hopper_ws import HopperWSConfig
-from ..bench import check_columns
+from ..bench import WEIGHT_DRAWS, check_columns
 from ..checks import check_outputs
 from ..inputs import build_inputs
 from ..provenance import provenance
@@ -36,9 +36,9 @@ CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6
                                      spare_latent_chunks=2),
            "r4pp_s3": HopperWSConfig(ring_depth=4, mma_groups=2, pingpong=True,
                                      spare_latent_chunks=3)}
-# (weight format, cache, tokens of one sequence, configs): Kimi-K3 TP8, page size 1. A
-# config the design refuses for one output dtype (r6pp: bf16 outputs' staging does not fit
-# beside six slots) is left out for it.
+# (weight format, cache, tokens of one sequence, configs[, weight draw]): Kimi-K3 TP8, page
+# size 1; the draw a key of bench.WEIGHT_DRAWS. A config the design refuses for one output
+# dtype (r6pp: bf16 outputs' staging does not fit beside six slots) is left out for it.
 SPARE = ("r6pp_s1", "r5pp_s2", "r4pp_s3")
 CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4", *SPARE)),
          ("fp8_row", "fp8", 109440, ("r6g2L", "r6pp", "r4pp", "r4", *SPARE)),
@@ -47,16 +47,21 @@ CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4", *SPAR
          ("fp8_row", "bf16", 32000, ("r4",)),
          ("fp8_row", "fp8", 4096, ("r4", "r6pp")),
          ("fp8_block", "fp8", 4096, ("r4", "r6pp")),
-         ("fp8_block", "fp8", 109440, ("r4", "r6pp"))]
+         ("fp8_block", "fp8", 109440, ("r4", "r6pp")),
+         # MXFP4 whose every item takes the split route: two fp8 K loops over the fp8 tile,
+         # a bf16 weight's bytes and tensor-core time without widening the latent.
+         ("mxfp4", "fp8", 32000, ("r4", "r6", "r6g2"), "wide")]
 OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
 
 
 def run(cases, warm: bool) -> list[dict]:
     prov, rows = provenance(), []
-    for fmt, cache, tokens, names in cases:
+    for fmt, cache, tokens, names, *draw in cases:
         tokens = 1000 if warm else tokens
+        draw = draw[0] if draw else ""
         inputs = {o: build_inputs("kimi-k3-tp8", [tokens], cache_dtype=cache, weight_format=fmt,
-                                  device="cuda", out_dtype=d) for o, d in OUTS.items()}
+                                  device="cuda", out_dtype=d, **WEIGHT_DRAWS[draw])
+                  for o, d in OUTS.items()}
         for name in names:
             cfg = CONFIGS[name]
             for out, inp in inputs.items():
@@ -71,7 +76,8 @@ def run(cases, warm: bool) -> list[dict]:
                     lambda inp=inp, cfg=cfg: gather_kv_b_proj(*inp.args(), variant="hopper_ws",
                                                               config=cfg)))
                 row = {**prov, "model": "kimi-k3-tp8", "weight_format": fmt, "cache_dtype": cache,
-                       "block_size": 1, "ctx": tokens, "variant": "hopper_ws", "config": repr(cfg),
+                       "block_size": 1, "ctx": tokens, "weight_draw": draw,
+                       "variant": "hopper_ws", "config": repr(cfg),
                        "config_name": name, "out_dtype": out, "timing": "graph",
                        "median_us": float("nan") if t is None else t.median_us,
                        "q1_us": float("nan") if t is None else t.q1_us,
@@ -98,7 +104,8 @@ def main() -> None:
         unknown = sorted(set(keep) - set(CONFIGS))
         if unknown:
             ap.error(f"--configs: expected names of {sorted(CONFIGS)}, got {unknown}")
-        cases = [(f, c, t, tuple(n for n in names if n in keep)) for f, c, t, names in cases]
+        cases = [(f, c, t, tuple(n for n in names if n in keep), *d)
+                 for f, c, t, names, *d in cases]
     rows = run(cases, a.warm)
     if not a.warm:
         print(write_rows(pd.DataFrame(rows), a.out, "fp8_outputs.csv"))
