@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 
 from ..core.devices import device_spec
-from ..core.formats import dequantize_weight
+from ..core.formats import FP8_BLOCK, dequantize_weight, is_block_scale
 from ..designs.jit import dot_acc
 from . import checks
 from .attention import LOG2E, MAX_SPLITS, Blocking, split_count
@@ -93,10 +93,30 @@ def absorb_weights(kv_proj_weight: torch.Tensor, kv_proj_scale: torch.Tensor | N
                           "less at least one of v)", repr(nope))
     if dtype not in checks.QUERY_DTYPES:
         raise checks.fail("dtype", "torch.bfloat16 or torch.float16 (the queries')", dtype)
-    w = dequantize_weight(kv_proj_weight, kv_proj_scale, fmt)
-    w = w.view(h, rows // h, cols)
-    return AbsorbedWeights(w[:, :nope].to(dtype).contiguous(),
-                           w[:, nope:].transpose(1, 2).to(dtype).contiguous())
+    # Head by head: the whole weight dequantised at once held it twice in float32 (the copy
+    # and its scaled product) before anything else of the plan, above the path's own peak
+    # at small n (memory.absorbed_peak_bytes, ``prepare``). The same values, rounded once.
+    per_head = rows // h
+    w_uk = torch.empty((h, nope, cols), dtype=dtype, device=dev)
+    w_uv_t = torch.empty((h, cols, per_head - nope), dtype=dtype, device=dev)
+    for i in range(h):
+        w = _dequantized_rows(kv_proj_weight, kv_proj_scale, fmt, i * per_head,
+                              (i + 1) * per_head)
+        w_uk[i] = w[:nope]
+        w_uv_t[i] = w[nope:].t()
+    return AbsorbedWeights(w_uk, w_uv_t)
+
+
+def _dequantized_rows(weight: torch.Tensor, scale: torch.Tensor | None, fmt: str, r0: int,
+                      r1: int) -> torch.Tensor:
+    """float32 rows [r0, r1) of ``dequantize_weight(weight, scale, fmt)``: a per-row scale
+    sliced with them, a block scale's whole 128-row blocks dequantised and cut."""
+    if scale is None or not is_block_scale(weight, scale):
+        return dequantize_weight(weight[r0:r1], None if scale is None else scale[r0:r1], fmt)
+    a = r0 // FP8_BLOCK * FP8_BLOCK
+    b = min(-(-r1 // FP8_BLOCK) * FP8_BLOCK, weight.shape[0])
+    w = dequantize_weight(weight[a:b], scale[a // FP8_BLOCK:-(-b // FP8_BLOCK)], fmt)
+    return w[r0 - a:r1 - a]
 
 
 @triton.jit

@@ -50,12 +50,20 @@ def expanded_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int
 
 
 def absorbed_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int, *,
-                        splits: int = 1, q_dtype: torch.dtype = torch.bfloat16) -> int:
+                        splits: int = 1, q_dtype: torch.dtype = torch.bfloat16,
+                        prepare: bool = False) -> int:
     """Absorbed: the absorbed queries and the fold's product before it is copied in, the
     partials (float32, kv_c wide), the latent output, the projection's product and the
-    output with its LSE; and the prepared weights (held beside them while the call runs)."""
+    output with its LSE; and the prepared weights (held beside them while the call runs).
+
+    ``prepare``: the plan also prepares the weights (``absorb_weights``, before any buffer
+    of its own): the larger of that and the run. The preparation holds the prepared weights
+    and one head's rows of the weight in float32 twice (the copy and its scaled product)
+    with the head's row scale, as a per-row scale or a head of whole 128-row blocks does."""
     s = get_shape(shape)
     _counts(new_tokens, context_len, splits)
+    if type(prepare) is not bool:
+        raise ValueError(f"prepare: expected a bool, got {prepare!r}")
     n, h, b = new_tokens, s.num_heads, _size(q_dtype, "q_dtype")
     q_absorbed = n * h * s.latent_dim * b
     fold_tmp = n * h * s.kv_c_dim * b
@@ -66,4 +74,9 @@ def absorbed_peak_bytes(shape: str | MLAShape, new_tokens: int, context_len: int
     weights = h * (s.qk_nope_dim + s.v_head_dim) * s.kv_c_dim * b
     # The fold's product is freed once copied; the projection's comes after it, so the two
     # temporaries are never held together: the larger counts.
-    return q_absorbed + max(fold_tmp, proj_tmp) + parts + o_latent + out + weights
+    run = q_absorbed + max(fold_tmp, proj_tmp) + parts + o_latent + out + weights
+    if not prepare:
+        return run
+    per_head = s.qk_nope_dim + s.v_head_dim
+    head = 2 * per_head * s.kv_c_dim * F32 + per_head * F32
+    return max(run, weights + head)

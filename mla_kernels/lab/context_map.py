@@ -118,7 +118,7 @@ def measure_point(shape: str, c: int, n: int, *, cache_dtype: str, weight_format
     errs = attention_errors(out, lse, ref)
     row("absorbed", measure(graphed(ab_plan.run), budget), af["floor_us"], errs,
         judge(errs, "bf16"), ab_plan.splits,
-        absorbed_peak_bytes(shape, n, c, splits=ab_plan.splits), peak)
+        absorbed_peak_bytes(shape, n, c, splits=ab_plan.splits, prepare=True), peak)
     del ab_plan, ab, out, lse
 
     # The baseline over the whole context's expanded K/V (bf16: SDPA's own dtypes).

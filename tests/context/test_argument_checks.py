@@ -268,6 +268,7 @@ def test_absorb_weights_names_the_bad_argument(ci, kw, message):
     (absorbed_peak_bytes, {"new_tokens": 2.0}, "new_tokens: expected an int >= 0, got 2.0"),
     (absorbed_peak_bytes, {"q_dtype": None}, "q_dtype: expected a torch.dtype, got None"),
     (absorbed_peak_bytes, {"shape": "no-such-model"}, "shape: expected one of"),
+    (absorbed_peak_bytes, {"prepare": 1}, "prepare: expected a bool, got 1"),
 ])
 def test_memory_counts_name_the_bad_argument(fn, kw, message):
     args = {"shape": "kimi-k3-tp8", "new_tokens": 16, "context_len": 4096, **kw}

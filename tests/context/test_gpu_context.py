@@ -78,3 +78,21 @@ def test_absorbed_tilings_at_scale(blocking, cache, seed):
     out, lse = plan.run()
     errs = attention_errors(out, lse, ci.reference())
     assert judge(errs, "bf16"), errs
+
+
+@pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block"])
+def test_absorbed_plan_and_run_within_the_count_at_few_tokens(fmt, seed):
+    # The map's first point: with 16 new tokens the run holds less than the weight's whole
+    # float32 dequantisation would, so a plan that prepared it at once peaked above the
+    # count (12 MiB against 6.96 MB); head by head, the plan and its run stay within it.
+    ci = build_context_inputs("kimi-k3-tp8", 4096, 16, cache_dtype="fp8", weight_format=fmt,
+                              device="cuda", seed=seed)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    plan = plan_absorbed(*ci.args())
+    plan.run()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    model = absorbed_peak_bytes("kimi-k3-tp8", 16, 4096, splits=plan.splits, prepare=True)
+    assert peak <= model + 2**20, (peak, model)

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mla_kernels.context import (
+    absorb_weights,
     absorbed_peak_bytes,
     attention_reference,
     expanded_peak_bytes,
@@ -17,6 +18,7 @@ from mla_kernels.context import (
     plan_expanded,
 )
 from mla_kernels.context.attention import Blocking
+from mla_kernels.core.formats import FP8_BLOCK, dequantize_weight, quantize_weight
 from mla_kernels.core.shapes import MLAShape
 from mla_kernels.lab.context_checks import attention_errors, judge
 from mla_kernels.lab.context_inputs import build_context_inputs
@@ -147,3 +149,46 @@ def test_fp16_queries(cache, device, seed):
         plan(bufs).run()
         errs = attention_errors(bufs["out"], bufs["lse"], ref)
         assert judge(errs, "bf16"), (name, errs)
+
+
+@pytest.mark.parametrize(("fmt", "scale", "per_head", "nope"), [
+    ("fp8_row", "row", 256, 128), ("fp8_row", "row [N, 1]", 256, 128),
+    ("fp8_block", "block", 256, 128),
+    ("fp8_block", "block", 192, 128),  # heads that start and end inside 128-row blocks
+    ("bf16", None, 256, 128), ("bf16", "row", 192, 100), ("bf16", "block", 320, 192)])
+def test_absorbed_weights_are_the_whole_weight_dequantised(fmt, scale, per_head, nope, device,
+                                                          seed):
+    # Prepared head by head, the weights are bit for bit those of the whole weight
+    # dequantised at once (as the reference does), then split and rounded.
+    g = torch.Generator().manual_seed(seed)
+    h, k = 3, 512
+    w = torch.randn(h * per_head, k, generator=g)
+    if fmt == "bf16":
+        weight = w.to(torch.bfloat16)
+        shapes = {"row": (h * per_head,), "block": (-(-h * per_head // FP8_BLOCK), k // FP8_BLOCK)}
+        ws = None if scale is None else torch.rand(shapes[scale], generator=g) + 0.5
+    else:
+        weight, ws = quantize_weight(w, fmt)
+        if scale == "row [N, 1]":
+            ws = ws.reshape(-1, 1)
+    got = absorb_weights(weight.to(device), None if ws is None else ws.to(device), num_heads=h,
+                         nope=nope)
+    whole = dequantize_weight(weight, ws, fmt).view(h, per_head, k)
+    assert torch.equal(got.w_uk.cpu(), whole[:, :nope].to(torch.bfloat16))
+    assert torch.equal(got.w_uv_t.cpu(), whole[:, nope:].transpose(1, 2).to(torch.bfloat16))
+
+
+def test_absorbed_count_with_the_weights_preparation(device, seed):
+    # A plan that prepares its weights first holds them and one head's rows of the weight
+    # in float32 twice (the copy, its scaled product) with the head's scale: at few new
+    # tokens more than its run, at many less.
+    ci = build_context_inputs(TWO, 150, 9, block_size=4, device=device, seed=seed)
+    plan = plan_absorbed(*ci.args(), num_splits=3)
+    weights = sum(t.numel() * t.element_size() for t in plan.weights)
+    per_head = 256
+    head = 2 * per_head * 512 * 4 + per_head * 4
+    run = absorbed_peak_bytes(TWO, 9, 150, splits=3)
+    assert absorbed_peak_bytes(TWO, 9, 150, splits=3, prepare=True) == weights + head > run
+    many = absorbed_peak_bytes(TWO, 4096, 150, splits=3)
+    assert many > weights + head
+    assert absorbed_peak_bytes(TWO, 4096, 150, splits=3, prepare=True) == many
