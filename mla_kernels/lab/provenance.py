@@ -163,7 +163,9 @@ def check_commit(root: Path = REPO_ROOT, manifest_path: Path | None = None
         manifest, bad = _read_manifest(manifest_path)
         if manifest is not None and not bad:  # a commit git has, and its files as git lists
             listed = tracked_package_files(root, manifest["commit"])
-            if listed is not None and _mismatch(listed, root) is None:
+            # A commit this git lacks (a later tree copied over an older clone): the
+            # manifest's own hashes, as a copy without .git is checked.
+            if _mismatch(manifest["files"] if listed is None else listed, root) is None:
                 return manifest["commit"][:SHORT], ""
         return f"{head}+dirty", why
     manifest, why = _read_manifest(manifest_path)
@@ -179,7 +181,8 @@ def check_commit(root: Path = REPO_ROOT, manifest_path: Path | None = None
 def commit_stamp(root: Path = REPO_ROOT, manifest_path: Path | None = None) -> str:
     """``<commit>`` only for a commit git or the manifest verified: a checkout's ``HEAD``
     whose covered files (``COVERED``) are HEAD's, else, in a checkout, a manifest's commit
-    that git has and whose files git lists as these; in a copy without ``.git``, the
+    whose files git lists as these (or, a commit git lacks, the manifest does); in a copy
+    without ``.git``, the
     manifest's commit when its fields are valid and the files match them. Otherwise
     ``<HEAD>+dirty`` (a checkout), ``<commit>+unmatched`` (a copy whose files differ from its
     manifest, or ``unknown+unmatched`` when the manifest's fields are not what they must

@@ -91,6 +91,25 @@ def test_a_copy_with_an_older_git_stamps_the_manifest_it_matches(checkout):
 
 
 @needs_git
+def test_a_copy_over_a_clone_that_lacks_its_commit_stamps_the_manifest_it_matches(checkout,
+                                                                                  tmp_path):
+    # A later tree copied over a clone made before its commit (git there has never seen
+    # it): git alone would say "<old>+dirty"; the manifest's own hashes decide.
+    old = _git(checkout, "rev-parse", "--short=12", "HEAD")
+    clone = tmp_path / "clone"
+    _git(tmp_path, "clone", "-q", str(checkout), str(clone))
+    (checkout / "mla_kernels" / "lab" / "bench.py").write_text("y = 3\n")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
+    new = _git(checkout, "rev-parse", "HEAD")
+    prov.write_manifest(checkout / prov.MANIFEST.name, root=checkout)
+    shutil.copytree(checkout, clone, ignore=shutil.ignore_patterns(".git"), dirs_exist_ok=True)
+    assert prov.tracked_package_files(clone, new) is None  # the clone lacks the commit
+    assert prov.commit_stamp(clone) == new[:12]
+    (clone / "mla_kernels" / "lab" / "bench.py").write_text("y = 4\n")  # neither
+    assert prov.commit_stamp(clone) == f"{old}+dirty"
+
+
+@needs_git
 def test_git_s_view_wins_over_a_manifest_naming_head(checkout):
     # A manifest that names HEAD but hashes edited files: git sees the edit.
     head = _git(checkout, "rev-parse", "HEAD")
