@@ -4,8 +4,9 @@
 
 - Every module with a ``__main__`` block answers ``--help`` (its arguments parse before any
   GPU work), and the README's table of commands names each one.
-- The diagnostics with a CPU mode run it: ``launch_shape --check`` compiles its kernels for
-  sm_90, ``gather_write_bound --check`` checks every grid under the interpreter.
+- The diagnostics with a CPU mode run it: ``launch_shape --check`` and ``l2_stream --check``
+  compile their kernels for sm_90, ``gather_write_bound --check`` checks every grid under the
+  interpreter.
 - The scripts under ``scripts/`` answer ``--help``, the shell scripts parse, and the run's
   driver refuses an unknown step before anything runs.
 """
@@ -89,6 +90,22 @@ def test_launch_shape_compiles_for_sm90():
     lines = [line for line in r.stdout.splitlines() if "shared" in line]
     assert len(lines) == 5, r.stdout
     assert "shared  221184" in lines[2], lines  # "+ smem": the 221 KB hopper_ws holds
+
+
+@pytest.mark.slow
+def test_l2_stream_compiles_for_sm90_one_program_an_sm():
+    from mla_kernels.lab.compile_check import HOPPER_SMEM
+
+    r = _run(["-m", "mla_kernels.lab.diagnostics.l2_stream", "--check"], interpret=False,
+             timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shared = [int(m) for m in re.findall(r"shared\s+(\d+)", r.stdout)]
+    assert len(shared) == 10 and "tma loads 0" not in r.stdout, r.stdout
+    # Each ring slot adds 16 KB (and its barriers); every depth fits an SM and leaves no
+    # room for a second program, so each SM streams for one.
+    steps = [b - a for a, b in zip(shared[:4], shared[1:5], strict=True)]
+    assert all(16384 <= d <= 16384 + 32 for d in steps), shared
+    assert all(HOPPER_SMEM // 2 < b <= HOPPER_SMEM for b in shared), (shared, HOPPER_SMEM)
 
 
 @pytest.mark.slow
