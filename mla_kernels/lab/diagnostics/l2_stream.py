@@ -23,6 +23,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from ...core.shapes import get_shape
+from ...designs.hopper_ws.plan import _smem_layout
 from ...designs.hopper_ws.shared_buffers import WeightRing
 from .command_line import check_or_measure, write_rows
 
@@ -85,12 +86,12 @@ def stream_kernel(w_desc, sink_ptr, n_items, items, KV_C: gl.constexpr,
 
 
 def _descriptor(w: torch.Tensor):
+    """A TMA descriptor of ``w``'s ring chunks, in the layout hopper_ws's weight ring takes."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     wk = SLOT_BYTES // ROWS.value // w.element_size()
-    gl_dtype = {torch.bfloat16: gl.bfloat16, torch.float8_e4m3fn: gl.float8e4nv}[w.dtype]
-    layout = gl.NVMMASharedLayout.get_default_for([ROWS.value, wk], gl_dtype)
-    return TensorDescriptor(w, list(w.shape), list(w.stride()), [ROWS.value, wk], layout)
+    return TensorDescriptor(w, list(w.shape), list(w.stride()), [ROWS.value, wk],
+                            _smem_layout(ROWS.value, wk, w.dtype))
 
 
 def launches(device: str):
