@@ -161,8 +161,10 @@ def ptxas_report(ptx: str, capability: int) -> dict[str, int]:
     text = out.stdout + out.stderr
     regs = re.search(r"Used (\d+) registers", text)
     spill = re.search(r"(\d+) bytes spill stores", text)
+    # ptxas waits for each wgmma before the next where the registers run short.
     return {"n_regs": int(regs.group(1)) if regs else -1,
-            "spill_bytes": int(spill.group(1)) if spill else 0}
+            "spill_bytes": int(spill.group(1)) if spill else 0,
+            "wgmma_serialized": "wgmma.mma_async instructions are serialized" in text}
 
 
 # ---------------------------------------------------------------------------------- AMD

@@ -24,6 +24,7 @@ from mla_kernels.core.devices import DEVICES, INTERPRETER
 from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.designs.hopper_ws import HopperWSConfig, fp8_route, lockstep_granule, supports
 from mla_kernels.designs.hopper_ws.conversions import (
+    E4M3_PAIR_TO_BF16,
     E4M3_TO_BF16,
     halves,
     mx_codes,
@@ -72,8 +73,9 @@ def test_matches_reference(shape, contexts, block_size, device, seed):
     ("fp8_row", "fp8", None),
     ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
     ("bf16", "fp8", None),  # the gather partition that widens the latent tile
+    ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
     ("fp8_row", "bf16", None),  # a bf16 latent tile's gather
-], ids=["fp8_row", "registers", "bf16_weight", "bf16_cache"])
+], ids=["fp8_row", "registers", "bf16_weight", "bf16_weight_registers", "bf16_cache"])
 def test_many_sequences_either_side_of_the_search_in_registers(batch, fmt, cache, config,
                                                                device, seed):
     # Up to 128 sequences the gather partitions search a tile's sequences in registers
@@ -184,6 +186,69 @@ def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, regs, devi
                           weight_format="fp8_row", device=device, seed=seed)
     run_and_check(inp, "hopper_ws", config=HopperWSConfig(
         ring_depth=stages, programs=programs, mma_groups=2, latent_in_registers=regs))
+
+
+# A bf16 weight over an fp8 cache with two groups and the latent in registers: the fp8
+# tile as gathered, each group widening its 64 rows into bf16 registers once a tile, so its
+# K loops run a bf16 tile's dots with the A operand in registers.
+BF16_REGS = HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("out", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
+@pytest.mark.parametrize(("contexts", "block_size"), [
+    ([4096], 1),
+    ([1000], 1),  # the last tile shifted back
+    ([100], 1),  # the one partial tile: each group's rows stored masked
+    ([37, 0, 300, 129, 1], 16),
+    ([513, 2048, 70], 64),
+])
+def test_bf16_weight_latent_in_registers_is_the_bf16_tiles_result(contexts, block_size, out,
+                                                                  device, seed):
+    # The same dots in the same order as the bf16 tile's route (`auto`'s default), each
+    # row's products on its own: the outputs agree bit for bit, and with the reference.
+    inp = mk.build_inputs(KIMI, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format="bf16", device=device, seed=seed, out_dtype=out)
+    run_and_check(inp, "hopper_ws", config=BF16_REGS)
+    k, v = inp.k_prefix.clone(), inp.v_prefix.clone()
+    run_and_check(inp, "hopper_ws", config=HopperWSConfig())
+    assert torch.equal(k.view(torch.uint8), inp.k_prefix.view(torch.uint8)), f"seed {seed}"
+    assert torch.equal(v.view(torch.uint8), inp.v_prefix.view(torch.uint8)), f"seed {seed}"
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize("programs", [1, 5, 131])
+@pytest.mark.parametrize("stages", [2, 4, 6])
+def test_bf16_weight_latent_in_registers_program_runs_and_ring_depth(programs, stages,
+                                                                     device, seed):
+    # One program runs every tile in turn, each tile's buffer refilled while the last
+    # tile's items still run on the widened registers.
+    inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
+                          weight_format="bf16", device=device, seed=seed,
+                          out_dtype=torch.float8_e4m3fn)
+    run_and_check(inp, "hopper_ws", config=replace(BF16_REGS, ring_depth=stages,
+                                                   programs=programs))
+
+
+@pytest.mark.parametrize(("cache", "scale"), [("fp8", "row"), ("fp8", "block"),
+                                              ("bf16", None)])
+def test_bf16_weight_latent_in_registers_refused_where_it_does_not_apply(cache, scale):
+    # A scaled bf16 weight's scale vector does not fit beside the group's 128 registers of
+    # latent (ptxas spills it), and over a bf16 cache there is nothing to widen: refused
+    # when the launch is prepared, before anything is written.
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel
+    from mla_kernels.lab.occupancy import problem_for
+
+    inp = mk.build_inputs(KIMI, [300], cache_dtype=cache, weight_format="bf16")
+    prob = problem_for(KIMI, [300], cache, "bf16", 1)
+    if scale is not None:
+        n, k = inp.kv_proj_weight.shape
+        inp.kv_proj_scale = torch.ones((n,) if scale == "row" else (-(-n // 128), -(-k // 128)))
+        prob = replace(prob, weight_scale=scale, scale_dtype=None)
+    with pytest.raises(ValueError, match=r"config\.mma_groups: expected 1 here .*, got 2"):
+        compile_main_kernel("hopper_ws", inp, prob, BF16_REGS, HOPPER, 90)
 
 
 # ------------------------------------------------ the ping-pong schedule
@@ -863,6 +928,17 @@ def _e4m3_probe(src_ptr, dst_ptr):
     gl.store(dst_ptr + 2 * i + 1, hi)
 
 
+@gluon.jit
+def _e4m3_pair_probe(src_ptr, dst_ptr):
+    """The MMA warps' widening of the latent held in registers (E4M3_PAIR_TO_BF16) of 128
+    pairs of e4m3 codes, each in the low half of a word."""
+    lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    i = gl.arange(0, 128, layout=lay)
+    w = gl.inline_asm_elementwise(E4M3_PAIR_TO_BF16, "=r,r", [gl.load(src_ptr + i)],
+                                  dtype=gl.int32, is_pure=True, pack=1)
+    gl.store(dst_ptr + i, w)
+
+
 @pytest.mark.gpu
 @hopper
 def test_bf16_path_latent_widening_is_exact():
@@ -878,6 +954,10 @@ def test_bf16_path_latent_widening_is_exact():
     assert nan.sum() == 2
     assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
     assert got[nan].tolist() == [480.0, -480.0]
+    # The pairs' widening: the same bits, the high half of each word ignored.
+    pairs = codes.view(torch.int16).to(torch.int32) | (0x5A5A << 16)
+    _e4m3_pair_probe[(1,)](pairs, out, num_warps=4)
+    assert torch.equal(out.view(torch.bfloat16).cpu().view(torch.int16), got.view(torch.int16))
 
 
 def test_fp8_route_rule():
@@ -997,6 +1077,7 @@ FP8_OUT_PATHS = [
     ("fp8_block", "fp8", None),
     ("fp8_block", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True)),
     ("bf16", "fp8", None),  # a bf16 latent tile widened by the gatherer, two staging buffers
+    ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
     ("mxfp4", "fp8", None),
     ("fp8_row", "bf16", None),
     ("fp8_block", "bf16", None),

@@ -239,6 +239,9 @@ HOPPER_WS_OPTIONS = [
     ("fp8_row", "row", "float32", 6, "fp8", 1),
     ("fp8_block", "block", "float32", 5, "fp8", 1),
     ("mxfp4", "e8m0", None, 6, "fp8", 1),  # widened once a call
+    # A bf16 weight: each group's rows of the fp8 tile widened into registers.
+    ("bf16", "none", None, 6, "fp8", 2, True),
+    ("bf16", "none", None, 4, "fp8", 2, True, False, 0, "float8_e4m3fn"),
 ]
 
 
@@ -251,13 +254,26 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
         assert r["shared_bytes"] <= HOPPER_SMEM, r
         assert r["num_warps"] == (16 if groups == 2 else 12), r
         assert r["mma_sync"] == 0, r
-        assert len(r["wgmma"]) == (_mx_wgmma(r) if r["path"][0] == "mxfp4" else 32), r
+        if r["path"][0] == "bf16":  # 8 K slices of 4 k16 steps, 64 rows a group
+            assert set(r["wgmma"]) == {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"}
+            assert len(r["wgmma"]) == 64, r
+        else:
+            assert len(r["wgmma"]) == (_mx_wgmma(r) if r["path"][0] == "mxfp4" else 32), r
+        # Short of registers, ptxas would wait for each wgmma before issuing the next.
+        assert not r["wgmma_serialized"], r
         # Under triton 3.6 a ring past 4 keeps one pointer in local memory, stored at the
         # kernel's start and loaded once a partition (8 bytes; read from the SASS).
         allowed = 8 if TRITON_VERSION < (3, 7) else 0
         if r["path"][0] == "mxfp4":  # as on MXFP4's other paths (HOPPER_WS_PATHS)
             allowed = _mx_spills(r)
-        if r["path"][6:] == [True]:
+        if r["path"][0] == "bf16":
+            # The widened latent takes 128 of a group's 224 registers, which leaves the
+            # gatherer 40: under 3.6 it keeps 16 bytes of a tile's row offsets in local
+            # memory, and with bf16 outputs each group's epilogue two values an item (read
+            # from the SASS); under 3.9 also some of the groups' scalars an item (340-380
+            # bytes by ptxas's report).
+            allowed = 64 if TRITON_VERSION < (3, 7) else 400
+        elif r["path"][6:] == [True]:
             # The latent in registers: 64 of a group's 200 registers. Under 3.6 (the H200's
             # triton, where it was timed) 8 bytes at depth 6 and none at 4; under 3.9 a few
             # of the partition's scalars (44 bytes), some beside the last chunk's wgmma (SASS).

@@ -16,7 +16,7 @@ from .config import BK, BN, MX_SPAN, WIDEN_WARPS
 # a value (e4m3x2 -> f16x2 -> bf16), which set the gather warps' pace. e4m3fn's NaN code
 # comes out as 480: a NaN in a cache row a token reads is outside the contract.
 # One output word: input bytes picked by a prmt selector into the low bytes of two halves.
-_E4M3_PAIR = """prmt.b32 t, $2, z, {sel};
+_E4M3_PAIR = """prmt.b32 t, ${src}, z, {sel};
 shl.b32 a, t, 4;
 shl.b32 b, t, 8;
 and.b32 a, a, 0x07F007F0;
@@ -26,9 +26,14 @@ mul.rn.bf16x2 ${out}, a, k;
 """
 E4M3_TO_BF16 = gl.constexpr(
     "{\n.reg .b32 z, k, t, a, b;\nmov.b32 z, 0;\nmov.b32 k, 0x7B807B80;\n"
-    + _E4M3_PAIR.format(sel="0x4140", out=0)  # values 0 and 1 of the word
-    + _E4M3_PAIR.format(sel="0x4342", out=1)  # values 2 and 3
+    + _E4M3_PAIR.format(src=2, sel="0x4140", out=0)  # values 0 and 1 of the word
+    + _E4M3_PAIR.format(src=2, sel="0x4342", out=1)  # values 2 and 3
     + "}")
+# The same for two e4m3 values in the low half of a word (a K pair of wgmma's bf16 A
+# operand, widened by the MMA warps once a tile: mma._take_latent_chunk).
+E4M3_PAIR_TO_BF16 = gl.constexpr(
+    "{\n.reg .b32 z, k, t, a, b;\nmov.b32 z, 0;\nmov.b32 k, 0x7B807B80;\n"
+    + _E4M3_PAIR.format(src=1, sel="0x4140", out=0) + "}")
 
 # prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
 # 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The
@@ -71,6 +76,22 @@ def widen_words(w):
     lo, hi = gl.inline_asm_elementwise(E4M3_TO_BF16, "=r,=r,r", [w],
                                        dtype=(gl.int32, gl.int32), is_pure=True, pack=1)
     return gl.join(lo, hi).reshape([w.shape[0], 2 * w.shape[1]])
+
+
+@gluon.jit
+def as_pairs(slot):
+    """A slot of 128 rows of 128 bytes as [128 x 64] int16 pairs of e4m3 values (the
+    128-byte swizzle places the same bytes either way)."""
+    return smem.reinterpret(slot, gl.int16, [BN, BK // 2], gl.NVMMASharedLayout(
+        swizzle_byte_width=128, element_bitwidth=16, rank=2))
+
+
+@gluon.jit
+def widen_pairs(p):
+    """int16 pairs of e4m3 values as int32 words of the two as bf16 (low half first),
+    exactly (E4M3_PAIR_TO_BF16)."""
+    return gl.inline_asm_elementwise(E4M3_PAIR_TO_BF16, "=r,r", [p.to(gl.int32)],
+                                     dtype=gl.int32, is_pure=True, pack=1)
 
 
 @gluon.jit

@@ -26,7 +26,7 @@ from .config import (
     SCALE_E8M0,
     SCALE_ROW,
 )
-from .conversions import as_words, pow2
+from .conversions import as_pairs, as_words, pow2, widen_pairs
 from .schedule import tile_row0
 
 
@@ -118,21 +118,26 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
     chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
     MXFP4's bf16 route over an fp8 tile, the fp8 latent slice widened to a bf16 A operand in
-    registers). With LAT_REGS (fp8, two groups) the group's rows of each latent chunk are
-    wgmma's A operand in registers (``a_regs``, one per chunk, loaded by a tile's first item,
-    which frees the chunk for the next tile at once). PART: 0 the whole item; on MXFP4's
-    split route 1 its first K loop (the latent chunks kept for the second) and 2 its second
-    (the chunks landed, the product accumulated onto). Returns with the last wgmma in flight
-    (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
+    registers). With LAT_REGS (two groups) the group's rows of each latent chunk are
+    wgmma's A operand in registers (``a_regs``, loaded by a tile's first item, which frees
+    the chunk for the next tile at once): an entry a chunk (fp8), or, for a bf16 weight over
+    the fp8 tile (STEP 2), an entry a K slice, widened to bf16 as it is loaded. PART: 0 the
+    whole item; on MXFP4's split route 1 its first K loop (the latent chunks kept for the
+    second) and 2 its second (the chunks landed, the product accumulated onto). Returns with
+    the last wgmma in flight (``_item_done`` retires it), the weight-chunk count and
+    ``a_regs``."""
     WK: gl.constexpr = BK // STEP
     n = item.tiles_seen - 1
     for kb in gl.static_range(NK):
         for h in gl.static_range(STEP):
             s = _wait_for_chunk(ring, lat, item, c, kb, h, PART == 2)
             if LAT_REGS:
-                if item.first:
-                    a_regs = _take_latent_chunk(lat, a_regs, n, kb, WG, NWG)
-                a = _words_as_fp8(a_regs[kb], a_layout)
+                if item.first and h == 0:
+                    a_regs = _take_latent_chunk(lat, a_regs, n, kb, WG, NWG, STEP)
+                if STEP == 1:
+                    a = _words_as_fp8(a_regs[kb], a_layout)
+                else:
+                    a = _words_as_bf16(a_regs[kb * STEP + h], a_layout)
             elif STEP == 1 or lat.LAT16:  # an fp8 chunk, or a bf16 tile's slice
                 a = lat.bufs.index(lat.slot(n, kb) * STEP + h)
                 if NWG > 1:  # this group's rows of the tile
@@ -158,19 +163,21 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
 
 
 @gluon.constexpr_function
-def _word_layout(a_layout):
-    """The layout of an fp8 A operand's registers (a linear layout whose first two register
-    bases step K by 1 and 2: kWidth 4) as int32 words of four K values: the same threads
-    and registers, K / 4. Carried in words, the operand takes a register per four values
-    (carried as fp8 it takes one per value and spills)."""
-    assert a_layout.reg_bases[:2] == [[0, 1], [0, 2]], a_layout
+def _word_layout(a_layout, per_word=4):
+    """The layout of an A operand's registers (a linear layout whose first register bases
+    step K by 1 and 2: kWidth 4, fp8; or by 1: kWidth 2, bf16) as int32 words of
+    ``per_word`` K values: the same threads and registers, K / per_word. Carried in words,
+    the operand takes a register per word (carried as fp8 or bf16 values it takes one per
+    value and spills)."""
+    steps = [[0, 1 << i] for i in range(per_word.bit_length() - 1)]
+    assert a_layout.reg_bases[:len(steps)] == steps, a_layout
 
-    def quarter(bases):
-        return [[r, k // 4] for r, k in bases]
+    def shrink(bases):
+        return [[r, k // per_word] for r, k in bases]
     return gl.DistributedLinearLayout(
-        reg_bases=quarter(a_layout.reg_bases[2:]), lane_bases=quarter(a_layout.lane_bases),
-        warp_bases=quarter(a_layout.warp_bases), block_bases=[],
-        shape=[a_layout.shape[0], a_layout.shape[1] // 4])
+        reg_bases=shrink(a_layout.reg_bases[len(steps):]),
+        lane_bases=shrink(a_layout.lane_bases), warp_bases=shrink(a_layout.warp_bases),
+        block_bases=[], shape=[a_layout.shape[0], a_layout.shape[1] // per_word])
 
 
 @gluon.jit
@@ -188,26 +195,52 @@ def _words_as_fp8(w, a_layout: gl.constexpr):
 
 
 @gluon.jit
+def _words_as_bf16(w, a_layout: gl.constexpr):
+    """int32 words (``_word_layout`` of 2) as the bf16 A operand they hold (two K values a
+    word, low half first): register renaming, as ``_words_as_fp8``."""
+    lo = w.to(gl.int16)
+    hi = (w >> 16).to(gl.int16)
+    q = gl.join(lo, hi).reshape([w.shape[0], 2 * w.shape[1]]).to(gl.bfloat16, bitcast=True)
+    return gl.convert_layout(q, a_layout)
+
+
+@gluon.jit
+def _replaced(t, i: gl.constexpr, v):
+    """Tuple ``t`` with entry ``i`` replaced by ``v``."""
+    out = ()
+    for j in gl.static_range(len(t)):
+        if j == i:
+            out = out + (v,)
+        else:
+            out = out + (t[j],)
+    return out
+
+
+@gluon.jit
 def _take_latent_chunk(lat, a_regs, n, kb: gl.constexpr, WG: gl.constexpr,
-                      NWG: gl.constexpr):
+                      NWG: gl.constexpr, STEP: gl.constexpr = 1):
     """This group's rows of latent chunk ``kb`` (of the run's ``n``-th tile), loaded into
-    registers as int32 words in the layout of entry kb of ``a_regs`` (``_word_layout``), in
-    its place; the chunk is then
-    released to the gatherer: every warp of the group has read it (the partition's barrier)
-    before the one arrival."""
+    registers as int32 words in the layout of ``a_regs``' entries (``_word_layout``), in
+    their place: entry kb as the chunk's e4m3 words (STEP 1), or, for a bf16 weight (STEP
+    2), entries 2 kb and 2 kb + 1 as its two K slices widened exactly to bf16, once a tile
+    rather than once an item. The chunk is then released to the gatherer: every warp of the
+    group has read it (the partition's barrier) before the one arrival."""
     HM: gl.constexpr = BM // NWG
-    fresh = as_words(lat.bufs.index(lat.slot(n, kb))).slice(WG * HM, HM, dim=0).load(
-        a_regs[kb].type.layout)
+    chunk = lat.bufs.index(lat.slot(n, kb))
+    if STEP == 1:
+        fresh = as_words(chunk).slice(WG * HM, HM, dim=0).load(a_regs[kb].type.layout)
+    else:
+        pairs = as_pairs(chunk).slice(WG * HM, HM, dim=0)
+        PW: gl.constexpr = BK // 4  # pairs of one K slice's row
+        lo = pairs.slice(0, PW, dim=1).load(a_regs[2 * kb].type.layout)
+        hi = pairs.slice(PW, PW, dim=1).load(a_regs[2 * kb].type.layout)
     partition_sync()
     lat.release(n, kb)
-    if kb == 0:
-        a_regs = (fresh, a_regs[1], a_regs[2], a_regs[3])
-    elif kb == 1:
-        a_regs = (a_regs[0], fresh, a_regs[2], a_regs[3])
-    elif kb == 2:
-        a_regs = (a_regs[0], a_regs[1], fresh, a_regs[3])
+    if STEP == 1:
+        a_regs = _replaced(a_regs, kb, fresh)
     else:
-        a_regs = (a_regs[0], a_regs[1], a_regs[2], fresh)
+        a_regs = _replaced(_replaced(a_regs, 2 * kb, widen_pairs(lo)), 2 * kb + 1,
+                           widen_pairs(hi))
     return a_regs
 
 
@@ -524,7 +557,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BN, 16])
     a16_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc16_layout,
                                                    k_width=2)
-    if LAT_REGS:
+    if LAT_REGS and STEP == 1:
         # The A operand of an fp8 wgmma held in registers: four consecutive K values a
         # register; a group's 64 rows of the tile's four latent chunks, 64 registers.
         a8_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout,
@@ -532,6 +565,13 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         a0 = gl.zeros((HM, BK // 4), gl.int32,
                       _word_layout(gl.to_linear_layout(a8_layout, [HM, BK])))
         a_regs = (a0, a0, a0, a0)
+    elif LAT_REGS:
+        # A bf16 weight over the fp8 tile: the bf16 A operand of a group's 64 rows of the
+        # tile's eight K slices, two values a register, 128 registers.
+        a8_layout: gl.constexpr = a_layout
+        a0 = gl.zeros((HM, WK // 2), gl.int32,
+                      _word_layout(gl.to_linear_layout(a_layout, [HM, WK]), 2))
+        a_regs = (a0, a0, a0, a0, a0, a0, a0, a0)
     else:
         a8_layout: gl.constexpr = a_layout
         a_regs = 0  # a stand-in (triton 3.6 returns no None from a jit function)

@@ -115,8 +115,12 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
             return no_launch
         return WidenedItems(t.kv_proj_weight, t.kv_proj_scale, prob.kv_c_dim, main)
     mx_in = mx and not widened_items  # widened in the kernel
-    # A bf16 weight multiplies a bf16 latent tile (over an fp8 cache widened at the gather).
-    lat16 = prob.weight_dtype == torch.bfloat16
+    # A bf16 weight multiplies a bf16 latent tile (over an fp8 cache widened at the gather),
+    # or, over an fp8 cache with the latent in registers, the fp8 tile as gathered, each MMA
+    # group widening its rows into registers once a tile.
+    bf16_regs = (prob.weight_dtype == torch.bfloat16 and prob.cache_is_fp8
+                 and config.latent_in_registers)
+    lat16 = prob.weight_dtype == torch.bfloat16 and not bf16_regs
     if mx_in and config.ring_depth < WIDEN_MIN_STAGES:
         # The widener holds one slot while it waits for the next: with two, the MMA warps
         # would wait for the held one.
@@ -162,13 +166,15 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     # MXFP4 widened once a call reaches the MMA warps as an fp8 per-row weight's chunks do
     # (or as bf16 ones, item by item).
     two_group_scales = ("row", "block") if pingpong else ("row", "e8m0") if widened_items \
-        else ("row",)
+        else ("none",) if bf16_regs else ("row",)
     if groups == 2 and not (prob.scale in two_group_scales and prob.cache_is_fp8
                             and not lat16):
         raise ValueError("config.mma_groups: expected 1 here (two MMA groups take an fp8 "
                          f"per-row weight over an fp8 cache, or MXFP4 widened once a call, or "
-                         f"with pingpong a per-row or per-block fp8 one), got 2 (weight format "
-                         f"{prob.weight_format}, cache {prob.cache_dtype})")
+                         f"with pingpong a per-row or per-block fp8 one, or with "
+                         f"latent_in_registers an unscaled bf16 one), got 2 "
+                         f"(weight format {prob.weight_format}, scale {prob.scale}, cache "
+                         f"{prob.cache_dtype})")
     if mx and config.latent_in_registers:
         raise ValueError("config.latent_in_registers: expected False for an MXFP4 weight (its "
                          "bf16 route reads the latent from shared memory), got True")
@@ -210,8 +216,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # (a whole tile of words in registers; the MMA warps keep 256:
                   # 4 x 32 x (256 + 200 + 24) <= 64K).
                   LOADER_REGS=160 if mx_in else 24,  # MXFP4: the widener's
-                  GATHER_REGS=(88 if mx_in or groups == 2 else 200 if lat16 and cache_fp8
-                               else 96),
+                  # Two groups with a bf16 weight's latent in registers (128 a thread of
+                  # their 216) leave the gatherer 56: 2 x 216 + 56 + 24 = 512.
+                  GATHER_REGS=(40 if bf16_regs else 88 if mx_in or groups == 2
+                               else 200 if lat16 and cache_fp8 else 96),
                   num_warps=4, WK=wk, LAT16=lat16, CACHE_FP8=cache_fp8,
                   # A block scale [ceil(N / 128), kv_c / 128] is read a block row at a time.
                   SCALE=SCALE_CODES[prob.scale],
@@ -219,7 +227,8 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 4 + 1 (MXFP4: 4) + 4 warps launch as three warpgroups: 12 x 32 x 168 <=
                   # 64K registers; the partitions' register counts then move the rest to the
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
-                  MMA_GROUPS=groups, MMA_REGS=200, LAT_REGS=config.latent_in_registers,
+                  MMA_GROUPS=groups, MMA_REGS=224 if bf16_regs else 200,
+                  LAT_REGS=config.latent_in_registers,
                   PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
                   MX_WIDENED=widened_items,
                   # Overlapped launch: the attribute and the kernel's wait go together.
