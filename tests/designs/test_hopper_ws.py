@@ -167,8 +167,7 @@ LATENT_REGS = HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=Tru
     (KIMI, [513, 2048, 70], 64),
     ("deepseek-v3-tp1", [700], 1),  # lockstep runs
 ])
-@pytest.mark.parametrize("config", [TWO_GROUPS, LATENT_REGS, replace(LATENT_REGS, staggered=True)],
-                         ids=["shared", "registers", "staggered"])
+@pytest.mark.parametrize("config", [TWO_GROUPS, LATENT_REGS], ids=["shared", "registers"])
 def test_two_mma_groups_match_reference(shape, contexts, block_size, config, device, seed):
     inp = mk.build_inputs(shape, contexts, block_size=block_size, cache_dtype="fp8",
                           weight_format="fp8_row", device=device, seed=seed)
@@ -179,30 +178,24 @@ def test_two_mma_groups_match_reference(shape, contexts, block_size, config, dev
 @hopper
 @pytest.mark.parametrize("programs", [1, 5, 131])
 @pytest.mark.parametrize("stages", [2, 4, 6])
-@pytest.mark.parametrize(("regs", "staggered"), [(False, False), (True, False), (True, True)],
-                         ids=["shared", "registers", "staggered"])
-def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, regs, staggered, device,
-                                                    seed):
+@pytest.mark.parametrize("regs", [False, True])
+def test_two_mma_groups_program_runs_and_ring_depth(programs, stages, regs, device, seed):
     # One program runs every tile in turn: with the latent in registers, each tile's buffer
     # is refilled while the last tile's items still run on the registers.
     inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
                           weight_format="fp8_row", device=device, seed=seed)
     run_and_check(inp, "hopper_ws", config=HopperWSConfig(
-        ring_depth=stages, programs=programs, mma_groups=2, latent_in_registers=regs,
-        staggered=staggered))
+        ring_depth=stages, programs=programs, mma_groups=2, latent_in_registers=regs))
 
 
 # A bf16 weight over an fp8 cache with two groups and the latent in registers: the fp8
 # tile as gathered, each group widening its 64 rows into bf16 registers once a tile, so its
 # K loops run a bf16 tile's dots with the A operand in registers.
 BF16_REGS = HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)
-# The second group beginning each item half a ring behind the first.
-STAGGERED = replace(BF16_REGS, staggered=True)
 
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("config", [BF16_REGS, STAGGERED], ids=["together", "staggered"])
 @pytest.mark.parametrize("out", [torch.bfloat16, torch.float8_e4m3fn], ids=["bf16", "fp8"])
 @pytest.mark.parametrize(("contexts", "block_size"), [
     ([4096], 1),
@@ -212,12 +205,12 @@ STAGGERED = replace(BF16_REGS, staggered=True)
     ([513, 2048, 70], 64),
 ])
 def test_bf16_weight_latent_in_registers_is_the_bf16_tiles_result(contexts, block_size, out,
-                                                                  config, device, seed):
+                                                                  device, seed):
     # The same dots in the same order as the bf16 tile's route (`auto`'s default), each
     # row's products on its own: the outputs agree bit for bit, and with the reference.
     inp = mk.build_inputs(KIMI, contexts, block_size=block_size, cache_dtype="fp8",
                           weight_format="bf16", device=device, seed=seed, out_dtype=out)
-    run_and_check(inp, "hopper_ws", config=config)
+    run_and_check(inp, "hopper_ws", config=BF16_REGS)
     k, v = inp.k_prefix.clone(), inp.v_prefix.clone()
     run_and_check(inp, "hopper_ws", config=HopperWSConfig())
     assert torch.equal(k.view(torch.uint8), inp.k_prefix.view(torch.uint8)), f"seed {seed}"
@@ -228,16 +221,15 @@ def test_bf16_weight_latent_in_registers_is_the_bf16_tiles_result(contexts, bloc
 @hopper
 @pytest.mark.parametrize("programs", [1, 5, 131])
 @pytest.mark.parametrize("stages", [2, 4, 6])
-@pytest.mark.parametrize("staggered", [False, True])
 def test_bf16_weight_latent_in_registers_program_runs_and_ring_depth(programs, stages,
-                                                                     staggered, device, seed):
+                                                                     device, seed):
     # One program runs every tile in turn, each tile's buffer refilled while the last
     # tile's items still run on the widened registers.
     inp = mk.build_inputs(KIMI, [900, 333], block_size=1, cache_dtype="fp8",
                           weight_format="bf16", device=device, seed=seed,
                           out_dtype=torch.float8_e4m3fn)
     run_and_check(inp, "hopper_ws", config=replace(BF16_REGS, ring_depth=stages,
-                                                   programs=programs, staggered=staggered))
+                                                   programs=programs))
 
 
 @pytest.mark.parametrize(("cache", "scale"), [("fp8", "row"), ("fp8", "block"),
@@ -451,9 +443,6 @@ def test_deep_rings_over_an_fp8_cache(fmt, stages, device, seed):
     ("fp8_row", "bf16", HopperWSConfig(ring_depth=6), "ring_depth"),
     ("fp8_row", "fp8", HopperWSConfig(latent_in_registers=True), "latent_in_registers"),
     ("fp8_block", "fp8", HopperWSConfig(latent_in_registers=True), "latent_in_registers"),
-    ("fp8_row", "fp8", HopperWSConfig(staggered=True), "staggered"),
-    ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, pingpong=True, staggered=True), "staggered"),
-    ("mxfp4", "fp8", HopperWSConfig(mma_groups=2, staggered=True), "staggered"),
 ])
 def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cache, config,
                                                                         field):
@@ -468,32 +457,13 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
         compile_main_kernel("hopper_ws", inp, prob, config, HOPPER, 90)
 
 
-def test_staggered_groups_need_items_longer_than_the_lead():
-    # The trailing group tells items apart by parity: with kv_c = 256 an fp8 item is two
-    # weight chunks, and a leader up to a ring of 3 or more ahead could signal two items
-    # ahead of it. Refused before anything is written; a ring of 2 runs.
-    from mla_kernels.core.shapes import MLAShape
-    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel
-    from mla_kernels.lab.occupancy import problem_for
-
-    short = MLAShape("test-kv256", num_heads=4, kv_c_dim=256)
-    inp = mk.build_inputs(short, [300], cache_dtype="fp8", weight_format="fp8_row")
-    prob = problem_for(short, [300], "fp8", "fp8_row", 1)
-    with pytest.raises(ValueError, match=r"config\.ring_depth: expected at most 2 with staggered"
-                                         r" groups over items of 2 weight chunks, got 4"):
-        compile_main_kernel("hopper_ws", inp, prob, HopperWSConfig(
-            mma_groups=2, staggered=True), HOPPER, 90)
-
-
 def test_config_fields_checked():
     for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
                 dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2),
-                dict(staggered=1),
                 dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1),
                 dict(mxfp4_widening="once"), dict(mxfp4_widening=True)):
         with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
-                                             "|pingpong|staggered|spare_latent_chunks"
-                                             "|mxfp4_widening)"
+                                             "|pingpong|spare_latent_chunks|mxfp4_widening)"
                                              ": expected"):
             HopperWSConfig(**bad)
 

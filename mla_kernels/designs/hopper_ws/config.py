@@ -72,12 +72,8 @@ class HopperWSConfig(DesignConfig):
     one, where 5 and 6 take the room of the second output staging buffer; ``programs``:
     persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
     warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache (each takes 64 of a
-    tile's 128 rows; or a bf16 one with ``latent_in_registers``); ``latent_in_registers``:
-    with two groups, each holds its rows of a tile's latent as wgmma's A operand in
-    registers (for a bf16 weight the fp8 tile widened to bf16 once a tile);
-    ``staggered``: with two groups each taking half of every item's rows (not pingpong; an
-    fp8 per-row or bf16 weight), the second begins each item once the first has issued
-    half a ring of its chunks, so their epilogues do not coincide; ``pingpong``: with two groups, each
+    tile's 128 rows); ``latent_in_registers``: with two groups, each holds its rows of a
+    tile's latent as wgmma's A operand in registers; ``pingpong``: with two groups, each
     takes whole items instead (one every K-nope item, the other every V item, of runs of
     whole heads), their K loops in turn, so one group's epilogue runs while the other
     multiplies (an fp8 per-row or per-block weight over an fp8 cache);
@@ -96,14 +92,12 @@ class HopperWSConfig(DesignConfig):
     mma_groups: int = 1
     latent_in_registers: bool = False
     pingpong: bool = False
-    staggered: bool = False
     spare_latent_chunks: int = 0
     mxfp4_widening: str = "call"
     overlap_launch: bool = True
 
     _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
-              "staggered": flag(),
               "spare_latent_chunks": int_in(0, 3),
               "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag()}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

@@ -28,7 +28,7 @@ def hopper_ws_kernel(
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
     LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
-    LEAD: gl.constexpr, num_warps: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -114,8 +114,7 @@ def hopper_ws_kernel(
     # refilled as soon as the last item of its chunk's tile has multiplied it.
     # The ping-pong groups' turns at the tensor cores: each group's K loop waits for the
     # other's to be issued (a stand-in otherwise, never used).
-    # A staggered pair's leader signals each item's start to the other on the first.
-    if PAIRS or LEAD >= 0:
+    if PAIRS:
         turns = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
         for g in gl.static_range(2):
             mbarrier.init(turns.index(g), count=1)
@@ -163,8 +162,8 @@ def hopper_ws_kernel(
     NWG: gl.constexpr = 1 if PAIRS else 2
     if MMA_GROUPS == 2:
         gl.warp_specialize([
-            (mma_epilogue, (p, 0, NWG, LAT_REGS, num_warps, LEAD)),
-            (mma_epilogue, (p, 1, NWG, LAT_REGS, num_warps, LEAD)),
+            (mma_epilogue, (p, 0, NWG, LAT_REGS, num_warps)),
+            (mma_epilogue, (p, 1, NWG, LAT_REGS, num_warps)),
             (latent_gatherer, (p,)),
             (weight_loader, (p,)),
         ], [num_warps, GATHER_WARPS, 1], [MMA_REGS, GATHER_REGS, LOADER_REGS])

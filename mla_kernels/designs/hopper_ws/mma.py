@@ -113,8 +113,7 @@ def _wait_for_chunk(ring, lat, item, c, kb, h, LANDED: gl.constexpr = False):
 @gluon.jit
 def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                  a_layout: gl.constexpr, WG: gl.constexpr = 0, NWG: gl.constexpr = 1,
-                 a_regs=0, LAT_REGS: gl.constexpr = False, PART: gl.constexpr = 0,
-                 turns=0, LEAD_AT: gl.constexpr = -1):
+                 a_regs=0, LAT_REGS: gl.constexpr = False, PART: gl.constexpr = 0):
     """Issue one item's K loop on one accumulator: weight chunk kb * STEP + h multiplies K
     slice h of latent chunk kb (STEP 1: fp8 x fp8 from shared memory; STEP 2: a bf16 weight
     chunk times the bf16 latent tile's slice kb * 2 + h from shared memory (LAT16), or, on
@@ -124,10 +123,9 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
     the chunk for the next tile at once): an entry a chunk (fp8), or, for a bf16 weight over
     the fp8 tile (STEP 2), an entry a K slice, widened to bf16 as it is loaded. PART: 0 the
     whole item; on MXFP4's split route 1 its first K loop (the latent chunks kept for the
-    second) and 2 its second (the chunks landed, the product accumulated onto). LEAD_AT >= 0
-    (the leading group of a staggered pair): once the item's chunk LEAD_AT is issued, the
-    other group may begin the item (``_wait_for_lead``). Returns with the last wgmma in
-    flight (``_item_done`` retires it), the weight-chunk count and ``a_regs``."""
+    second) and 2 its second (the chunks landed, the product accumulated onto). Returns with
+    the last wgmma in flight (``_item_done`` retires it), the weight-chunk count and
+    ``a_regs``."""
     WK: gl.constexpr = BK // STEP
     n = item.tiles_seen - 1
     for kb in gl.static_range(NK):
@@ -153,8 +151,6 @@ def _item_k_loop(ring, lat, item, acc, c, NK: gl.constexpr, STEP: gl.constexpr,
                 a = a.load(a_layout).to(gl.bfloat16)
             acc = warpgroup_mma(a, ring.slots.index(s).permute((1, 0)), acc,
                                 use_acc=kb * STEP + h > 0 or PART == 2, is_async=True)
-            if kb * STEP + h == LEAD_AT:
-                mbarrier.arrive(turns.index(0), count=1)
             if kb * STEP + h > 0:
                 # The previous chunk's wgmma is done: its ring slot can be refilled.
                 acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
@@ -269,15 +265,6 @@ def _wait_turn(turns, WG: gl.constexpr, j):
     which makes a slot's phase parity unambiguous though each group skips the other's
     chunks."""
     mbarrier.wait(turns.index(WG), (j & 1) ^ 1 ^ WG)
-
-
-@gluon.jit
-def _wait_for_lead(turns, j):
-    """A staggered pair's trailing group (1) begins the run's ``j``-th item once the leading
-    group (0) has issued that item's first chunks (``_item_k_loop``'s LEAD_AT). The leader
-    is at most a ring of chunks ahead, which the plan keeps short enough that it is never
-    two arrivals ahead (the parity tells the items apart)."""
-    mbarrier.wait(turns.index(0), j & 1)
 
 
 @gluon.jit
@@ -541,14 +528,11 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
 
 @gluon.jit
 def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
-                  num_warps: gl.constexpr, LEAD: gl.constexpr = -1):
+                  num_warps: gl.constexpr):
     """The MMA and epilogue warps: every item of the run, on rows [R0, R0 + HM) of each
     token tile. With two groups (``mma_groups=2``) each takes half of every tile's rows, both
     read each weight chunk and latent chunk (freed when both have) and each stages and stores
-    its half; with LAT_REGS each holds its rows of the tile's latent in registers. LEAD >= 0
-    (``staggered``): group 1 begins each item once group 0 has issued its first LEAD + 1
-    chunks, so the two groups' epilogues fall at different times and each runs while the
-    other multiplies."""
+    its half; with LAT_REGS each holds its rows of the tile's latent in registers."""
     items = p.items
     ring = p.ring
     lat = p.tile
@@ -693,11 +677,8 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             if SCALE == SCALE_ROW:
                 # Fetched now, so their latency hides behind the wgmma.
                 scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
-            if LEAD >= 0 and WG == 1:
-                _wait_for_lead(p.turns, it - start)
             acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout, WG, NWG,
-                                          a_regs, LAT_REGS, 0, p.turns,
-                                          LEAD if WG == 0 else -1)
+                                          a_regs, LAT_REGS)
             if LAT_REGS:  # (a loop-carried value only then)
                 a_regs = a_next
             acc = _item_done(ring, lat, acc, c, item, NK, LAT_REGS)

@@ -189,19 +189,6 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                          f"its own item: {pingpong_smem(prob, config.ring_depth, spare)} bytes of "
                          f"shared memory asked, {device.smem_per_program} there), got "
                          f"{config.ring_depth}")
-    if config.staggered and (groups != 2 or pingpong or mx):
-        raise ValueError("config.staggered: expected False here (staggered groups are two MMA "
-                         "groups taking half of every item's rows, without pingpong, over an "
-                         f"fp8 per-row or bf16 weight), got True (mma_groups {groups}, pingpong "
-                         f"{pingpong}, weight format {prob.weight_format})")
-    lead = config.ring_depth // 2 - 1
-    chunks = prob.kv_c_dim // TILE * (2 if prob.weight_dtype == torch.bfloat16 else 1)
-    if config.staggered and chunks < config.ring_depth - lead:
-        # The trailing group's waits tell items apart by parity: the leader, at most a ring
-        # of chunks ahead, must not signal two items ahead of it.
-        deepest = max(d for d in range(2, 7) if chunks >= d - (d // 2 - 1))
-        raise ValueError(f"config.ring_depth: expected at most {deepest} with staggered "
-                         f"groups over items of {chunks} weight chunks, got {config.ring_depth}")
     if config.latent_in_registers and groups != 2:
         raise ValueError("config.latent_in_registers: expected False with one MMA group (the "
                          "latent rows take the registers of two groups' halves; set "
@@ -244,9 +231,6 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   LAT_REGS=config.latent_in_registers,
                   PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
                   MX_WIDENED=widened_items,
-                  # Staggered: group 1 starts an item once group 0 has issued LEAD + 1 of its
-                  # chunks, half a ring (the leader can be at most a ring ahead).
-                  LEAD=lead if config.staggered else -1,
                   # Overlapped launch: the attribute and the kernel's wait go together.
                   PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
