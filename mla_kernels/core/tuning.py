@@ -28,11 +28,14 @@ runs, what this table picks is within 5% of the best design timed there.
 
 from __future__ import annotations
 
+from .formats import DEFAULT_SCALE
+
 ANY = "*"
 _TILED_128_8 = {"block_m": 128, "num_warps": 8, "num_stages": 2}
 
 # (device, weight format, cache dtype, page size) -> (design, config fields), or a list of
-# (minimum output rows, design, config fields), largest minimum first.
+# (minimum output rows, design, config fields), largest minimum first. A weight format may
+# name its scale kind ("bf16:none"), an entry matched before the format's own.
 TUNED: dict[tuple[str, str, str, object], object] = {
     # An fp8 cache: the warp-specialised design serves fp8 per row, per block and bf16.
     # fp8 per row from 16384 rows: two MMA groups, a 6-deep ring, the latent in registers
@@ -42,6 +45,14 @@ TUNED: dict[tuple[str, str, str, object], object] = {
         (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True}),
         (0, "hopper_ws", {"ring_depth": 4})],
     ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
+    # A bf16 weight: two groups with the fp8 tile widened into their registers once a tile,
+    # a 6-deep ring (data/exploration/h100/2026-12-05-47472d2a5951-bf16-weight-latent-in-registers/
+    # and the next round beside it, on an H100: 17-22% under the bf16 tile with bf16
+    # outputs, 7-12% with FP8 ones, at 4096, 32000 and 109440 tokens), for both output types.
+    # Unscaled only ("bf16:none": a scaled one's scale vector does not fit beside the latent
+    # in registers); a scaled bf16 weight the bf16 tile.
+    ("H200", "bf16:none", "fp8", ANY): ("hopper_ws", {"ring_depth": 6, "mma_groups": 2,
+                                                      "latent_in_registers": True}),
     ("H200", "bf16", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
     # MXFP4 on an fp8 cache: the warp-specialised design (data/exploration/h200/mxfp4/;
     # before it, tiled_tma from 16k tokens on and 128-row tiles below), the weight widened
@@ -111,19 +122,20 @@ def _entry(table: dict, key: tuple, rows: int) -> tuple[str, dict] | None:
 
 
 def lookup(device: str, weight_format: str, cache_dtype: str, block_size: int,
-           rows: int = 0, out_fp8: bool = False, heads: tuple[int, int] = HEADS_128
-           ) -> tuple[str, dict]:
+           rows: int = 0, out_fp8: bool = False, heads: tuple[int, int] = HEADS_128,
+           scale: str | None = None) -> tuple[str, dict]:
     """The most specific entry for this problem class on this device (``rows``: the output
     rows, the call's largest possible token count; ``out_fp8``: e4m3fn outputs, looked up in
     the heads' FP8-output table first; ``heads``: (K-nope, V) columns a head, which pick the
-    tables, TUNED_BY_HEADS), else FALLBACK."""
+    tables, TUNED_BY_HEADS; ``scale``: the weight's scale kind, a format's own unless given,
+    which entries keyed "format:scale" match before the format's), else FALLBACK."""
     if heads not in TUNED_BY_HEADS:
         return FALLBACK
     plain, fp8_out = TUNED_BY_HEADS[heads]
-    keys = ((device, weight_format, cache_dtype, block_size),
-            (device, weight_format, cache_dtype, ANY),
-            (device, weight_format, ANY, block_size),
-            (device, weight_format, ANY, ANY))
+    scale = DEFAULT_SCALE.get(weight_format) if scale is None else scale
+    keys = tuple((device, f, c, b) for f in (f"{weight_format}:{scale}", weight_format)
+                 for c, b in ((cache_dtype, block_size), (cache_dtype, ANY),
+                              (ANY, block_size), (ANY, ANY)))
     for table in (fp8_out, plain) if out_fp8 else (plain,):
         for key in keys:
             hit = _entry(table, key, rows)

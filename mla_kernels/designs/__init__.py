@@ -48,7 +48,7 @@ def _auto(prob: Problem, device: DeviceSpec) -> tuple[Design, dict]:
     portable fallback where the entry's design cannot run the problem."""
     name, fields = tuning.lookup(device.name, prob.weight_format, prob.cache_name,
                                  prob.block_size, prob.out_rows, prob.out_is_fp8,
-                                 (prob.nope_dim, prob.v_dim))
+                                 (prob.nope_dim, prob.v_dim), prob.scale)
     design = DESIGNS.get(name)
     if design is None or not design.runs(prob, device):
         name, fields = tuning.FALLBACK

@@ -79,12 +79,16 @@ def test_program_runs_and_configs(config, programs, device, seed):
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize("fmt", ["fp8_block", "bf16", "mxfp4"])
+@pytest.mark.parametrize(("fmt", "config"), [
+    ("fp8_block", HopperWSConfig()), ("bf16", HopperWSConfig()), ("mxfp4", HopperWSConfig()),
+    # A bf16 weight's latent widened into two groups' registers.
+    ("bf16", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
+], ids=["fp8_block", "bf16", "mxfp4", "bf16-g2r6L"])
 @pytest.mark.parametrize("programs", [5, 131])
-def test_program_runs_of_other_weights(fmt, programs, device, seed):
+def test_program_runs_of_other_weights(fmt, config, programs, device, seed):
     inp = mk.build_inputs(GLM, [900, 333], block_size=16, cache_dtype="fp8",
                           weight_format=fmt, device=device, seed=seed)
-    run_and_check(inp, "hopper_ws", config=HopperWSConfig(programs=programs))
+    run_and_check(inp, "hopper_ws", config=replace(config, programs=programs))
 
 
 @pytest.mark.gpu
@@ -94,12 +98,13 @@ def test_program_runs_of_other_weights(fmt, programs, device, seed):
     ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
     ("fp8_block", "fp8", None),
     ("bf16", "fp8", None),
+    ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
     ("mxfp4", "fp8", None),
     ("fp8_row", "bf16", None),
     ("bf16", "bf16", None),
     ("mxfp4", "bf16", None),
-], ids=["fp8_row", "fp8_row-g2L", "fp8_block", "bf16", "mxfp4", "fp8_row-bf16cache",
-        "bf16-bf16cache", "mxfp4-bf16cache"])
+], ids=["fp8_row", "fp8_row-g2L", "fp8_block", "bf16", "bf16-g2L", "mxfp4",
+        "fp8_row-bf16cache", "bf16-bf16cache", "mxfp4-bf16cache"])
 @pytest.mark.parametrize(("contexts", "block_size"), LAYOUTS[:3])
 def test_fp8_outputs_match_the_rule(fmt, cache, config, contexts, block_size, device, seed):
     # An item's two pieces may be K's and V's: each divided by its own output's scale.

@@ -97,3 +97,20 @@ def test_fp8_outputs_look_up_their_own_entries_first(monkeypatch):
     assert tuning.lookup("H200", "fp8_row", "fp8", 16, 32000) == plain  # bf16 outputs
     assert tuning.lookup("H200", "bf16", "fp8", 1, 32000, out_fp8=True) == \
         tuning.lookup("H200", "bf16", "fp8", 1, 32000)  # no entry of its own: TUNED's
+
+
+@pytest.mark.parametrize("scale", ["none", "row", "block"])
+def test_a_bf16_weights_entry_follows_its_scale(scale):
+    # The latent in registers takes only an unscaled bf16 weight: auto gives a scaled one
+    # the bf16 tile, a config the plan accepts, never one it refuses.
+    from dataclasses import replace
+
+    from mla_kernels.designs.hopper_ws import HopperWSConfig
+
+    for out in (torch.bfloat16, torch.float8_e4m3fn):
+        prob = replace(problem_for("kimi-k3-tp8", [32000], "fp8", "bf16", 1, out),
+                       weight_scale=scale)
+        design, cfg = resolve("auto", prob, DEVICES["H200"])
+        assert design.name == "hopper_ws"
+        regs = HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True)
+        assert (cfg == regs) == (scale == "none"), (scale, cfg)
