@@ -270,9 +270,9 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
             # The widened latent takes 128 of a group's 224 registers, which leaves the
             # gatherer 40: under 3.6 it keeps 16 bytes of a tile's row offsets in local
             # memory, and with bf16 outputs each group's epilogue two values an item (read
-            # from the SASS); under 3.9 also some of the groups' scalars an item (340-380
+            # from the SASS); under 3.9 also some of the groups' scalars an item (340-416
             # bytes by ptxas's report).
-            allowed = 64 if TRITON_VERSION < (3, 7) else 400
+            allowed = 64 if TRITON_VERSION < (3, 7) else 448
         elif r["path"][6:] == [True]:
             # The latent in registers: 64 of a group's 200 registers. Under 3.6 (the H200's
             # triton, where it was timed) 8 bytes at depth 6 and none at 4; under 3.9 a few

@@ -71,9 +71,11 @@ class HopperWSConfig(DesignConfig):
     """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
     one, where 5 and 6 take the room of the second output staging buffer; ``programs``:
     persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
-    warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache (each takes 64 of a
-    tile's 128 rows); ``latent_in_registers``: with two groups, each holds its rows of a
-    tile's latent as wgmma's A operand in registers; ``pingpong``: with two groups, each
+    warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache, or an unscaled bf16
+    one with ``latent_in_registers`` (each takes 64 of a tile's 128 rows);
+    ``latent_in_registers``: with two groups, each holds its rows of a tile's latent as
+    wgmma's A operand in registers (for a bf16 weight the fp8 tile widened to bf16 once a
+    tile); ``pingpong``: with two groups, each
     takes whole items instead (one every K-nope item, the other every V item, of runs of
     whole heads), their K loops in turn, so one group's epilogue runs while the other
     multiplies (an fp8 per-row or per-block weight over an fp8 cache);
