@@ -32,7 +32,7 @@ from mla_kernels.designs.hopper_ws.conversions import (
     widen_bf16,
     widen_e4m3,
 )
-from mla_kernels.designs.hopper_ws.plan import mx_routes
+from mla_kernels.designs.hopper_ws.plan import fp8_tile_smem, mx_routes
 from mla_kernels.designs.jit import SCALE_CODES
 from mla_kernels.lab.checks import check_outputs
 
@@ -457,13 +457,50 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
         compile_main_kernel("hopper_ws", inp, prob, config, HOPPER, 90)
 
 
+@pytest.mark.parametrize(("fmt", "out", "config", "error"), [
+    # FP8 staging leaves room for a seventh weight slot, bf16 staging does not.
+    ("fp8_row", "fp8", HopperWSConfig(ring_depth=7), None),
+    ("bf16", "fp8", HopperWSConfig(ring_depth=7, mma_groups=2, latent_in_registers=True,
+                                   staging_buffers=1), None),
+    ("fp8_row", "bf16", HopperWSConfig(ring_depth=7), "config.ring_depth: expected at most 6"),
+    ("fp8_row", "bf16", HopperWSConfig(ring_depth=7, staging_buffers=1),
+     "config.ring_depth: expected at most 6"),
+    # MXFP4 widened once a call keeps an info entry a slot.
+    ("mxfp4", "fp8", HopperWSConfig(ring_depth=7), "config.ring_depth: expected at most 6"),
+    ("fp8_row", "bf16", HopperWSConfig(ring_depth=6, staging_buffers=2),
+     "config.staging_buffers: expected 1 or None here"),
+    ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, pingpong=True, staging_buffers=1),
+     "config.staging_buffers: expected None"),
+    ("bf16", "fp8", HopperWSConfig(staging_buffers=1), "config.staging_buffers: expected None"),
+])
+def test_fp8_tile_shared_memory_rule(fmt, out, config, error):
+    # Refused when the launch is prepared, before anything is written; accepted configs
+    # compile within an sm_90 program's shared memory (the slow tier's compile checks).
+    from mla_kernels.designs.hopper_ws.plan import prepare_hopper_ws
+    from mla_kernels.lab.occupancy import problem_for
+
+    dtype = torch.float8_e4m3fn if out == "fp8" else torch.bfloat16
+    inp = mk.build_inputs(KIMI, [300], cache_dtype="fp8", weight_format=fmt, out_dtype=dtype)
+    prob = problem_for(KIMI, [300], "fp8", fmt, 1, out_dtype=dtype)
+    args = mk.GatherArgs(*inp.args())
+    if error is None:
+        assert fp8_tile_smem(prob, config.ring_depth, config.staging_buffers or 2) <= \
+            DEVICES["H200"].smem_per_program
+        prepare_hopper_ws(prob, args, None, config, DEVICES["H200"])
+        return
+    with pytest.raises(ValueError, match=error):
+        prepare_hopper_ws(prob, args, None, config, DEVICES["H200"])
+
+
 def test_config_fields_checked():
-    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=7), dict(ring_depth=1),
+    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=8), dict(ring_depth=1),
                 dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2),
                 dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1),
+                dict(staging_buffers=0), dict(staging_buffers=3),
                 dict(mxfp4_widening="once"), dict(mxfp4_widening=True)):
         with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
-                                             "|pingpong|spare_latent_chunks|mxfp4_widening)"
+                                             "|pingpong|spare_latent_chunks|mxfp4_widening"
+                                             "|staging_buffers)"
                                              ": expected"):
             HopperWSConfig(**bad)
 
@@ -1078,6 +1115,11 @@ FP8_OUT_PATHS = [
     ("fp8_block", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True)),
     ("bf16", "fp8", None),  # a bf16 latent tile widened by the gatherer, two staging buffers
     ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
+    # A 7-deep ring beside FP8 staging, with two staging buffers or one.
+    ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=7, latent_in_registers=True)),
+    ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=7, latent_in_registers=True,
+                                   staging_buffers=1)),
+    ("fp8_row", "fp8", HopperWSConfig(ring_depth=7)),
     ("mxfp4", "fp8", None),
     ("fp8_row", "bf16", None),
     ("fp8_block", "bf16", None),
@@ -1091,7 +1133,9 @@ def _fp8_out_id(path):
     return f"{fmt}-{cache}" + ("" if config is None else
                                f"-r{config.ring_depth}g{config.mma_groups}"
                                + ("pp" if config.pingpong else
-                                  "L" if config.latent_in_registers else ""))
+                                  "L" if config.latent_in_registers else "")
+                               + (f"s{config.staging_buffers}" if config.staging_buffers
+                                  else ""))
 
 
 @pytest.mark.gpu

@@ -79,6 +79,8 @@ class HopperWSConfig(DesignConfig):
     takes whole items instead (one every K-nope item, the other every V item, of runs of
     whole heads), their K loops in turn, so one group's epilogue runs while the other
     multiplies (an fp8 per-row or per-block weight over an fp8 cache);
+    ``staging_buffers``: output staging buffers over an fp8 latent tile (not pingpong), None
+    for the rule above (two where they fit), 1 for one even where two would;
     ``spare_latent_chunks``: with pingpong, latent chunk slots beyond a tile's, so the next
     tile's first chunks are gathered while the last items of a tile still read it;
     ``mxfp4_widening``: an MXFP4 weight over an fp8 cache widened once a call into a copy the
@@ -95,11 +97,12 @@ class HopperWSConfig(DesignConfig):
     latent_in_registers: bool = False
     pingpong: bool = False
     spare_latent_chunks: int = 0
+    staging_buffers: int | None = None
     mxfp4_widening: str = "call"
     overlap_launch: bool = True
 
-    _rules = {"ring_depth": int_in(2, 6), "programs": optional(int_in(1, 1 << 20)),
+    _rules = {"ring_depth": int_in(2, 7), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
-              "spare_latent_chunks": int_in(0, 3),
+              "spare_latent_chunks": int_in(0, 3), "staging_buffers": optional(int_in(1, 2)),
               "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag()}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

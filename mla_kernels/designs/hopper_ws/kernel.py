@@ -28,7 +28,7 @@ def hopper_ws_kernel(
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
     LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
-    num_warps: gl.constexpr,
+    STAGING: gl.constexpr, num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -45,7 +45,10 @@ def hopper_ws_kernel(
     # ws_ptr) has none: its chunks come by TMA, as an fp8 weight's.
     MX: gl.constexpr = SCALE == SCALE_E8M0
     MX_IN: gl.constexpr = MX and not MX_WIDENED  # widened in the kernel
-    NBUF: gl.constexpr = 2 if (STAGES <= 4 and not MX_IN) or OUT_FP8 else 1
+    # STAGING > 0: the config's count (one where two would fit: each item then waits for the
+    # last item's stores before staging).
+    NBUF: gl.constexpr = STAGING if STAGING > 0 else (
+        2 if (STAGES <= 4 and not MX_IN) or OUT_FP8 else 1)
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
     bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,

@@ -189,6 +189,25 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                          f"its own item: {pingpong_smem(prob, config.ring_depth, spare)} bytes of "
                          f"shared memory asked, {device.smem_per_program} there), got "
                          f"{config.ring_depth}")
+    staging = config.staging_buffers
+    if staging is not None and (lat16 or pingpong):
+        raise ValueError("config.staging_buffers: expected None with a bf16 latent tile or "
+                         f"pingpong (their staging is fixed), got {staging}")
+    if staging == 2 and not ((config.ring_depth <= 4 and not mx_in) or prob.out_is_fp8):
+        raise ValueError("config.staging_buffers: expected 1 or None here (two bf16 staging "
+                         f"buffers fit beside rings of 4 or less), got 2 (ring_depth "
+                         f"{config.ring_depth})")
+    if not (lat16 or pingpong or mx_in):  # (each of those has its own rule above or below)
+        nbuf = staging or (2 if config.ring_depth <= 4 or prob.out_is_fp8 else 1)
+        asked = fp8_tile_smem(prob, config.ring_depth, nbuf, widened_items)
+        if asked > device.smem_per_program:
+            deepest = max(d for d in range(2, 8) if fp8_tile_smem(
+                prob, d, staging or (2 if d <= 4 or prob.out_is_fp8 else 1),
+                widened_items) <= device.smem_per_program)
+            raise ValueError(f"config.ring_depth: expected at most {deepest} over an fp8 latent "
+                             f"tile with {prob.out_dtype} outputs and {nbuf} staging buffer(s) "
+                             f"({asked} bytes of shared memory asked, {device.smem_per_program} "
+                             f"there), got {config.ring_depth}")
     if config.latent_in_registers and groups != 2:
         raise ValueError("config.latent_in_registers: expected False with one MMA group (the "
                          "latent rows take the registers of two groups' halves; set "
@@ -230,7 +249,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   MMA_GROUPS=groups, MMA_REGS=224 if bf16_regs else 200,
                   LAT_REGS=config.latent_in_registers,
                   PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
-                  MX_WIDENED=widened_items,
+                  MX_WIDENED=widened_items, STAGING=staging or 0,
                   # Overlapped launch: the attribute and the kernel's wait go together.
                   PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
@@ -268,6 +287,24 @@ def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:
     stage = (2 * TILE + prob.pe_dim) * TILE * out
     barriers = 8 * (2 * (slots + 1) + 2 * ring_depth + 2)
     return tile + ring_depth * TILE * TILE + stage + barriers + 4 * TILE
+
+
+SMEM_ALIGN_SLACK = 2048  # bytes: the compiler's padding between shared allocations, and more
+
+
+def fp8_tile_smem(prob: Problem, ring_depth: int, staging: int, mx_widened: bool = False) -> int:
+    """Shared memory the kernel asks over an fp8 latent tile without the ping-pong schedule,
+    MXFP4 widened in the kernel aside: the tile and its rope, the weight ring, ``staging``
+    output staging buffers and the rope's, the barriers, and the info entries (a ring's and
+    one more for MXFP4 widened once a call, else one unused), and room for the compiler's
+    alignment of them (up to 1,040 bytes compiled, triton 3.6 and 3.9)."""
+    out = torch.empty((), dtype=prob.out_dtype).element_size()
+    slots = prob.kv_c_dim // TILE
+    tile = TILE * (slots * TILE + prob.pe_dim)
+    stage = (staging * TILE + prob.pe_dim) * TILE * out
+    barriers = 8 * (2 * (slots + 1) + 2 * ring_depth)
+    info = 4 * TILE * ((ring_depth + 1) if mx_widened else 1)
+    return tile + ring_depth * TILE * TILE + stage + barriers + info + SMEM_ALIGN_SLACK
 
 
 def max_pingpong_ring(prob: Problem, device: DeviceSpec, spare: int = 0) -> int:
