@@ -28,8 +28,6 @@ runs, what this table picks is within 5% of the best design timed there.
 
 from __future__ import annotations
 
-from .formats import DEFAULT_SCALE
-
 ANY = "*"
 _TILED_128_8 = {"block_m": 128, "num_warps": 8, "num_stages": 2}
 
@@ -127,13 +125,14 @@ def lookup(device: str, weight_format: str, cache_dtype: str, block_size: int,
     """The most specific entry for this problem class on this device (``rows``: the output
     rows, the call's largest possible token count; ``out_fp8``: e4m3fn outputs, looked up in
     the heads' FP8-output table first; ``heads``: (K-nope, V) columns a head, which pick the
-    tables, TUNED_BY_HEADS; ``scale``: the weight's scale kind, a format's own unless given,
-    which entries keyed "format:scale" match before the format's), else FALLBACK."""
+    tables, TUNED_BY_HEADS; ``scale``: the weight's scale kind, which entries keyed
+    "format:scale" match before the format's; None matches only the format's), else
+    FALLBACK."""
     if heads not in TUNED_BY_HEADS:
         return FALLBACK
     plain, fp8_out = TUNED_BY_HEADS[heads]
-    scale = DEFAULT_SCALE.get(weight_format) if scale is None else scale
-    keys = tuple((device, f, c, b) for f in (f"{weight_format}:{scale}", weight_format)
+    formats = (weight_format,) if scale is None else (f"{weight_format}:{scale}", weight_format)
+    keys = tuple((device, f, c, b) for f in formats
                  for c, b in ((cache_dtype, block_size), (cache_dtype, ANY),
                               (ANY, block_size), (ANY, ANY)))
     for table in (fp8_out, plain) if out_fp8 else (plain,):

@@ -123,7 +123,10 @@ def test_auto_follows_the_tuning_table(monkeypatch):
 
 def test_tuning_table_names_registered_designs_and_valid_configs():
     for (dev, fmt, cache, page), entry in tuning.TUNED.items():
+        # A format, or a format and its scale kind ("bf16:none").
+        fmt, _, scale = fmt.partition(":")
         assert dev in DEVICES and fmt in WEIGHT_FORMATS
+        assert scale in ("", "none", "row", "block", "e8m0")
         assert cache in (*CACHE_DTYPES, tuning.ANY) and (page == tuning.ANY or page >= 1)
         choices = [entry] if isinstance(entry, tuple) else [e[1:] for e in entry]
         if not isinstance(entry, tuple):  # largest minimum first, the last for any length
@@ -147,7 +150,7 @@ def test_a_config_for_auto_applies_to_what_auto_resolved():
     (lambda: TiledConfig(split="yes"), "config.split"),
     (lambda: TiledConfig(num_warps=True), "config.num_warps"),
     (lambda: ChunkConfig(chunk=48), "config.chunk"),
-    (lambda: HopperWSConfig(ring_depth=7), "config.ring_depth"),
+    (lambda: HopperWSConfig(ring_depth=8), "config.ring_depth"),
     (lambda: HopperWSConfig(programs=0), "config.programs"),
 ])
 def test_bad_config_fields_name_the_field(make, field):
@@ -159,7 +162,8 @@ def test_bad_config_fields_name_the_field(make, field):
 # 468e490, defer_stores in abed352, latent_widening in 37206ea): their rows stay as measured
 # (docs/log/2026-12-01-rounds-i-j-bounds.md, docs/log/2026-12-02-fp8-outputs.md,
 # docs/log/2026-12-04-bf16-weight-operand.md).
-RETIRED_FIELDS = {"hopper_ws": ("paired_runs", "late_rope", "defer_stores", "latent_widening")}
+RETIRED_FIELDS = {"hopper_ws": ("paired_runs", "late_rope", "defer_stores", "latent_widening",
+                                "staggered")}
 # Retired values whose rows' other fields only they allowed (the operand route's ring of 7):
 # refused, naming the field, and not read further.
 RETIRED_ROUTES = ("latent_widening='operand'",)

@@ -69,7 +69,8 @@ MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest
 @dataclass(frozen=True)
 class HopperWSConfig(DesignConfig):
     """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
-    one, where 5 and 6 take the room of the second output staging buffer; ``programs``:
+    one, where 5 and 6 take the room of the second output staging buffer, and 7 with FP8
+    outputs where shared memory holds it; ``programs``:
     persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
     warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache, or an unscaled bf16
     one with ``latent_in_registers`` (each takes 64 of a tile's 128 rows);
