@@ -23,17 +23,18 @@ from ..provenance import provenance
 from ..timing import graphed, measure
 from .command_line import parser, write_rows
 
+
+def _in_registers(ring_depth: int, **more) -> HopperWSConfig:
+    """Two MMA groups holding the tile's latent in registers."""
+    return HopperWSConfig(ring_depth=ring_depth, mma_groups=2, latent_in_registers=True, **more)
+
+
 CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6),
            "r6g2": HopperWSConfig(ring_depth=6, mma_groups=2),
-           "r6g2L": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True),
-           "r5g2L": HopperWSConfig(ring_depth=5, mma_groups=2, latent_in_registers=True),
-           "r4g2L": HopperWSConfig(ring_depth=4, mma_groups=2, latent_in_registers=True),
+           "r4g2L": _in_registers(4), "r5g2L": _in_registers(5), "r6g2L": _in_registers(6),
            # FP8 staging: a seventh slot (r7), one staging buffer (1).
-           "r7g2L": HopperWSConfig(ring_depth=7, mma_groups=2, latent_in_registers=True),
-           "r6g2L1": HopperWSConfig(ring_depth=6, mma_groups=2, latent_in_registers=True,
-                                    staging_buffers=1),
-           "r7g2L1": HopperWSConfig(ring_depth=7, mma_groups=2, latent_in_registers=True,
-                                    staging_buffers=1),
+           "r7g2L": _in_registers(7), "r6g2L1": _in_registers(6, staging_buffers=1),
+           "r7g2L1": _in_registers(7, staging_buffers=1),
            "r6pp": HopperWSConfig(ring_depth=6, mma_groups=2, pingpong=True),
            "r4pp": HopperWSConfig(ring_depth=4, mma_groups=2, pingpong=True),
            # The ping-pong schedule with spare latent chunk slots (s1-s3), each beside the
