@@ -62,8 +62,8 @@ CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4", *SPAR
          # MXFP4 whose every item takes the split route: two fp8 K loops over the fp8 tile,
          # a bf16 weight's bytes and tensor-core time without widening the latent.
          ("mxfp4", "fp8", 32000, ("r4", "r6", "r6g2"), "wide"),
-         ("bf16", "fp8", 109440, ("r4", "r6g2L", "r7g2L", "r6g2L1")),
-         ("bf16", "fp8", 4096, ("r4", "r6g2L", "r7g2L", "r6g2L1"))]
+         ("bf16", "fp8", 109440, ("r4", "r6g2L", "r7g2L", "r6g2L1", "r7g2L1")),
+         ("bf16", "fp8", 4096, ("r4", "r6g2L", "r7g2L", "r6g2L1", "r7g2L1"))]
 OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
 
 
