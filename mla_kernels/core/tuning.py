@@ -79,6 +79,13 @@ _PINGPONG = {"ring_depth": 6, "mma_groups": 2, "pingpong": True, "spare_latent_c
 TUNED_FP8_OUT: dict[tuple[str, str, str, object], object] = {
     ("H200", "fp8_row", "fp8", ANY): ("hopper_ws", _PINGPONG),
     ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", _PINGPONG),
+    # An unscaled bf16 weight: TUNED's two groups with the latent in registers, with one
+    # staging buffer and a 7-deep ring, which FP8 staging leaves room for (on an H100,
+    # data/exploration/h100/2026-12-05-bd0ea4e703ec-fp8-staging/: 6-9% under ring 6 with two
+    # buffers at 4096, 32000 and 109440 tokens).
+    ("H200", "bf16:none", "fp8", ANY): ("hopper_ws", {"ring_depth": 7, "mma_groups": 2,
+                                                      "latent_in_registers": True,
+                                                      "staging_buffers": 1}),
 }
 
 # The tables above were measured on heads of 128 K-nope and 128 V columns (Kimi-K3,
