@@ -232,15 +232,15 @@ def _take_latent_chunk(lat, a_regs, n, kb: gl.constexpr, WG: gl.constexpr,
     else:
         pairs = as_pairs(chunk).slice(WG * HM, HM, dim=0)
         PW: gl.constexpr = BK // 4  # pairs of one K slice's row
-        lo = pairs.slice(0, PW, dim=1).load(a_regs[2 * kb].type.layout)
-        hi = pairs.slice(PW, PW, dim=1).load(a_regs[2 * kb].type.layout)
+        first = pairs.slice(0, PW, dim=1).load(a_regs[2 * kb].type.layout)
+        second = pairs.slice(PW, PW, dim=1).load(a_regs[2 * kb].type.layout)
     partition_sync()
     lat.release(n, kb)
     if STEP == 1:
         a_regs = _replaced(a_regs, kb, fresh)
     else:
-        a_regs = _replaced(_replaced(a_regs, 2 * kb, widen_pairs(lo)), 2 * kb + 1,
-                           widen_pairs(hi))
+        a_regs = _replaced(_replaced(a_regs, 2 * kb, widen_pairs(first)), 2 * kb + 1,
+                           widen_pairs(second))
     return a_regs
 
 
