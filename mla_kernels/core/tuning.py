@@ -43,12 +43,12 @@ TUNED: dict[tuple[str, str, str, object], object] = {
         (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True}),
         (0, "hopper_ws", {"ring_depth": 4})],
     ("H200", "fp8_block", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),
-    # A bf16 weight: two groups with the fp8 tile widened into their registers once a tile,
-    # a 6-deep ring (data/exploration/h100/2026-12-05-47472d2a5951-bf16-weight-latent-in-registers/
-    # and the next round beside it, on an H100: 17-22% under the bf16 tile with bf16
-    # outputs, 7-12% with FP8 ones, at 4096, 32000 and 109440 tokens), for both output types.
-    # Unscaled only ("bf16:none": a scaled one's scale vector does not fit beside the latent
-    # in registers); a scaled bf16 weight the bf16 tile.
+    # An unscaled bf16 weight ("bf16:none"): two groups with the fp8 tile widened into their
+    # registers once a tile, a 6-deep ring; 17-22% under the bf16 tile with bf16 outputs on
+    # an H100 (data/exploration/h100/2026-12-05-47472d2a5951-bf16-weight-latent-in-registers/)
+    # and 16% at 32000 in the committed run data/h200/2026-12-05-4fa78cbe9a1a/. FP8 outputs
+    # have an entry of their own below. A scaled bf16 weight keeps the bf16 tile: its scale
+    # vector does not fit beside the latent in registers.
     ("H200", "bf16:none", "fp8", ANY): ("hopper_ws", {"ring_depth": 6, "mma_groups": 2,
                                                       "latent_in_registers": True}),
     ("H200", "bf16", "fp8", ANY): ("hopper_ws", {"ring_depth": 4}),

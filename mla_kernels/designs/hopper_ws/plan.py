@@ -236,7 +236,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # 4 x 32 x (256 + 200 + 24) <= 64K).
                   LOADER_REGS=160 if mx_in else 24,  # MXFP4: the widener's
                   # Two groups with a bf16 weight's latent in registers (128 a thread of
-                  # their 216) leave the gatherer 56: 2 x 216 + 56 + 24 = 512.
+                  # their 224) leave the gatherer 40: 2 x 224 + 40 + 24 = 512.
                   GATHER_REGS=(40 if bf16_regs else 88 if mx_in or groups == 2
                                else 200 if lat16 and cache_fp8 else 96),
                   num_warps=4, WK=wk, LAT16=lat16, CACHE_FP8=cache_fp8,
