@@ -24,16 +24,17 @@ and.b32 b, b, 0x80008000;
 or.b32 a, a, b;
 mul.rn.bf16x2 ${out}, a, k;
 """
+# Its registers: z a zero word, k the 2^120 factor twice.
+_E4M3_REGS = "{\n.reg .b32 z, k, t, a, b;\nmov.b32 z, 0;\nmov.b32 k, 0x7B807B80;\n"
 E4M3_TO_BF16 = gl.constexpr(
-    "{\n.reg .b32 z, k, t, a, b;\nmov.b32 z, 0;\nmov.b32 k, 0x7B807B80;\n"
+    _E4M3_REGS
     + _E4M3_PAIR.format(src=2, sel="0x4140", out=0)  # values 0 and 1 of the word
     + _E4M3_PAIR.format(src=2, sel="0x4342", out=1)  # values 2 and 3
     + "}")
 # The same for two e4m3 values in the low half of a word (a K pair of wgmma's bf16 A
 # operand, widened by the MMA warps once a tile: mma._take_latent_chunk).
 E4M3_PAIR_TO_BF16 = gl.constexpr(
-    "{\n.reg .b32 z, k, t, a, b;\nmov.b32 z, 0;\nmov.b32 k, 0x7B807B80;\n"
-    + _E4M3_PAIR.format(src=1, sel="0x4140", out=0) + "}")
+    _E4M3_REGS + _E4M3_PAIR.format(src=1, sel="0x4140", out=0) + "}")
 
 # prmt lookup table: the e4m3 bytes of the e2m1 magnitudes 0, 0.5, 1, 1.5 (first word) and
 # 2, 3, 4, 6 (second word) at d = 0; adding d << 3 to a non-zero byte scales it by 2^d. The

@@ -36,7 +36,8 @@ def hopper_ws_kernel(
     NKP: gl.constexpr = triton.next_power_of_2(NK)  # K chunks rounded up to a power of two
     # Latent chunk slots: a tile's, and LAT_SPARE more (an fp8 tile), taken as a ring.
     SLOTS: gl.constexpr = NK + LAT_SPARE
-    # Output staging buffers of an fp8 tile: two (an item's stores may still read one while
+    # Output staging buffers of an fp8 tile (NBUF, counted by the plan: its rule, or the
+    # config's): two (an item's stores may still read one while
     # the next item stages), or one, whose 32 KB hold the fifth and sixth weight slots (each
     # item then waits for the last item's stores, which a deeper ring leaves long done).
     # FP8 outputs stage in half the bytes: two buffers fit wherever one bf16 one does.
@@ -45,10 +46,7 @@ def hopper_ws_kernel(
     # ws_ptr) has none: its chunks come by TMA, as an fp8 weight's.
     MX: gl.constexpr = SCALE == SCALE_E8M0
     MX_IN: gl.constexpr = MX and not MX_WIDENED  # widened in the kernel
-    # STAGING > 0: the config's count (one where two would fit: each item then waits for the
-    # last item's stores before staging).
-    NBUF: gl.constexpr = STAGING if STAGING > 0 else (
-        2 if (STAGES <= 4 and not MX_IN) or OUT_FP8 else 1)
+    NBUF: gl.constexpr = STAGING
     lat_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8,
                                                   rank=2)
     bf16_smem: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128,

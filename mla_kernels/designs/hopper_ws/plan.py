@@ -193,17 +193,27 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     if staging is not None and (lat16 or pingpong):
         raise ValueError("config.staging_buffers: expected None with a bf16 latent tile or "
                          f"pingpong (their staging is fixed), got {staging}")
-    if staging == 2 and not ((config.ring_depth <= 4 and not mx_in) or prob.out_is_fp8):
+
+    def two_fit(depth: int) -> bool:
+        """Whether two output staging buffers fit beside a ring of ``depth`` over an fp8
+        latent tile: FP8 staging, or bf16 beside 4 slots or fewer and no in-kernel MXFP4
+        widener's packed slots."""
+        return (depth <= 4 and not mx_in) or prob.out_is_fp8
+
+    def buffers(depth: int) -> int:
+        """The kernel's staging buffers (NBUF): the config's, else two where they fit."""
+        return staging or (2 if two_fit(depth) else 1)
+
+    if staging == 2 and not two_fit(config.ring_depth):
         raise ValueError("config.staging_buffers: expected 1 or None here (two bf16 staging "
                          f"buffers fit beside rings of 4 or less), got 2 (ring_depth "
                          f"{config.ring_depth})")
+    nbuf = buffers(config.ring_depth)
     if not (lat16 or pingpong or mx_in):  # (each of those has its own rule above or below)
-        nbuf = staging or (2 if config.ring_depth <= 4 or prob.out_is_fp8 else 1)
         asked = fp8_tile_smem(prob, config.ring_depth, nbuf, widened_items)
         if asked > device.smem_per_program:
             deepest = max(d for d in range(2, 8) if fp8_tile_smem(
-                prob, d, staging or (2 if d <= 4 or prob.out_is_fp8 else 1),
-                widened_items) <= device.smem_per_program)
+                prob, d, buffers(d), widened_items) <= device.smem_per_program)
             raise ValueError(f"config.ring_depth: expected at most {deepest} over an fp8 latent "
                              f"tile with {prob.out_dtype} outputs and {nbuf} staging buffer(s) "
                              f"({asked} bytes of shared memory asked, {device.smem_per_program} "
@@ -249,7 +259,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   MMA_GROUPS=groups, MMA_REGS=224 if bf16_regs else 200,
                   LAT_REGS=config.latent_in_registers,
                   PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
-                  MX_WIDENED=widened_items, STAGING=staging or 0,
+                  MX_WIDENED=widened_items, STAGING=nbuf,
                   # Overlapped launch: the attribute and the kernel's wait go together.
                   PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
