@@ -150,7 +150,7 @@ def test_a_config_for_auto_applies_to_what_auto_resolved():
     (lambda: TiledConfig(split="yes"), "config.split"),
     (lambda: TiledConfig(num_warps=True), "config.num_warps"),
     (lambda: ChunkConfig(chunk=48), "config.chunk"),
-    (lambda: HopperWSConfig(ring_depth=8), "config.ring_depth"),
+    (lambda: HopperWSConfig(ring_depth=9), "config.ring_depth"),
     (lambda: HopperWSConfig(programs=0), "config.programs"),
 ])
 def test_bad_config_fields_name_the_field(make, field):

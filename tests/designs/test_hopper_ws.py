@@ -462,6 +462,12 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
     ("fp8_row", "fp8", HopperWSConfig(ring_depth=7), None),
     ("bf16", "fp8", HopperWSConfig(ring_depth=7, mma_groups=2, latent_in_registers=True,
                                    staging_buffers=1), None),
+    # An eighth slot fits beside one FP8 staging buffer, not beside two.
+    ("bf16", "fp8", HopperWSConfig(ring_depth=8, mma_groups=2, latent_in_registers=True,
+                                   staging_buffers=1), None),
+    ("bf16", "fp8", HopperWSConfig(ring_depth=8, mma_groups=2, latent_in_registers=True),
+     "config.ring_depth: expected at most 7"),
+    ("fp8_row", "fp8", HopperWSConfig(ring_depth=8), "config.ring_depth: expected at most 7"),
     ("fp8_row", "bf16", HopperWSConfig(ring_depth=7), "config.ring_depth: expected at most 6"),
     ("fp8_row", "bf16", HopperWSConfig(ring_depth=7, staging_buffers=1),
      "config.ring_depth: expected at most 6"),
@@ -493,7 +499,7 @@ def test_fp8_tile_shared_memory_rule(fmt, out, config, error):
 
 
 def test_config_fields_checked():
-    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=8), dict(ring_depth=1),
+    for bad in (dict(mma_groups=3), dict(mma_groups=0), dict(ring_depth=9), dict(ring_depth=1),
                 dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2),
                 dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1),
                 dict(staging_buffers=0), dict(staging_buffers=3),
@@ -1115,9 +1121,12 @@ FP8_OUT_PATHS = [
     ("fp8_block", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True)),
     ("bf16", "fp8", None),  # a bf16 latent tile widened by the gatherer, two staging buffers
     ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True)),
-    # A 7-deep ring beside FP8 staging, with two staging buffers or one.
+    # A 7-deep ring beside FP8 staging, with two staging buffers or one; an 8-deep one
+    # beside one.
     ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=7, latent_in_registers=True)),
     ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=7, latent_in_registers=True,
+                                   staging_buffers=1)),
+    ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=8, latent_in_registers=True,
                                    staging_buffers=1)),
     ("fp8_row", "fp8", HopperWSConfig(ring_depth=7)),
     ("mxfp4", "fp8", None),

@@ -116,7 +116,7 @@ _COMPILE_PATHS = textwrap.dedent(r"""
     shape = sys.argv[2]
     for fmt, kind, dtype, depth, cache, *groups in json.loads(sys.argv[1]):
         # groups: [MMA groups[, latent in registers[, pingpong, spare latent chunks, out[,
-        # MXFP4's widening]]]]
+        # MXFP4's widening[, staging buffers]]]]]
         out = getattr(torch, groups[4]) if len(groups) > 4 else torch.bfloat16
         inp = build_inputs(shape, [300], cache_dtype=cache, weight_format=fmt, out_dtype=out)
         prob = problem_for(shape, [300], cache, fmt, 1, out_dtype=out)
@@ -131,7 +131,8 @@ _COMPILE_PATHS = textwrap.dedent(r"""
                              latent_in_registers=len(groups) > 1 and groups[1],
                              pingpong=len(groups) > 2 and groups[2],
                              spare_latent_chunks=groups[3] if len(groups) > 3 else 0,
-                             mxfp4_widening=groups[5] if len(groups) > 5 else "call")
+                             mxfp4_widening=groups[5] if len(groups) > 5 else "call",
+                             staging_buffers=groups[6] if len(groups) > 6 else None)
         _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
         ptx = kernel.asm["ptx"]
         print(json.dumps({"path": [fmt, kind, dtype, depth, cache, *groups],
@@ -242,8 +243,9 @@ HOPPER_WS_OPTIONS = [
     # A bf16 weight: each group's rows of the fp8 tile widened into registers.
     ("bf16", "none", None, 6, "fp8", 2, True),
     ("bf16", "none", None, 4, "fp8", 2, True, False, 0, "float8_e4m3fn"),
-    # A 7-deep ring beside two FP8 staging buffers.
+    # A 7-deep ring beside two FP8 staging buffers, an 8-deep one beside one.
     ("bf16", "none", None, 7, "fp8", 2, True, False, 0, "float8_e4m3fn"),
+    ("bf16", "none", None, 8, "fp8", 2, True, False, 0, "float8_e4m3fn", "call", 1),
     ("fp8_row", "row", "float32", 7, "fp8", 1, False, False, 0, "float8_e4m3fn"),
 ]
 
@@ -266,7 +268,8 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
         fmt, depth, cache = r["path"][0], r["path"][3], r["path"][4]
         out = getattr(torch, r["path"][9]) if len(r["path"]) > 9 else torch.bfloat16
         prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1, out_dtype=out)
-        nbuf = 2 if depth <= 4 or out == torch.float8_e4m3fn else 1
+        nbuf = r["path"][11] if len(r["path"]) > 11 else (
+            2 if depth <= 4 or out == torch.float8_e4m3fn else 1)
         rule = fp8_tile_smem(prob, depth, nbuf, fmt == "mxfp4")
         assert r["shared_bytes"] <= rule <= r["shared_bytes"] + 2048, (r["path"], rule,
                                                                         r["shared_bytes"])

@@ -69,8 +69,8 @@ MX_BIAS = gl.constexpr(127 + 6)  # F = e8m0 code - MX_BIAS for the row's largest
 @dataclass(frozen=True)
 class HopperWSConfig(DesignConfig):
     """``ring_depth``: weight chunks in flight: 2-4 with a bf16 latent tile, 2-6 with an fp8
-    one, where 5 and 6 take the room of the second output staging buffer, and 7 with FP8
-    outputs where shared memory holds it; ``programs``:
+    one, where 5 and 6 take the room of the second output staging buffer, and 7 (8 beside
+    one staging buffer) with FP8 outputs where shared memory holds it; ``programs``:
     persistent programs launched, None for one per SM; ``mma_groups``: MMA and epilogue
     warpgroups, 1, or 2 for an fp8 per-row weight over an fp8 cache, or an unscaled bf16
     one with ``latent_in_registers`` (each takes 64 of a tile's 128 rows);
@@ -102,7 +102,7 @@ class HopperWSConfig(DesignConfig):
     mxfp4_widening: str = "call"
     overlap_launch: bool = True
 
-    _rules = {"ring_depth": int_in(2, 7), "programs": optional(int_in(1, 1 << 20)),
+    _rules = {"ring_depth": int_in(2, 8), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
               "spare_latent_chunks": int_in(0, 3), "staging_buffers": optional(int_in(1, 2)),
               "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag()}
