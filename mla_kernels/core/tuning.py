@@ -82,10 +82,15 @@ TUNED_FP8_OUT: dict[tuple[str, str, str, object], object] = {
     # An unscaled bf16 weight: TUNED's two groups with the latent in registers, with one
     # staging buffer and a 7-deep ring, which FP8 staging leaves room for (on an H100,
     # data/exploration/h100/2026-12-05-bd0ea4e703ec-fp8-staging/: 6-9% under ring 6 with two
-    # buffers at 4096, 32000 and 109440 tokens).
+    # buffers at 4096, 32000 and 109440 tokens). An eighth slot beside the one buffer was 3%
+    # slower at 32000 and 2% faster at 109440 (an H100 again:
+    # data/exploration/h100/2026-12-05-a7aa3423e576-one-staging-buffer/).
     ("H200", "bf16:none", "fp8", ANY): ("hopper_ws", {"ring_depth": 7, "mma_groups": 2,
                                                       "latent_in_registers": True,
                                                       "staging_buffers": 1}),
+    # MXFP4: TUNED's 4-deep ring with one staging buffer where two fit, 7% under two at
+    # 32000 tokens, as at a 6-deep ring (the same folder; bf16 outputs the same with either).
+    ("H200", "mxfp4", "fp8", ANY): ("hopper_ws", {"ring_depth": 4, "staging_buffers": 1}),
 }
 
 # The tables above were measured on heads of 128 K-nope and 128 V columns (Kimi-K3,

@@ -1130,6 +1130,7 @@ FP8_OUT_PATHS = [
                                    staging_buffers=1)),
     ("fp8_row", "fp8", HopperWSConfig(ring_depth=7)),
     ("mxfp4", "fp8", None),
+    ("mxfp4", "fp8", HopperWSConfig(staging_buffers=1)),  # auto's, where two would fit
     ("fp8_row", "bf16", None),
     ("fp8_block", "bf16", None),
     ("bf16", "bf16", None),

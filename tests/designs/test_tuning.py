@@ -117,3 +117,14 @@ def test_a_bf16_weights_entry_follows_its_scale(scale):
             assert cfg == HopperWSConfig(ring_depth=4), (scale, cfg)
         elif out == torch.float8_e4m3fn:  # FP8 staging: one buffer beside a 7-deep ring
             assert (cfg.ring_depth, cfg.staging_buffers) == (7, 1), cfg
+
+
+def test_mxfp4s_fp8_outputs_take_one_staging_buffer():
+    # MXFP4 over an fp8 cache keeps its bf16 outputs' 4-deep ring; FP8 outputs are staged in
+    # one buffer where two would fit.
+    for out in (torch.bfloat16, torch.float8_e4m3fn):
+        prob = problem_for("kimi-k3-tp8", [32000], "fp8", "mxfp4", 1, out)
+        design, cfg = resolve("auto", prob, DEVICES["H200"])
+        assert design.name == "hopper_ws"
+        assert cfg.ring_depth == 4, (out, cfg)
+        assert cfg.staging_buffers == (1 if out == torch.float8_e4m3fn else None), (out, cfg)
