@@ -7,7 +7,9 @@ H200, for example (the report to reports/diag/, which git ignores):
       --clock-control none -o reports/diag/hws python3 -m mla_kernels.lab.diagnostics.profile_hopper_ws 32000
 
 Arguments: tokens of one sequence (default 32000), then the weight format and cache dtype
-(default fp8_row fp8); Kimi-K3 TP8, page size 1. The script writes nothing itself.
+(default fp8_row fp8); Kimi-K3 TP8, page size 1; ``--variant auto`` for auto's config (the
+kernel is hopper_ws_kernel either way on an H200), ``--out-dtype float8_e4m3fn`` for FP8
+outputs. The script writes nothing itself.
 """
 
 import argparse
@@ -23,11 +25,16 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("tokens", nargs="?", type=int, default=32000, help="default 32000")
     ap.add_argument("weight_format", nargs="?", default="fp8_row", help="default fp8_row")
     ap.add_argument("cache_dtype", nargs="?", default="fp8", help="default fp8")
+    ap.add_argument("--variant", choices=("hopper_ws", "auto"), default="hopper_ws",
+                    help="hopper_ws's default config, or auto's (default hopper_ws)")
+    ap.add_argument("--out-dtype", choices=("bfloat16", "float8_e4m3fn"), default="bfloat16",
+                    help="the outputs' dtype (default bfloat16)")
     a = ap.parse_args(argv)
     inp = build_inputs("kimi-k3-tp8", [a.tokens], block_size=1, cache_dtype=a.cache_dtype,
-                       weight_format=a.weight_format, device="cuda", seed=0)
+                       weight_format=a.weight_format, device="cuda", seed=0,
+                       out_dtype=getattr(torch, a.out_dtype))
     for _ in range(2):
-        gather_kv_b_proj(*inp.args(), variant="hopper_ws")
+        gather_kv_b_proj(*inp.args(), variant=a.variant)
     torch.cuda.synchronize()
 
 
