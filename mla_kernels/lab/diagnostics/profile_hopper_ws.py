@@ -8,8 +8,9 @@ H200, for example (the report to reports/diag/, which git ignores):
 
 Arguments: tokens of one sequence (default 32000), then the weight format and cache dtype
 (default fp8_row fp8); Kimi-K3 TP8, page size 1; ``--variant auto`` for auto's config (the
-kernel is hopper_ws_kernel either way on an H200), ``--out-dtype float8_e4m3fn`` for FP8
-outputs. The script writes nothing itself.
+kernel is hopper_ws_kernel either way on an H200; auto's table names no other device),
+``--config NAME`` for one of ``fp8_outputs.CONFIGS`` on hopper_ws, ``--out-dtype
+float8_e4m3fn`` for FP8 outputs. The script writes nothing itself.
 """
 
 import argparse
@@ -18,6 +19,7 @@ import torch
 
 from ...api import gather_kv_b_proj
 from ..inputs import build_inputs
+from .fp8_outputs import CONFIGS
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,6 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("cache_dtype", nargs="?", default="fp8", help="default fp8")
     ap.add_argument("--variant", choices=("hopper_ws", "auto"), default="hopper_ws",
                     help="hopper_ws's default config, or auto's (default hopper_ws)")
+    ap.add_argument("--config", choices=sorted(CONFIGS), default=None,
+                    help="a config of fp8_outputs.CONFIGS for hopper_ws (default: its default)")
     ap.add_argument("--out-dtype", choices=("bfloat16", "float8_e4m3fn"), default="bfloat16",
                     help="the outputs' dtype (default bfloat16)")
     a = ap.parse_args(argv)
@@ -34,7 +38,8 @@ def main(argv: list[str] | None = None) -> None:
                        weight_format=a.weight_format, device="cuda", seed=0,
                        out_dtype=getattr(torch, a.out_dtype))
     for _ in range(2):
-        gather_kv_b_proj(*inp.args(), variant=a.variant)
+        gather_kv_b_proj(*inp.args(), variant=a.variant,
+                         config=None if a.config is None else CONFIGS[a.config])
     torch.cuda.synchronize()
 
 
