@@ -159,11 +159,12 @@ def test_bad_config_fields_name_the_field(make, field):
 
 
 # Config fields that rounds ran and the package took out again (the first two are in
-# 468e490, defer_stores in abed352, latent_widening in 37206ea): their rows stay as measured
+# 468e490, defer_stores in abed352, latent_widening in 37206ea, staggered in 258a08b,
+# vector_staging in 956a810): their rows stay as measured
 # (docs/log/2026-12-01-rounds-i-j-bounds.md, docs/log/2026-12-02-fp8-outputs.md,
-# docs/log/2026-12-04-bf16-weight-operand.md).
+# docs/log/2026-12-04-bf16-weight-operand.md, docs/log/2026-12-05-*.md).
 RETIRED_FIELDS = {"hopper_ws": ("paired_runs", "late_rope", "defer_stores", "latent_widening",
-                                "staggered")}
+                                "staggered", "vector_staging")}
 # Retired values whose rows' other fields only they allowed (the operand route's ring of 7):
 # refused, naming the field, and not read further.
 RETIRED_ROUTES = ("latent_widening='operand'",)

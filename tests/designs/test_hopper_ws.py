@@ -32,7 +32,7 @@ from mla_kernels.designs.hopper_ws.conversions import (
     widen_bf16,
     widen_e4m3,
 )
-from mla_kernels.designs.hopper_ws.plan import VECTOR_SCRATCH, fp8_tile_smem, mx_routes
+from mla_kernels.designs.hopper_ws.plan import fp8_tile_smem, mx_routes
 from mla_kernels.designs.jit import SCALE_CODES
 from mla_kernels.lab.checks import check_outputs
 
@@ -468,18 +468,6 @@ def test_two_mma_groups_and_deep_rings_refused_where_they_do_not_apply(fmt, cach
     ("bf16", "fp8", HopperWSConfig(ring_depth=8, mma_groups=2, latent_in_registers=True),
      "config.ring_depth: expected at most 7"),
     ("fp8_row", "fp8", HopperWSConfig(ring_depth=8), "config.ring_depth: expected at most 7"),
-    # Vector staging: FP8 outputs of items staged whole, its scratch counted.
-    ("bf16", "fp8", HopperWSConfig(ring_depth=7, mma_groups=2, latent_in_registers=True,
-                                   staging_buffers=1, vector_staging=True), None),
-    ("bf16", "fp8", HopperWSConfig(ring_depth=8, mma_groups=2, latent_in_registers=True,
-                                   staging_buffers=1, vector_staging=True),
-     "config.ring_depth: expected at most 7"),
-    ("fp8_row", "bf16", HopperWSConfig(vector_staging=True), "config.vector_staging"),
-    ("fp8_block", "fp8", HopperWSConfig(vector_staging=True), "config.vector_staging"),
-    ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6, pingpong=True,
-                                      vector_staging=True), "config.vector_staging"),
-    ("mxfp4", "fp8", HopperWSConfig(mxfp4_widening="kernel", vector_staging=True),
-     "config.vector_staging"),
     ("fp8_row", "bf16", HopperWSConfig(ring_depth=7), "config.ring_depth: expected at most 6"),
     ("fp8_row", "bf16", HopperWSConfig(ring_depth=7, staging_buffers=1),
      "config.ring_depth: expected at most 6"),
@@ -502,9 +490,8 @@ def test_fp8_tile_shared_memory_rule(fmt, out, config, error):
     prob = problem_for(KIMI, [300], "fp8", fmt, 1, out_dtype=dtype)
     args = mk.GatherArgs(*inp.args())
     if error is None:
-        scratch = VECTOR_SCRATCH * config.mma_groups if config.vector_staging else 0
-        assert fp8_tile_smem(prob, config.ring_depth, config.staging_buffers or 2,
-                             scratch=scratch) <= DEVICES["H200"].smem_per_program
+        assert fp8_tile_smem(prob, config.ring_depth, config.staging_buffers or 2) <= \
+            DEVICES["H200"].smem_per_program
         prepare_hopper_ws(prob, args, None, config, DEVICES["H200"])
         return
     with pytest.raises(ValueError, match=error):
@@ -1141,11 +1128,6 @@ FP8_OUT_PATHS = [
                                    staging_buffers=1)),
     ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=8, latent_in_registers=True,
                                    staging_buffers=1)),
-    # FP8 values laid out 16 bytes a thread before they are staged.
-    ("bf16", "fp8", HopperWSConfig(mma_groups=2, ring_depth=7, latent_in_registers=True,
-                                   staging_buffers=1, vector_staging=True)),
-    ("mxfp4", "fp8", HopperWSConfig(staging_buffers=1, vector_staging=True)),
-    ("fp8_row", "fp8", HopperWSConfig(ring_depth=6, vector_staging=True)),
     ("fp8_row", "fp8", HopperWSConfig(ring_depth=7)),
     ("mxfp4", "fp8", None),
     ("mxfp4", "fp8", HopperWSConfig(staging_buffers=1)),  # auto's, where two would fit
@@ -1163,8 +1145,7 @@ def _fp8_out_id(path):
                                + ("pp" if config.pingpong else
                                   "L" if config.latent_in_registers else "")
                                + (f"s{config.staging_buffers}" if config.staging_buffers
-                                  else "")
-                               + ("v" if config.vector_staging else ""))
+                                  else ""))
 
 
 @pytest.mark.gpu

@@ -116,7 +116,7 @@ _COMPILE_PATHS = textwrap.dedent(r"""
     shape = sys.argv[2]
     for fmt, kind, dtype, depth, cache, *groups in json.loads(sys.argv[1]):
         # groups: [MMA groups[, latent in registers[, pingpong, spare latent chunks, out[,
-        # MXFP4's widening[, staging buffers[, vector staging]]]]]]
+        # MXFP4's widening[, staging buffers]]]]]
         out = getattr(torch, groups[4]) if len(groups) > 4 else torch.bfloat16
         inp = build_inputs(shape, [300], cache_dtype=cache, weight_format=fmt, out_dtype=out)
         prob = problem_for(shape, [300], cache, fmt, 1, out_dtype=out)
@@ -132,8 +132,7 @@ _COMPILE_PATHS = textwrap.dedent(r"""
                              pingpong=len(groups) > 2 and groups[2],
                              spare_latent_chunks=groups[3] if len(groups) > 3 else 0,
                              mxfp4_widening=groups[5] if len(groups) > 5 else "call",
-                             staging_buffers=groups[6] if len(groups) > 6 else None,
-                             vector_staging=len(groups) > 7 and groups[7])
+                             staging_buffers=groups[6] if len(groups) > 6 else None)
         _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
         ptx = kernel.asm["ptx"]
         print(json.dumps({"path": [fmt, kind, dtype, depth, cache, *groups],
@@ -247,8 +246,6 @@ HOPPER_WS_OPTIONS = [
     # A 7-deep ring beside two FP8 staging buffers, an 8-deep one beside one.
     ("bf16", "none", None, 7, "fp8", 2, True, False, 0, "float8_e4m3fn"),
     ("bf16", "none", None, 8, "fp8", 2, True, False, 0, "float8_e4m3fn", "call", 1),
-    # FP8 values staged 16 bytes a thread, through a group's shared scratch.
-    ("bf16", "none", None, 7, "fp8", 2, True, False, 0, "float8_e4m3fn", "call", 1, True),
     ("fp8_row", "row", "float32", 7, "fp8", 1, False, False, 0, "float8_e4m3fn"),
 ]
 
@@ -259,7 +256,7 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
     # Rings of 5-6 chunks fit the SM's shared memory with one staging buffer.
     import torch
 
-    from mla_kernels.designs.hopper_ws.plan import VECTOR_SCRATCH, fp8_tile_smem
+    from mla_kernels.designs.hopper_ws.plan import fp8_tile_smem
     from mla_kernels.lab.occupancy import problem_for
 
     for r in _compile_paths(HOPPER_WS_OPTIONS):
@@ -273,9 +270,7 @@ def test_hopper_ws_two_mma_groups_and_deep_rings_compile_for_sm90():
         prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1, out_dtype=out)
         nbuf = r["path"][11] if len(r["path"]) > 11 else (
             2 if depth <= 4 or out == torch.float8_e4m3fn else 1)
-        vector = len(r["path"]) > 12 and r["path"][12]
-        rule = fp8_tile_smem(prob, depth, nbuf, fmt == "mxfp4",
-                             VECTOR_SCRATCH * groups if vector else 0)
+        rule = fp8_tile_smem(prob, depth, nbuf, fmt == "mxfp4")
         assert r["shared_bytes"] <= rule <= r["shared_bytes"] + 2048, (r["path"], rule,
                                                                         r["shared_bytes"])
         assert r["num_warps"] == (16 if groups == 2 else 12), r

@@ -89,11 +89,8 @@ class HopperWSConfig(DesignConfig):
     by a packed loader (``"kernel"``, rings of 3 or 4); ``overlap_launch`` (on unless set
     off): launched with programmatic dependent launch, so the kernel's launch and setup
     overlap the end of the kernel before it on the stream, every read of memory after that
-    kernel has finished (docs/contract.md); ``vector_staging``: FP8 outputs laid out 16
-    bytes a thread before they are staged (through 8 KB of shared scratch a group), so a
-    row of the staging buffer takes 8 vector stores instead of 64 two-byte ones (not with
-    pingpong, a block scale or MXFP4 widened in the kernel). What each option bought, and
-    where ``auto`` sets them: README.md."""
+    kernel has finished (docs/contract.md). What each option bought, and where ``auto``
+    sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None
@@ -104,11 +101,9 @@ class HopperWSConfig(DesignConfig):
     staging_buffers: int | None = None
     mxfp4_widening: str = "call"
     overlap_launch: bool = True
-    vector_staging: bool = False
 
     _rules = {"ring_depth": int_in(2, 8), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
               "spare_latent_chunks": int_in(0, 3), "staging_buffers": optional(int_in(1, 2)),
-              "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag(),
-              "vector_staging": flag()}
+              "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag()}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

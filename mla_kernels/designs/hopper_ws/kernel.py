@@ -27,7 +27,6 @@ def hopper_ws_kernel(
     WK: gl.constexpr, SCALE: gl.constexpr, WS_LD: gl.constexpr, LAT16: gl.constexpr,
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
-    VECTOR_STAGING: gl.constexpr,
     LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
     STAGING: gl.constexpr, num_warps: gl.constexpr,
 ):
@@ -149,7 +148,7 @@ def hopper_ws_kernel(
                 WeightRing(w_ring, w_ready, w_empty, info, STAGES, MX_WIDENED), packed,
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),
                 Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
-                        ko_scale_ptr, vo_scale_ptr, OUT_FP8, VECTOR_STAGING), turns)
+                        ko_scale_ptr, vo_scale_ptr, OUT_FP8), turns)
     # Launched overlapped (PDL): the setup above reads no global memory. The kernel before
     # may still be writing anything this call reads (the cache, its indices, the weight:
     # the widening kernel writes a widened copy), so the partitions start once it has

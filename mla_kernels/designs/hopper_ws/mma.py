@@ -471,12 +471,6 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
     if HALVES:
         buf.slice(0, BM // 2, dim=0).store(out_t)
         buf.slice(BM // 2, BM // 2, dim=0).store(out_b)
-    elif out.VECTOR_STAGING:
-        # A thread's FP8 values in the accumulator's layout are 2-byte pairs, each its own
-        # shared store; laid out as 16 consecutive bytes first (a conversion through scratch
-        # shared memory), a row of the buffer takes 8 vector stores.
-        wide: gl.constexpr = gl.BlockedLayout([1, 16], [4, 8], [4, 1], [1, 0])
-        buf.store(gl.convert_layout(out_t, wide))
     else:
         buf.store(out_t)
     n_tma += 1

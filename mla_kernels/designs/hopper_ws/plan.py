@@ -189,14 +189,6 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                          f"its own item: {pingpong_smem(prob, config.ring_depth, spare)} bytes of "
                          f"shared memory asked, {device.smem_per_program} there), got "
                          f"{config.ring_depth}")
-    vector = config.vector_staging
-    if vector and (not prob.out_is_fp8 or lat16 or pingpong or mx_in or prob.scale == "block"):
-        raise ValueError("config.vector_staging: expected False here (it stages FP8 outputs over "
-                         "an fp8 latent tile, without pingpong, a block scale or MXFP4 widened in "
-                         "the kernel, whose items stage as halves or beside packed slots), got "
-                         f"True ({prob.out_dtype} outputs, weight format {prob.weight_format}, "
-                         f"scale {prob.scale}, cache {prob.cache_dtype})")
-    scratch = VECTOR_SCRATCH * groups if vector else 0
     staging = config.staging_buffers
     if staging is not None and (lat16 or pingpong):
         raise ValueError("config.staging_buffers: expected None with a bf16 latent tile or "
@@ -218,10 +210,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                          f"{config.ring_depth})")
     nbuf = buffers(config.ring_depth)
     if not (lat16 or pingpong or mx_in):  # (each of those has its own rule above or below)
-        asked = fp8_tile_smem(prob, config.ring_depth, nbuf, widened_items, scratch)
+        asked = fp8_tile_smem(prob, config.ring_depth, nbuf, widened_items)
         if asked > device.smem_per_program:
             deepest = max(d for d in range(2, 9) if fp8_tile_smem(
-                prob, d, buffers(d), widened_items, scratch) <= device.smem_per_program)
+                prob, d, buffers(d), widened_items) <= device.smem_per_program)
             raise ValueError(f"config.ring_depth: expected at most {deepest} over an fp8 latent "
                              f"tile with {prob.out_dtype} outputs and {nbuf} staging buffer(s) "
                              f"({asked} bytes of shared memory asked, {device.smem_per_program} "
@@ -266,8 +258,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # MMA warps. Two MMA groups: four warpgroups at 128, then 2 x 200 + 88 + 24.
                   MMA_GROUPS=groups, MMA_REGS=224 if bf16_regs else 200,
                   LAT_REGS=config.latent_in_registers,
-                  PAIRS=pingpong, OUT_FP8=prob.out_is_fp8,
-                  VECTOR_STAGING=config.vector_staging, LAT_SPARE=spare,
+                  PAIRS=pingpong, OUT_FP8=prob.out_is_fp8, LAT_SPARE=spare,
                   MX_WIDENED=widened_items, STAGING=nbuf,
                   # Overlapped launch: the attribute and the kernel's wait go together.
                   PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
@@ -309,27 +300,21 @@ def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:
 
 
 SMEM_ALIGN_SLACK = 2048  # bytes: the compiler's padding between shared allocations, and more
-# bytes of shared scratch an MMA group's FP8 vector staging converts its values through
-# (ptxas's count, triton 3.6 and 3.9)
-VECTOR_SCRATCH = 8192
 
 
-def fp8_tile_smem(prob: Problem, ring_depth: int, staging: int, mx_widened: bool = False,
-                  scratch: int = 0) -> int:
+def fp8_tile_smem(prob: Problem, ring_depth: int, staging: int, mx_widened: bool = False) -> int:
     """Shared memory the kernel asks over an fp8 latent tile without the ping-pong schedule,
     MXFP4 widened in the kernel aside: the tile and its rope, the weight ring, ``staging``
     output staging buffers and the rope's, the barriers, and the info entries (a ring's and
-    one more for MXFP4 widened once a call, else one unused), ``scratch`` bytes of layout
-    conversions (FP8 vector staging), and room for the compiler's alignment of them (up to
-    1,040 bytes compiled, triton 3.6 and 3.9)."""
+    one more for MXFP4 widened once a call, else one unused), and room for the compiler's
+    alignment of them (up to 1,040 bytes compiled, triton 3.6 and 3.9)."""
     out = torch.empty((), dtype=prob.out_dtype).element_size()
     slots = prob.kv_c_dim // TILE
     tile = TILE * (slots * TILE + prob.pe_dim)
     stage = (staging * TILE + prob.pe_dim) * TILE * out
     barriers = 8 * (2 * (slots + 1) + 2 * ring_depth)
     info = 4 * TILE * ((ring_depth + 1) if mx_widened else 1)
-    return (tile + ring_depth * TILE * TILE + stage + barriers + info + scratch
-            + SMEM_ALIGN_SLACK)
+    return tile + ring_depth * TILE * TILE + stage + barriers + info + SMEM_ALIGN_SLACK
 
 
 def max_pingpong_ring(prob: Problem, device: DeviceSpec, spare: int = 0) -> int:

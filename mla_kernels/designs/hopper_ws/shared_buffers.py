@@ -235,7 +235,6 @@ class Outputs:
     k_scale_ptr: gl.tensor
     v_scale_ptr: gl.tensor
     FP8: gl.constexpr
-    VECTOR_STAGING: gl.constexpr  # FP8 values staged 16 bytes a thread (vector_staging)
 
     @gluon.jit
     def k_inverse(self):

@@ -37,12 +37,9 @@ CONFIGS = {"r4": HopperWSConfig(ring_depth=4), "r6": HopperWSConfig(ring_depth=6
            "r7g2L": _in_registers(7), "r6g2L1": _in_registers(6, staging_buffers=1),
            "r7g2L1": _in_registers(7, staging_buffers=1),
            "r8g2L1": _in_registers(8, staging_buffers=1),
-           # FP8 values staged 16 bytes a thread (v).
-           "r7g2L1v": _in_registers(7, staging_buffers=1, vector_staging=True),
            # One group, one staging buffer where two fit (MXFP4 widened once a call).
            "r4s1": HopperWSConfig(ring_depth=4, staging_buffers=1),
            "r6s1": HopperWSConfig(ring_depth=6, staging_buffers=1),
-           "r4s1v": HopperWSConfig(ring_depth=4, staging_buffers=1, vector_staging=True),
            "r6pp": HopperWSConfig(ring_depth=6, mma_groups=2, pingpong=True),
            "r4pp": HopperWSConfig(ring_depth=4, mma_groups=2, pingpong=True),
            # The ping-pong schedule with spare latent chunk slots (s1-s3), each beside the
@@ -63,7 +60,7 @@ CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4", *SPAR
          # A bf16 weight: the bf16 tile (r4), or the fp8 tile widened into each group's
          # registers (g2L).
          ("bf16", "fp8", 32000, ("r4", "r4g2L", "r5g2L", "r6g2L", "r7g2L", "r6g2L1", "r7g2L1",
-                                 "r8g2L1", "r7g2L1v")),
+                                 "r8g2L1")),
          ("fp8_row", "bf16", 32000, ("r4",)),
          ("fp8_row", "fp8", 4096, ("r4", "r6pp")),
          ("fp8_block", "fp8", 4096, ("r4", "r6pp")),
@@ -71,11 +68,10 @@ CASES = [("fp8_row", "fp8", 32000, ("r6g2L", "r6pp", "r4pp", "r6g2", "r4", *SPAR
          # MXFP4 whose every item takes the split route: two fp8 K loops over the fp8 tile,
          # a bf16 weight's bytes and tensor-core time without widening the latent.
          ("mxfp4", "fp8", 32000, ("r4", "r6", "r6g2"), "wide"),
-         ("bf16", "fp8", 109440, ("r4", "r6g2L", "r7g2L", "r6g2L1", "r7g2L1", "r8g2L1",
-                                  "r7g2L1v")),
-         ("bf16", "fp8", 4096, ("r4", "r6g2L", "r7g2L", "r6g2L1", "r7g2L1", "r8g2L1", "r7g2L1v")),
+         ("bf16", "fp8", 109440, ("r4", "r6g2L", "r7g2L", "r6g2L1", "r7g2L1", "r8g2L1")),
+         ("bf16", "fp8", 4096, ("r4", "r6g2L", "r7g2L", "r6g2L1", "r7g2L1", "r8g2L1")),
          # MXFP4 as the matrix draws it, on auto's ring and deeper, with one staging buffer.
-         ("mxfp4", "fp8", 32000, ("r4", "r4s1", "r6", "r6s1", "r4s1v"))]
+         ("mxfp4", "fp8", 32000, ("r4", "r4s1", "r6", "r6s1"))]
 OUTS = {"bfloat16": torch.bfloat16, "float8_e4m3fn": torch.float8_e4m3fn}
 
 
