@@ -59,6 +59,7 @@ MX_SPLIT_SPAN = gl.constexpr(2 * MX_SPAN.value + 1)
 MX_ROUTE_E4M3 = gl.constexpr(0)
 MX_ROUTE_BF16 = gl.constexpr(1)
 MX_ROUTE_SPLIT = gl.constexpr(2)
+MAX_RING_DEPTH = 8  # the deepest weight ring a config may ask (the plan refuses what won't fit)
 WIDEN_MIN_STAGES = 3  # ring slots MXFP4's in-kernel widener needs (it hands chunks over in pairs)
 WIDEN_MAX_STAGES = 4  # its packed chunks take the room of deeper rings
 MX_PACKED = gl.constexpr(4)  # packed K chunks in flight to the widener (8 KB each)
@@ -102,7 +103,7 @@ class HopperWSConfig(DesignConfig):
     mxfp4_widening: str = "call"
     overlap_launch: bool = True
 
-    _rules = {"ring_depth": int_in(2, 8), "programs": optional(int_in(1, 1 << 20)),
+    _rules = {"ring_depth": int_in(2, MAX_RING_DEPTH), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
               "spare_latent_chunks": int_in(0, 3), "staging_buffers": optional(int_in(1, 2)),
               "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag()}

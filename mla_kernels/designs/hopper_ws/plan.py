@@ -17,6 +17,7 @@ from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher
 from ..portable_plan import no_launch
 from .config import (
+    MAX_RING_DEPTH,
     MX_ROUTE_BF16,
     MX_ROUTE_E4M3,
     MX_ROUTE_SPLIT,
@@ -212,7 +213,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     if not (lat16 or pingpong or mx_in):  # (each of those has its own rule above or below)
         asked = fp8_tile_smem(prob, config.ring_depth, nbuf, widened_items)
         if asked > device.smem_per_program:
-            deepest = max(d for d in range(2, 9) if fp8_tile_smem(
+            deepest = max(d for d in range(2, MAX_RING_DEPTH + 1) if fp8_tile_smem(
                 prob, d, buffers(d), widened_items) <= device.smem_per_program)
             raise ValueError(f"config.ring_depth: expected at most {deepest} over an fp8 latent "
                              f"tile with {prob.out_dtype} outputs and {nbuf} staging buffer(s) "

@@ -19,7 +19,7 @@ import torch
 
 from ...api import gather_kv_b_proj
 from ..inputs import build_inputs
-from .fp8_outputs import CONFIGS
+from .fp8_outputs import CONFIGS, OUTS
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -31,12 +31,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="hopper_ws's default config, or auto's (default hopper_ws)")
     ap.add_argument("--config", choices=sorted(CONFIGS), default=None,
                     help="a config of fp8_outputs.CONFIGS for hopper_ws (default: its default)")
-    ap.add_argument("--out-dtype", choices=("bfloat16", "float8_e4m3fn"), default="bfloat16",
+    ap.add_argument("--out-dtype", choices=sorted(OUTS), default="bfloat16",
                     help="the outputs' dtype (default bfloat16)")
     a = ap.parse_args(argv)
     inp = build_inputs("kimi-k3-tp8", [a.tokens], block_size=1, cache_dtype=a.cache_dtype,
                        weight_format=a.weight_format, device="cuda", seed=0,
-                       out_dtype=getattr(torch, a.out_dtype))
+                       out_dtype=OUTS[a.out_dtype])
     for _ in range(2):
         gather_kv_b_proj(*inp.args(), variant=a.variant,
                          config=None if a.config is None else CONFIGS[a.config])
