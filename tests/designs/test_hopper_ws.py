@@ -352,6 +352,9 @@ def test_pingpong_program_runs_and_ring_depth(programs, stages, device, seed):
     ("fp8_row", "fp8", "fp8", HopperWSConfig(mma_groups=2, spare_latent_chunks=1),
      "spare_latent_chunks"),
     ("fp8_row", "fp8", "fp8", HopperWSConfig(spare_latent_chunks=1), "spare_latent_chunks"),
+    # Prefetches come before the overlapped launch's wait: none without it.
+    ("fp8_row", "fp8", "bf16", HopperWSConfig(overlap_launch=False, prefetch="latent"),
+     "prefetch"),
 ])
 def test_pingpong_refused_where_it_does_not_apply(fmt, cache, out, config, field):
     # Refused when the launch is prepared, before anything is written.

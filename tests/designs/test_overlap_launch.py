@@ -68,11 +68,15 @@ def _write_inputs(dst, src, last: str) -> None:
 @pytest.mark.parametrize("last", ["k_buffer", "kv_indices", "kv_proj_weight"])
 @pytest.mark.parametrize(("fmt", "cache"), [("fp8_row", "fp8"), ("bf16", "fp8"),
                                           ("mxfp4", "fp8"), ("fp8_row", "bf16")])
-@pytest.mark.parametrize("variant", ["hopper_ws", "auto"])
+@pytest.mark.parametrize("variant", ["hopper_ws", "prefetch", "auto"])
 def test_overlapped_launch_reads_what_the_kernel_before_wrote(fmt, cache, last, variant,
                                                               device, seed):
-    # hopper_ws asked for the option, and auto with its defaults (overlapped too).
-    cfg = HopperWSConfig(overlap_launch=True) if variant == "hopper_ws" else None
+    # hopper_ws asked for the option (and with its prefetches before the wait), and auto
+    # with its defaults (overlapped too). 2000 tokens: programs with no items, which
+    # prefetch while the writer spins.
+    cfg = {"hopper_ws": HopperWSConfig(overlap_launch=True),
+           "prefetch": HopperWSConfig(prefetch="inputs")}.get(variant)
+    variant = "auto" if variant == "auto" else "hopper_ws"
     contexts = [700, 0, 1300]
     call = mk.build_inputs(KIMI, contexts, block_size=16, cache_dtype=cache,
                            weight_format=fmt, device=device, seed=seed)
@@ -105,3 +109,48 @@ def test_overlapped_launch_reads_what_the_kernel_before_wrote(fmt, cache, last, 
     torch.cuda.synchronize()
     res = check_outputs(call, ref)
     assert res["correct"], ("graph", res["max_rel_err"], f"seed {seed}")
+
+
+GARBAGE = {"max": lambda n, g: torch.full((n,), 2 ** 31 - 1, dtype=torch.int32),
+           "min": lambda n, g: torch.full((n,), -2 ** 31, dtype=torch.int32),
+           "random": lambda n, g: torch.randint(-2 ** 31, 2 ** 31 - 1, (n,), generator=g,
+                                                dtype=torch.int32)}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("garbage", sorted(GARBAGE))
+@pytest.mark.parametrize("lengths", ["kept", "garbage"])
+def test_prefetch_before_the_wait_survives_a_page_table_being_written(garbage, lengths, device,
+                                                                      seed):
+    # The page table (kv_indptr, kv_indices) and, with "garbage" lengths, the context
+    # lengths' prefix sums hold extreme or random values while the kernel before writes
+    # the real ones late: the prefetches read them before the wait, clamp them into the
+    # tensors' bounds and use them for addresses alone, so the call neither faults nor
+    # hangs and reads what was written. "kept" leaves the sums true, so the short-context
+    # schedule with prefetching programs is the one taken.
+    cfg = HopperWSConfig(prefetch="inputs")
+    call = mk.build_inputs(KIMI, [700, 0, 1300], block_size=16, cache_dtype="fp8",
+                           weight_format="fp8_row", device=device, seed=seed)
+    ref = expected(call)
+    mk.gather_kv_b_proj(*call.args(), variant="hopper_ws", config=cfg)  # compile, plan
+    torch.cuda.synchronize()
+    names = ["kv_indptr", "kv_indices"] + (["kv_prefix_sum_context_lens"]
+                                           if lengths == "garbage" else [])
+    # The tensors as views of one buffer, so that one late write (after one spin) leaves
+    # every one of them garbage while the call prefetches.
+    parts = [getattr(call, n) for n in names]
+    assert all(t.dtype == torch.int32 and t.is_contiguous() for t in parts)
+    buf = torch.cat([t.view(-1) for t in parts])
+    true = buf.clone()
+    at = 0
+    for n, t in zip(names, parts, strict=True):
+        setattr(call, n, buf[at:at + t.numel()].view(t.shape))
+        at += t.numel()
+    buf.copy_(GARBAGE[garbage](buf.numel(), torch.Generator().manual_seed(seed)).to(device))
+    call.poison_outputs()
+    _late_write(true, buf)
+    mk.gather_kv_b_proj(*call.args(), variant="hopper_ws", config=cfg)
+    torch.cuda.synchronize()
+    res = check_outputs(call, ref)
+    assert res["correct"], (garbage, lengths, res["max_rel_err"], f"seed {seed}")

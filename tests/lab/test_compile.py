@@ -396,35 +396,49 @@ _OVERLAP = textwrap.dedent(r"""
     from mla_kernels.lab.inputs import build_inputs
     from mla_kernels.lab.occupancy import problem_for
 
-    for fmt, cache, overlap in (("fp8_row", "fp8", True), ("fp8_row", "fp8", False),
-                                ("mxfp4", "fp8", True), ("bf16", "bf16", True),
-                                ("fp8_row", "fp8", None)):
+    for fmt, cache, overlap, prefetch in (
+            ("fp8_row", "fp8", True, "none"), ("fp8_row", "fp8", False, "none"),
+            ("mxfp4", "fp8", True, "none"), ("bf16", "bf16", True, "none"),
+            ("fp8_row", "fp8", None, None), ("fp8_row", "fp8", True, "latent"),
+            ("fp8_row", "fp8", True, "inputs"), ("bf16", "bf16", True, "inputs")):
         inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt)
         prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1)
-        cfg = HopperWSConfig() if overlap is None else HopperWSConfig(overlap_launch=overlap)
+        cfg = (HopperWSConfig() if overlap is None
+               else HopperWSConfig(overlap_launch=overlap, prefetch=prefetch))
         _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
         ptx = kernel.asm["ptx"]
-        print(json.dumps({"path": [fmt, cache, overlap], "on": cfg.overlap_launch,
+        wait = ptx.find("griddepcontrol.wait")
+        before = ptx[:wait] if wait >= 0 else ""
+        print(json.dumps({"path": [fmt, cache, overlap, prefetch], "on": cfg.overlap_launch,
+                          "prefetch": cfg.prefetch,
                           "launch_pdl": bool(kernel.metadata.launch_pdl),
                           "wait": len(re.findall(r"griddepcontrol\.wait", ptx)),
                           "release": len(re.findall(r"griddepcontrol\.launch_dependents", ptx)),
-                          "wait_before_loads": ptx.find("griddepcontrol.wait")
-                          < min(i for i in (ptx.find("ld.global"), ptx.find("cp.async"),
-                                            ptx.find("cp.async.bulk")) if i >= 0),
+                          # Global accesses before the wait, by instruction.
+                          "before": sorted(set(re.findall(r"(?:ld\.global|cp\.async|st\.global|"
+                                                          r"atom\.global|red\.global)[.\w]*",
+                                                          before))),
+                          "prefetches": len(re.findall(r"cp\.async\.bulk\.prefetch\.L2", ptx)),
                           **ptxas_report(ptx, 90)}))
 """)
 
 
 def test_hopper_ws_overlapped_launch_compiles_for_sm90():
     # overlap_launch: the launch attribute in the kernel's metadata and one wait and one
-    # release in its code, the wait before any load from global memory in the PTX; off,
-    # neither (the plain launch's code). The default config launches overlapped.
+    # release in its code, no access to global memory before the wait in the PTX; off,
+    # neither (the plain launch's code). The default config launches overlapped. With
+    # prefetch, the one access before the wait is L2-only loads (the page table's entries,
+    # for addresses) and bulk prefetches into L2: of the latent rows, and the weight's too.
     rows = _child_rows(_OVERLAP)
-    assert len(rows) == 5
+    assert len(rows) == 8
     assert [r["on"] for r in rows if r["path"][2] is None] == [True]
     for r in rows:
         on = r["on"]
         assert r["launch_pdl"] == on, r
         assert (r["wait"], r["release"]) == ((1, 1) if on else (0, 0)), r
+        kinds = {"none": 0, "latent": 1, "inputs": 2}
+        assert r["prefetches"] == kinds[r["prefetch"]], r
         if on:
-            assert r["wait_before_loads"], r
+            allowed = [] if r["prefetch"] == "none" else [
+                "cp.async.bulk.prefetch.L2.global", "ld.global.cg.b32"]
+            assert r["before"] == allowed, r

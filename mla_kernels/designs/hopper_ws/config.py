@@ -59,6 +59,7 @@ MX_SPLIT_SPAN = gl.constexpr(2 * MX_SPAN.value + 1)
 MX_ROUTE_E4M3 = gl.constexpr(0)
 MX_ROUTE_BF16 = gl.constexpr(1)
 MX_ROUTE_SPLIT = gl.constexpr(2)
+PREFETCH_KINDS = ("none", "latent", "inputs")  # HopperWSConfig.prefetch's choices
 MAX_RING_DEPTH = 8  # the deepest weight ring a config may ask (the plan refuses what won't fit)
 WIDEN_MIN_STAGES = 3  # ring slots MXFP4's in-kernel widener needs (it hands chunks over in pairs)
 WIDEN_MAX_STAGES = 4  # its packed chunks take the room of deeper rings
@@ -90,8 +91,11 @@ class HopperWSConfig(DesignConfig):
     by a packed loader (``"kernel"``, rings of 3 or 4); ``overlap_launch`` (on unless set
     off): launched with programmatic dependent launch, so the kernel's launch and setup
     overlap the end of the kernel before it on the stream, every read of memory after that
-    kernel has finished (docs/contract.md). What each option bought, and where ``auto``
-    sets them: README.md."""
+    kernel has finished (docs/contract.md); ``prefetch``: with the overlapped launch, the
+    programs a short context leaves without items (the first to start) prefetch the call's
+    latent rows (``"latent"``), and its weight too (``"inputs"``), into L2 before that
+    kernel has finished (prefetch.py), or nothing (``"none"``). What each option bought, and
+    where ``auto`` sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None
@@ -102,9 +106,11 @@ class HopperWSConfig(DesignConfig):
     staging_buffers: int | None = None
     mxfp4_widening: str = "call"
     overlap_launch: bool = True
+    prefetch: str = "none"
 
     _rules = {"ring_depth": int_in(2, MAX_RING_DEPTH), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
               "spare_latent_chunks": int_in(0, 3), "staging_buffers": optional(int_in(1, 2)),
-              "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag()}
+              "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag(),
+              "prefetch": choice(PREFETCH_KINDS)}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

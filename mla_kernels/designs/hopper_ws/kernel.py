@@ -12,6 +12,7 @@ from .gather import latent_gatherer
 from .grid_dependency import allow_next_grid, wait_for_previous_grid
 from .loaders import mx_widener, packed_loader, weight_loader
 from .mma import mma_epilogue
+from .prefetch import prefetch_share
 from .schedule import Cache, Items
 from .shared_buffers import Handles, LatentTile, Outputs, PackedRing, WeightRing
 
@@ -20,7 +21,7 @@ from .shared_buffers import Handles, LatentTile, Outputs, PackedRing, WeightRing
 def hopper_ws_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
     k_out_ptr, v_out_ptr, ko_scale_ptr, vo_scale_ptr, w_desc, k_desc, pe_desc, v_desc,
-    stride_block, stride_slot, num_blocks, batch,
+    stride_block, stride_slot, num_blocks, batch, num_indices,
     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
     HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
@@ -28,7 +29,8 @@ def hopper_ws_kernel(
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
     LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
-    STAGING: gl.constexpr, num_warps: gl.constexpr,
+    STAGING: gl.constexpr, PREFETCH: gl.constexpr, ROW_BYTES: gl.constexpr,
+    W_BYTES: gl.constexpr, num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -152,8 +154,12 @@ def hopper_ws_kernel(
     # Launched overlapped (PDL): the setup above reads no global memory. The kernel before
     # may still be writing anything this call reads (the cache, its indices, the weight:
     # the widening kernel writes a widened copy), so the partitions start once it has
-    # finished; the next kernel may launch at once, its own wait guarding its reads.
+    # finished; the next kernel may launch at once, its own wait guarding its reads. Before
+    # the wait, programs with no items may prefetch inputs into L2 (prefetch.py: why that
+    # cannot change what is read after it).
     if PDL:
+        if PREFETCH:
+            prefetch_share(p.items, p.cache, w_ptr, num_indices, ROW_BYTES, W_BYTES, num_warps)
         wait_for_previous_grid()
         allow_next_grid()
     # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two

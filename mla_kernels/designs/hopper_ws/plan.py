@@ -234,7 +234,15 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     k_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, scols)
     pe_desc = _descriptors([rows, k_cols], [k_cols, 1], t.k_prefix.dtype, srows, prob.pe_dim)
     v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, srows, scols)
-    ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch)
+    ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch,
+            t.kv_indices.shape[0])
+    if config.prefetch != "none" and not config.overlap_launch:
+        raise ValueError("config.prefetch: expected 'none' without overlap_launch (its "
+                         "prefetches come before the overlapped launch's wait), got "
+                         f"{config.prefetch!r}")
+    # The weight's bytes to prefetch: a contiguous weight read by TMA as it is given.
+    w_bytes = (w.numel() * w.element_size()
+               if config.prefetch == "inputs" and not mx_in and w.is_contiguous() else 0)
     cache_fp8 = prob.cache_is_fp8
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
@@ -263,6 +271,9 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   MX_WIDENED=widened_items, STAGING=nbuf,
                   # Overlapped launch: the attribute and the kernel's wait go together.
                   PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
+                  PREFETCH=config.prefetch != "none",
+                  ROW_BYTES=(prob.kv_c_dim + prob.pe_dim) * t.k_buffer.element_size(),
+                  W_BYTES=w_bytes,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
                   maxnreg=168 if groups == 1 and not mx_in else 128)
     has_ws = ws is not None
@@ -276,8 +287,9 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         # A bf16 cache's k_scale (it may be None) is never read: a stand-in pointer.
         ks = c.k_scale if cache_fp8 else c.k_buffer
         return [c.k_buffer, ks, c.kv_indptr, c.kv_indices, c.kv_prefix_sum_context_lens,
-                # Every weight arrives by TMA: a stand-in pointer, never read.
-                ks,
+                # Every weight arrives by TMA: its pointer only for prefetches (else a
+                # stand-in, never read).
+                w if w_bytes else ks,
                 # A weight with no scale (bf16): a pointer the kernel never reads.
                 ws if has_ws else ks,
                 c.k_prefix, c.v_prefix,
@@ -285,7 +297,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                 c.k_out_scale if out_fp8 else ks, c.v_out_scale if out_fp8 else ks,
                 w_desc(w), k_desc(c.k_prefix), pe_desc(c.k_prefix),
                 v_desc(c.v_prefix), *ints]
-    return JitLauncher(hopper_ws_kernel, grid, 19, consts, make)
+    return JitLauncher(hopper_ws_kernel, grid, 20, consts, make)
 
 
 def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:

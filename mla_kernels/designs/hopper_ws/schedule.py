@@ -24,6 +24,17 @@ def tile_row0(tile, total):
     return gl.minimum(tile * BM, gl.maximum(total - BM, 0))
 
 
+@gluon.jit
+def short_split(n_tiles, nprog):
+    """Short contexts (at least two programs a token tile): programs a tile, and the programs
+    left over, which take no items. Those are the lowest program ids, which start first: on
+    the SMs a kernel before leaves free, while it still runs (an overlapped launch), where
+    they prefetch the call's inputs (``prefetch.prefetch_share``). No tiles: every program
+    is left over."""
+    parts = nprog // gl.maximum(n_tiles, 1)
+    return parts, nprog - n_tiles * parts
+
+
 @bundle
 class Items:
     """The batch's work items: ``cs`` (the prefix sums of the batch's context lengths, its
@@ -50,7 +61,8 @@ class Items:
         """(tokens, first item, end item) of this program.
 
         With at least two programs per token tile, each program takes an equal share of one
-        tile's items, so none gathers two tiles in a row (short contexts); otherwise the
+        tile's items, so none gathers two tiles in a row (short contexts: the programs left
+        over, ``short_split``, take none); otherwise the
         items of all tiles are split into contiguous runs, which touch as few tiles as
         possible: equal runs, or, for a weight of LOCKSTEP_ITEMS items a tile or more, runs
         of whole granules (``lockstep_granule``), so that programs start at one of a few
@@ -66,12 +78,13 @@ class Items:
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
         if n_tiles * 2 <= nprog:
-            parts = nprog // n_tiles
-            tile = pid // parts
-            part = pid % parts
+            parts, idle = short_split(n_tiles, nprog)
+            q = gl.maximum(pid - idle, 0)
+            tile = q // parts
+            part = q % parts
             start = tile * UNITS + (part * UNITS) // parts
             end = tile * UNITS + ((part + 1) * UNITS) // parts
-            if tile >= n_tiles:
+            if pid < idle:
                 end = start
         else:
             n_units = n_tiles * UNITS

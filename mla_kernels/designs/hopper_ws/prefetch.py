@@ -1,0 +1,84 @@
+"""Prefetches into L2 before the grid dependency wait: the one kind of memory access an
+overlapped launch makes before the kernel before it has finished (docs/contract.md).
+
+At short contexts some programs take no items (``schedule.short_split``). They are the
+lowest program ids, so in a sequence of overlapped launches they start first, on the SMs the
+kernel before leaves free while it still runs. Each takes a share of the call's token tiles
+and asks L2 for their latent rows (and, with ``WEIGHT``, a share of the weight's bytes), so
+that the working programs' first trips after the wait (the batch's offsets, the block ids,
+the rows) find L2 instead of device memory.
+
+Why this cannot change a result: L2 is where every SM's reads and writes meet, so a line
+brought in early holds whatever the kernel before writes to it afterwards; nothing is read
+into an SM's own cache or shared memory. The offsets, block ids and sizes used for the
+addresses are read (L2 only, ``.cg``) while that kernel may still be writing them, so each
+is clamped into the tensors' bounds: a stale or half-written value prefetches the wrong
+rows, never outside the cache, and bounds every loop.
+"""
+
+from __future__ import annotations
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+from ..jit import find_sequence
+from .config import BM
+from .schedule import short_split, tile_row0
+
+WEIGHT_PIECE = gl.constexpr(1 << 16)  # bytes of one bulk prefetch of the weight
+
+
+@gluon.jit
+def _to_l2(ptr, nbytes, on):
+    """One bulk prefetch into L2 per element where ``on``: ``nbytes`` (a multiple of 16) from
+    ``ptr`` (16-byte aligned)."""
+    gl.inline_asm_elementwise(
+        "{ .reg .pred p; setp.ne.b32 p, $3, 0; "
+        "@p cp.async.bulk.prefetch.L2.global [$1], $2; } // $0",
+        "=r,l,r,r", [ptr, nbytes, on.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def prefetch_share(items, cache, w_ptr, num_indices, ROW_BYTES: gl.constexpr,
+                   W_BYTES: gl.constexpr, num_warps: gl.constexpr):
+    """This program's share of the call's inputs into L2, if it is one of the programs left
+    over at a short context: token tiles pid, pid + left over, ... (their rows found as the
+    gather finds them: ``Cache.tile_rows``), and with W_BYTES (the weight's bytes, contiguous
+    at ``w_ptr``; 0: none) the weight's 64 KB pieces by the same stride. ``num_indices``:
+    kv_indices' length, ROW_BYTES: a latent row's."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    pid = gl.program_id(0)
+    nprog = gl.num_programs(0)
+    # At most nprog tiles: a stale count bounds nothing else, and cdiv cannot overflow.
+    total = gl.load(items.cs_ptr + items.batch, cache_modifier=".cg")
+    total = gl.minimum(gl.maximum(total, 0), nprog * BM)
+    n_tiles = gl.cdiv(total, BM)
+    if n_tiles * 2 <= nprog:
+        parts, idle = short_split(n_tiles, nprog)
+        if pid < idle:
+            if (1 << cache.SEARCH_STEPS) <= BM:  # a batch searched in registers, as the gather's
+                i = gl.arange(0, BM, layout=layout)
+                b = gl.minimum(i, items.batch)
+                cs_v = gl.load(items.cs_ptr + b, cache_modifier=".cg")
+                ip_v = gl.load(cache.kv_indptr_ptr + b, cache_modifier=".cg")
+                for tile in range(pid, n_tiles, idle):
+                    r = tile_row0(tile, total) + i
+                    lo = find_sequence(items.cs_ptr, r, items.batch, cache.SEARCH_STEPS, cs_v)
+                    t = gl.maximum(r - gl.gather(cs_v, lo, 0), 0)
+                    at = gl.gather(ip_v, lo, 0) + t // cache.BLOCK_SIZE
+                    at = gl.minimum(gl.maximum(at, 0), num_indices - 1)
+                    blk = gl.load(cache.kv_indices_ptr + at, mask=(r < total) & (at >= 0),
+                                  other=0, cache_modifier=".cg")
+                    blk = gl.minimum(gl.maximum(blk, 0), cache.num_blocks - 1)
+                    rows = (blk.to(gl.int64) * cache.stride_block
+                            + (t % cache.BLOCK_SIZE).to(gl.int64) * cache.stride_slot)
+                    _to_l2(cache.k_ptr + rows, gl.full([BM], ROW_BYTES, gl.int32, layout),
+                           r < total)
+            if W_BYTES > 0:
+                PIECES: gl.constexpr = (W_BYTES + WEIGHT_PIECE - 1) // WEIGHT_PIECE
+                w8 = w_ptr.to(gl.pointer_type(gl.int8), bitcast=True)
+                for k0 in range(0, PIECES, BM):  # BM pieces (8 MB) a pass
+                    k = k0 + gl.arange(0, BM, layout=layout)
+                    size = gl.minimum(W_BYTES - k * WEIGHT_PIECE, WEIGHT_PIECE)
+                    _to_l2(w8 + k.to(gl.int64) * WEIGHT_PIECE, size,
+                           (k < PIECES) & (k % idle == pid))
