@@ -22,6 +22,7 @@ checkout by `python -m mla_kernels.lab.provenance --manifest`). Results land in 
 reports/device_run/). --plan prints each step's expected seconds, from the latest committed
 run's steps.csv under data/h200/ (the step's limit where it has none), and runs nothing.
 Environment: MATRIX_POINTS (globs), HOST_BEFORE=<label>=<path>, TESTS_K (a -k expression),
+AB_POINTS (matrix point globs for ab, instead of its 32000 and 109440 tokens),
 <STEP>_TIMEOUT (seconds; e.g. MATRIX_TIMEOUT, TESTS_ALL_TIMEOUT).
 EOF
   exit 2
@@ -170,7 +171,7 @@ for step in $(expand $steps); do
     tests-all)  timeout "$lim" python3 -m pytest -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} \
                   tests/designs tests/call tests/core/test_validation.py tests/lab/test_checks.py 2>&1 | tee "$out/pytest_gpu_all.log" | tail -12 ;;
     ab)         timeout "$lim" python3 scripts/ab_timing.py "$out/ab_timing.csv" \
-                  --tree "$AB_OLD" --tree "$sha=." 2>&1 | tail -40 ;;
+                  --tree "$AB_OLD" --tree "$sha=." ${AB_POINTS:+--points $AB_POINTS} 2>&1 | tail -40 ;;
   esac
   rc=$?
   record "$step" "$t0" $rc

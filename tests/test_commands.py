@@ -4,9 +4,9 @@
 
 - Every module with a ``__main__`` block answers ``--help`` (its arguments parse before any
   GPU work), and the README's table of commands names each one.
-- The diagnostics with a CPU mode run it: ``launch_shape --check`` and ``l2_stream --check``
-  compile their kernels for sm_90, ``gather_write_bound --check`` checks every grid under the
-  interpreter.
+- The diagnostics with a CPU mode run it: ``launch_shape --check``, ``l2_stream --check`` and
+  ``sequence_gaps --check`` compile their kernels for sm_90, ``gather_write_bound --check``
+  checks every grid under the interpreter.
 - The scripts under ``scripts/`` answer ``--help``, the shell scripts parse, and the run's
   driver refuses an unknown step before anything runs.
 """
@@ -90,6 +90,16 @@ def test_launch_shape_compiles_for_sm90():
     lines = [line for line in r.stdout.splitlines() if "shared" in line]
     assert len(lines) == 5, r.stdout
     assert "shared  221184" in lines[2], lines  # "+ smem": the 221 KB hopper_ws holds
+
+
+def test_sequence_gaps_gap_kernel_compiles_for_sm90():
+    r = _run(["-m", "mla_kernels.lab.diagnostics.sequence_gaps", "--check"], interpret=False,
+             timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "compiles for sm_90 (2 timer reads)" in r.stdout, r.stdout
+    bad = _run(["-m", "mla_kernels.lab.diagnostics.sequence_gaps", "--gaps", "-5", "--check"],
+               interpret=False, timeout=300)
+    assert bad.returncode == 2 and "--gaps: expected" in bad.stderr, bad.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -99,6 +99,27 @@ def test_device_run_times_each_step_into_steps_csv(tmp_path: Path):
 
 
 @needs_bash
+def test_device_run_ab_takes_the_points_asked(tmp_path: Path):
+    # python3 stubbed: ab times the two trees at AB_POINTS' matrix points, passed as given
+    # (globs unexpanded), and at its own points without it.
+    work, env = _stubbed(tmp_path)
+    (tmp_path / "bin" / "python3").write_text(
+        f'#!/bin/sh\necho "python3 $*" >> "{tmp_path}/calls.log"\n'
+        'case "$*" in *provenance*) echo abc1234 ;; esac\n')
+    for points, expect in (("kimi/*/*/p1/4096 kimi/fp8_row/fp8/p1/8192",
+                            "--points kimi/*/*/p1/4096 kimi/fp8_row/fp8/p1/8192"), (None, None)):
+        env_ab = dict(env, AB_OLD="old=.ab/old", **({"AB_POINTS": points} if points else {}))
+        r = subprocess.run(["bash", "scripts/device_run.sh", "--out", str(tmp_path / "out"),
+                            "abc1234", "ab"], cwd=work, env=env_ab, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        call = [ln for ln in (tmp_path / "calls.log").read_text().splitlines()
+                if "ab_timing.py" in ln][-1]
+        assert "--tree old=.ab/old --tree abc1234=." in call, call
+        assert (expect in call) if expect else ("--points" not in call), call
+
+
+@needs_bash
 def test_device_run_splits_the_quick_tier_into_shards_covering_each_test_once(tmp_path: Path):
     # python3 stubbed: collection prints eleven node ids (one with spaces, as parametrized
     # ids have); each shard's pytest logs the ids it got, one a line; shard 2 fails.

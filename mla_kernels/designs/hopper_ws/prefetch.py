@@ -73,7 +73,7 @@ def prefetch_share(items, cache, w_ptr, num_indices, ROW_BYTES: gl.constexpr,
                     rows = (blk.to(gl.int64) * cache.stride_block
                             + (t % cache.BLOCK_SIZE).to(gl.int64) * cache.stride_slot)
                     _to_l2(cache.k_ptr + rows, gl.full([BM], ROW_BYTES, gl.int32, layout),
-                           r < total)
+                           (r < total) & (num_indices > 0) & (cache.num_blocks > 0))
             if W_BYTES > 0:
                 PIECES: gl.constexpr = (W_BYTES + WEIGHT_PIECE - 1) // WEIGHT_PIECE
                 w8 = w_ptr.to(gl.pointer_type(gl.int8), bitcast=True)

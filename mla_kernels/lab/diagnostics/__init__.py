@@ -6,6 +6,7 @@
 - ``write_bound``: what writing the outputs alone costs (``fill_``, an empty launch);
 - ``gather_write_bound``: a plain Triton gather-and-store kernel's time over the same bytes;
 - ``launch_shape``: what a Gluon launch's shape (shared memory, partitions) costs, empty;
+- ``sequence_gaps``: a sequence of calls with idle gaps between them, against the SM clock;
 - ``trace_hopper_ws``: per-program timestamps of one hopper_ws launch (on a patched tree);
 - ``profile_hopper_ws``: one hopper_ws launch for Nsight Compute.
 
