@@ -24,7 +24,7 @@ import triton.language as tl
 from ..core.devices import device_spec
 from ..core.formats import FP8_BLOCK, dequantize_weight, is_block_scale
 from ..designs.jit import dot_acc
-from . import checks
+from . import absorbed_hopper, checks
 from .attention import LOG2E, MAX_SPLITS, Blocking, split_count
 from .expanded import head_dims
 from .kernels import load_two_parts, online_step, split_start, store_partial
@@ -43,6 +43,8 @@ def absorbed_blocking(rows: int, fp8_cache: bool = True) -> Blocking:
     return Blocking(64, 128, 8, 1) if fp8_cache else Blocking(64, 64, 8, 2)
 
 
+# The attention's kernels: the portable Triton one, and Gluon's for sm_90 (absorbed_hopper.py).
+KERNELS = ("portable", "hopper")
 # What ``plan_absorbed(blocking=...)`` accepts: the tiles the kernel's dots and shared
 # memory allow on the GPUs the repository runs on.
 BLOCK_M = (16, 32, 64, 128)
@@ -191,6 +193,7 @@ class AbsorbedPlan:
     out: torch.Tensor
     lse: torch.Tensor
     blocking: Blocking | None = None  # the tiles the split count was made for (None: absorbed_blocking's)
+    kernel: str = "portable"  # the attention's kernel: KERNELS
 
     def workspace(self) -> dict[str, torch.Tensor]:
         """The tensors the plan allocated (the output and LSE included), by name; the
@@ -212,6 +215,12 @@ class AbsorbedPlan:
         kv_c = self.o_latent.shape[2]
         rows = n * h
         fp8 = self.k_buffer.dtype == checks.FP8
+        if self.kernel == "hopper":
+            absorbed_hopper.launch(self.q_absorbed, self.k_buffer, self.k_scale if fp8 else None,
+                                   self.block_ids, self.part_o, self.part_lse,
+                                   self.context_len, self.splits, self.sm_scale * LOG2E)
+            merge_parts(self.part_o, self.part_lse, self.splits, self.o_latent, self.lse)
+            return
         blk = self.blocking or absorbed_blocking(rows, fp8)  # None in a plan made by hand
         per = max(1, triton.cdiv(triton.cdiv(self.context_len, self.splits), blk.block_n)) \
             * blk.block_n
@@ -254,7 +263,8 @@ def plan_absorbed(
     out: torch.Tensor | None = None,  # [n, H, v] q's dtype
     lse: torch.Tensor | None = None,  # [n, H] float32
     validate: bool | None = None,  # read the page table and scales (default: interpreter only)
-    blocking: Blocking | None = None,  # the kernel's tiles (None: absorbed_blocking's)
+    blocking: Blocking | None = None,  # the portable kernel's tiles (None: absorbed_blocking's)
+    kernel: str = "portable",  # the attention's kernel: "portable", or "hopper" (sm_90)
 ) -> AbsorbedPlan:
     """Check every argument and allocate the absorbed queries and partials: the plan
     ``absorbed_prefix_attention`` runs."""
@@ -289,8 +299,18 @@ def plan_absorbed(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits)
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype,))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
+    if kernel not in KERNELS:
+        raise checks.fail("kernel", f"one of {KERNELS}", repr(kernel))
     if blocking is not None:
+        if kernel != "portable":
+            raise checks.fail("blocking", f"None with kernel={kernel!r} (its tiles are fixed)",
+                              blocking)
         check_blocking(blocking)
+    if kernel == "hopper":
+        why = absorbed_hopper.supports(q, k_buffer)
+        if why is not None:
+            raise checks.fail("kernel", f"'portable' here (the hopper kernel needs {why})",
+                              repr(kernel))
     prepared = {} if weights is None else {"weights.w_uk": weights.w_uk,
                                            "weights.w_uv_t": weights.w_uv_t}
     checks.no_overlap({"q": q, "k_buffer": k_buffer, "k_scale": given_k_scale,
@@ -303,7 +323,8 @@ def plan_absorbed(
         weights = absorb_weights(kv_proj_weight, kv_proj_scale, num_heads=h, nope=nope,
                                  dtype=q.dtype)
     rows = n * h
-    blk = blocking or absorbed_blocking(rows, fp8)
+    blk = blocking or (absorbed_blocking(rows, fp8) if kernel == "portable"
+                       else absorbed_hopper.BLOCKING)
     if splits is None:
         splits = split_count(triton.cdiv(rows, blk.block_m), context_len, blk.block_n,
                              device_spec(dev).compute_units)
@@ -315,7 +336,7 @@ def plan_absorbed(
         o_latent=torch.empty((n, h, kv_c), dtype=q.dtype, device=dev),
         out=torch.empty((n, h, v), dtype=q.dtype, device=dev) if out is None else out,
         lse=torch.empty((n, h), dtype=torch.float32, device=dev) if lse is None else lse,
-        blocking=blk)
+        blocking=blk, kernel=kernel)
 
 
 def absorbed_prefix_attention(q, k_buffer, k_scale, kv_indptr, kv_indices, context_len,

@@ -26,6 +26,7 @@ from ..context import (
     plan_absorbed,
     plan_expanded,
 )
+from ..context.absorbed import KERNELS
 from ..core.formats import CACHE_DTYPES, WEIGHT_FORMATS
 from ..core.shapes import SHAPES
 from .bench import measure_ceilings
@@ -74,9 +75,11 @@ def _sdpa(q, k, v, n_keys, scale):
 
 def measure_point(shape: str, c: int, n: int, *, cache_dtype: str, weight_format: str,
                   kv_dtype: str, chunk_tokens: int | None, rates: Rates, budget, prov: dict,
-                  seed: int = 0, device: str = "cuda") -> list[dict]:
+                  seed: int = 0, device: str = "cuda",
+                  absorbed_kernels: tuple[str, ...] = ("portable",)) -> list[dict]:
     """One (C, n) point's rows (``device`` "cpu" under the interpreter checks the rows'
-    making; its timings need the GPU's)."""
+    making; its timings need the GPU's); the absorbed path once per kernel of
+    ``absorbed_kernels`` (rows "absorbed", and "absorbed_hopper" for Gluon's on sm_90)."""
     ci = build_context_inputs(shape, c, n, cache_dtype=cache_dtype, weight_format=weight_format,
                               device=device, seed=seed)
     ref = ci.reference()
@@ -113,13 +116,15 @@ def measure_point(shape: str, c: int, n: int, *, cache_dtype: str, weight_format
         {}, ok, splits, float("nan"), float("nan"))
     del ex_plan, ex, out, lse
 
-    peak, ab = _peak(lambda: _run(plan_absorbed(*ci.args())), device)
-    ab_plan, (out, lse) = ab
-    errs = attention_errors(out, lse, ref)
-    row("absorbed", measure(graphed(ab_plan.run), budget), af["floor_us"], errs,
-        judge(errs, "bf16"), ab_plan.splits,
-        absorbed_peak_bytes(shape, n, c, splits=ab_plan.splits, prepare=True), peak)
-    del ab_plan, ab, out, lse
+    for kernel in absorbed_kernels:
+        peak, ab = _peak(lambda k=kernel: _run(plan_absorbed(*ci.args(), kernel=k)), device)
+        ab_plan, (out, lse) = ab
+        errs = attention_errors(out, lse, ref)
+        row("absorbed" if kernel == "portable" else f"absorbed_{kernel}",
+            measure(graphed(ab_plan.run), budget), af["floor_us"], errs, judge(errs, "bf16"),
+            ab_plan.splits, absorbed_peak_bytes(shape, n, c, splits=ab_plan.splits,
+                                                prepare=True), peak)
+        del ab_plan, ab, out, lse
 
     # The baseline over the whole context's expanded K/V (bf16: SDPA's own dtypes).
     whole = plan_expanded(*ci.args())
@@ -148,7 +153,8 @@ def _run(plan):
 def run(*, shape: str = "kimi-k3-tp8", contexts=CONTEXTS, new_tokens=NEW_TOKENS,
         cache_dtype: str = "fp8", weight_format: str = "fp8_row", kv_dtype: str = "bf16",
         chunk_tokens: int | None = CHUNK_TOKENS, budget=SHORT,
-        out: Path | None = None) -> pd.DataFrame:
+        out: Path | None = None, absorbed_kernels: tuple[str, ...] = ("portable",)
+        ) -> pd.DataFrame:
     """Every (C, n) point's rows, as one frame (GPU only); with ``out``, the rows so far are
     rewritten to ``out`` after each point, so a run cut short keeps what it measured."""
     if not torch.cuda.is_available():
@@ -160,7 +166,7 @@ def run(*, shape: str = "kimi-k3-tp8", contexts=CONTEXTS, new_tokens=NEW_TOKENS,
         for n in new_tokens:
             got = measure_point(shape, c, n, cache_dtype=cache_dtype, weight_format=weight_format,
                                 kv_dtype=kv_dtype, chunk_tokens=chunk_tokens, rates=rates,
-                                budget=budget, prov=prov)
+                                budget=budget, prov=prov, absorbed_kernels=absorbed_kernels)
             for r in got:
                 print(f"C {c:6d} n {n:5d} {r['path']:16s} {r['median_us']:10.1f} us  floor "
                       f"{r['floor_us']:9.1f}  correct {r['correct']}", flush=True)
@@ -185,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the expanded K/V's dtype")
     ap.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS,
                     help="tokens expanded at a time (0: the whole context at once)")
+    ap.add_argument("--absorbed-kernels", nargs="+", default=["portable"], choices=KERNELS,
+                    help="the absorbed path's kernels to time (default: portable; hopper: "
+                         "Gluon's for sm_90, rows 'absorbed_hopper')")
     a = ap.parse_args(argv)
     bad = [x for x in a.contexts + a.new_tokens if x < 1]
     if bad or a.chunk_tokens < 0:
@@ -198,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     a.out.mkdir(parents=True, exist_ok=True)
     df = run(shape=a.shape, contexts=a.contexts, new_tokens=a.new_tokens,
              cache_dtype=a.cache_dtype, weight_format=a.weight_format, kv_dtype=a.kv_dtype,
-             chunk_tokens=a.chunk_tokens or None, out=a.out / FILE)
+             chunk_tokens=a.chunk_tokens or None, out=a.out / FILE,
+             absorbed_kernels=tuple(dict.fromkeys(a.absorbed_kernels)))
     print(a.out / FILE)
     return 0 if bool(df["correct"].all()) else 1
 

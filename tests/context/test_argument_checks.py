@@ -314,3 +314,32 @@ def test_absorbed_blocking_names_the_bad_field(ci, blocking, message):
     with pytest.raises(ValueError, match=message):
         absorbed_prefix_attention(*ci.args(), blocking=blocking, **bufs)
     assert untouched(bufs)
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"kernel": "flash"}, r"kernel: expected one of \('portable', 'hopper'\), got 'flash'"),
+    ({"kernel": None}, r"kernel: expected one of \('portable', 'hopper'\), got None"),
+    ({"kernel": "hopper", "blocking": Blocking(64, 64, 8, 2)},
+     r"blocking: expected None with kernel='hopper' \(its tiles are fixed\), got Blocking"),
+])
+def test_absorbed_kernel_names_the_bad_argument(ci, kw, message):
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match=message):
+        absorbed_prefix_attention(*ci.args(), **kw, **bufs)
+    assert untouched(bufs)
+
+
+def test_absorbed_hopper_kernel_refused_where_it_cannot_run(ci):
+    # The Gluon kernel needs an sm_90 GPU: on any other device the plan names the kernel
+    # and why, before anything is written.
+    from mla_kernels.context import absorbed_hopper
+
+    why = absorbed_hopper.supports(ci.q, ci.cache.k_buffer)
+    assert why is not None or ci.q.device.type == "cuda", why
+    if why is None:
+        pytest.skip("this device runs the hopper kernel")
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match=r"kernel: expected 'portable' here \(the hopper kernel "
+                                         r"needs .*\), got 'hopper'"):
+        absorbed_prefix_attention(*ci.args(), kernel="hopper", **bufs)
+    assert untouched(bufs)

@@ -48,6 +48,9 @@ CHILD = textwrap.dedent("""
                             torch.empty(n, h, 128).bfloat16(), torch.empty(n, h))
         (kern, merge) = compile_calls(plan.attend, HOPPER, 90)
         print(json.dumps({"case": f"latent_{cache}", **kernel_report(kern)}))
+        plan.kernel = "hopper"  # the Gluon kernel for sm_90, same plan
+        (kern, merge) = compile_calls(plan.attend, HOPPER, 90)
+        print(json.dumps({"case": f"latent_hopper_{cache}", **kernel_report(kern)}))
 """)
 
 
@@ -64,7 +67,8 @@ def reports():
 
 def test_every_kernel_compiles_within_shared_memory(reports):
     assert set(reports) == {"prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "merge",
-                            "latent_fp8", "latent_bf16"}
+                            "latent_fp8", "latent_bf16", "latent_hopper_fp8",
+                            "latent_hopper_bf16"}
     for case, r in reports.items():
         assert 0 <= r["shared_bytes"] <= HOPPER_SMEM, (case, r)
 
@@ -73,3 +77,17 @@ def test_attention_dots_are_wgmma(reports):
     for case in ("prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "latent_fp8",
                  "latent_bf16"):
         assert reports[case]["wgmma"] > 0 and reports[case]["mma_sync"] == 0, reports[case]
+
+
+def test_hopper_absorbed_kernel_fits_its_partitions(reports):
+    # Three partitions of four warps (left and right warpgroups, the loader); 68 wgmma
+    # instructions: a key tile's 17 dots of K = 64 (the scores' 9 chunks, 4 value chunks a
+    # warpgroup), 4 bf16 instructions of K = 16 each; no spills at the partitions' register
+    # counts (absorbed_hopper.WORKER_REGS); the query tile, two key tiles and P within the
+    # shared memory.
+    for cache in ("fp8", "bf16"):
+        r = reports[f"latent_hopper_{cache}"]
+        assert r["kernel"] == "absorbed_hopper_kernel", r
+        assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
+        assert r["wgmma"] == 68 and r["mma_sync"] == 0, r
+        assert 9 * 8192 + 2 * 9 * 8192 + 8192 <= r["shared_bytes"] <= HOPPER_SMEM, r

@@ -96,3 +96,26 @@ def test_absorbed_plan_and_run_within_the_count_at_few_tokens(fmt, seed):
     peak = torch.cuda.max_memory_allocated() - base
     model = absorbed_peak_bytes("kimi-k3-tp8", 16, 4096, splits=plan.splits, prepare=True)
     assert peak <= model + 2**20, (peak, model)
+
+
+@pytest.mark.parametrize(("c", "n"), [(20011, 40), (4096, 128), (777, 3)])
+@pytest.mark.parametrize("cache", ["fp8", "bf16"])
+@pytest.mark.parametrize("block_size", [1, 16])
+def test_absorbed_hopper_kernel_against_the_reference(c, n, cache, block_size, seed):
+    # The Gluon kernel for sm_90 over both latents and two page sizes: a partial last key
+    # tile and split, a partial last row tile (40 x 12 and 3 x 12 rows), a context shorter
+    # than one split's tiles; outputs poisoned first, compared with the reference.
+    from mla_kernels.context import absorbed_hopper
+
+    ci = build_context_inputs("kimi-k3-tp8", c, n, cache_dtype=cache, block_size=block_size,
+                              device="cuda", seed=seed)
+    why = absorbed_hopper.supports(ci.q, ci.cache.k_buffer)
+    if why is not None:
+        pytest.skip(f"the hopper kernel needs {why}")
+    plan = plan_absorbed(*ci.args(), kernel="hopper")
+    plan.out.fill_(float("nan"))
+    plan.lse.fill_(float("nan"))
+    out, lse = plan.run()
+    ref = ci.reference()
+    errs = attention_errors(out, lse, ref)
+    assert judge(errs, "bf16"), (errs, f"seed {seed}")

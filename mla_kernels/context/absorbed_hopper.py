@@ -1,0 +1,394 @@
+"""The absorbed attention's kernel for Hopper (sm_90), in Gluon, beside the portable one in
+``absorbed.py``: the same work (BM rows of absorbed queries, one per query and head, over
+one split of the paged latent's tokens; a partial output and its LSE) shaped as FlashMLA
+shapes it on this GPU.
+
+Why another kernel: the portable one runs each key tile's loads, widening, softmax and two
+dots in turn in one program of 8 warps at 255 registers, 0.37 of the floor at n = 128,
+C = 32000 (docs/log/2026-12-04-absorbed-tiles.md). Here three partitions overlap them:
+
+- the **loader** (4 warps) gathers each tile of BN keys (576 values a row: the latent, then
+  the rope) into shared memory as bf16 (an fp8 cache widened exactly on the way), two tiles
+  in flight, and loads the query tile once;
+- the **left** warpgroup (the default partition) scores the tile (S = Q K^T, K = 576 over nine
+  64-column chunks), runs the online softmax, hands P and the rows' rescale factor to the
+  right warpgroup through shared memory, and accumulates the output's first 256 columns
+  (O += P V, V being the tile's first 512 columns);
+- the **right** warpgroup accumulates the other 256 columns from the same P.
+
+A 64 x 512 float32 output is 256 registers a thread for one warpgroup, more than it has;
+split in two it is 128 each, and the scores are computed once. Shared memory: the query tile
+72 KB, two key tiles 144 KB, P 8 KB (225 KB of the 227 KB a program may take).
+
+Restricted to what it was written for: a latent of 512 values and a rope of 64 (Kimi-K3,
+DeepSeek-V3, GLM-5), bf16 queries, an fp8 (scaled) or bf16 cache; ``supports`` says so and
+``plan_absorbed(kernel="hopper")`` refuses anything else by name.
+
+This module keeps its annotations evaluated (it defines a bundle: ``compat.bundle``).
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    async_copy,
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from ..designs.hopper_ws.compat import Buffer, Scalar, bundle, cp_async, partition_sync
+from .attention import Blocking
+
+BM = gl.constexpr(64)  # rows (query x head) a program: one warpgroup's wgmma rows
+BN = gl.constexpr(64)  # keys a tile
+CW = gl.constexpr(64)  # columns a chunk: one 128-byte swizzled bf16 row
+STAGES = gl.constexpr(2)  # key tiles in shared memory
+KV_C_DIM = 512  # the latent's width, the value's
+PE_DIM = 64  # the rope's
+NC = gl.constexpr((KV_C_DIM + PE_DIM) // 64)  # chunks of a query or key row: 8 latent, 1 rope
+NV = gl.constexpr(KV_C_DIM // 64 // 2)  # value chunks each warpgroup accumulates
+# The tiles as the plan records them (rows, keys, warps launched, key tiles in flight).
+BLOCKING = Blocking(BM.value, BN.value, 12, STAGES.value)
+WORKER_REGS = (160, 112)  # the right warpgroup's and the loader's registers a thread
+LOADER_THREADS = gl.constexpr(128)  # the loader's 4 warps
+
+
+@bundle
+class Split:
+    """One program's work: rows [row0, row0 + BM) of the absorbed queries (``n_rows`` in
+    all) over keys [k0, k1) of the paged latent, in ``n_tiles`` tiles of BN."""
+
+    row0: gl.tensor
+    n_rows: Scalar
+    k0: gl.tensor
+    k1: gl.tensor
+    n_tiles: gl.tensor
+
+
+@bundle
+class Shared:
+    """The partitions' shared memory and barriers: the query tile's chunks, the key tiles'
+    (STAGES x NC chunks), P [BM, BN] bf16 and a row vector (each tile's rescale factor, at
+    the end the softmax sums), and the hand-overs: the query tile loaded, a key tile loaded /
+    freed by both warpgroups, P written / read, the sums written."""
+
+    q: Buffer
+    kv: Buffer
+    p: Buffer
+    rows: Buffer
+    q_ready: Buffer
+    kv_ready: Buffer
+    kv_empty: Buffer
+    p_ready: Buffer
+    p_empty: Buffer
+    sums_ready: Buffer
+
+
+@bundle
+class Source:
+    """Where the loader reads: the absorbed queries [n_rows, KV_C + PE], the cache and its
+    page table (block ids a token's page at ``block_ids``, strides of a block and a slot)."""
+
+    q_ptr: gl.tensor
+    cache_ptr: gl.tensor
+    block_ids_ptr: gl.tensor
+    stride_block: Scalar
+    stride_slot: Scalar
+    BLOCK_SIZE: gl.constexpr
+    FP8: gl.constexpr  # an fp8 cache (else bf16)
+
+
+@bundle
+class Sink:
+    """Where a split's partial output [n_rows, KV_C] float32 and its LSE [n_rows] go, and
+    the factors: the scores' (sm_scale x log2(e), times k_scale for an fp8 cache) and the
+    output's (k_scale, or 1)."""
+
+    part_o_ptr: gl.tensor
+    part_lse_ptr: gl.tensor
+    qk_scale: gl.tensor
+    o_scale: gl.tensor
+
+
+@gluon.constexpr_function
+def _acc_layout(num_warps):
+    """A warpgroup's [64 x 64] float32 wgmma accumulator (bf16 operands: K 16 an
+    instruction): the scores' and each output chunk's."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                     instr_shape=[16, 64, 16])
+
+
+@gluon.jit
+def _chunk_ptrs(base, cols, c: gl.constexpr):
+    """Chunk ``c``'s values of the rows at ``base`` (pointers to each row's first value)."""
+    return base[:, None] + c * CW + cols[None, :]
+
+
+@gluon.jit
+def _load_chunk(base, cols, mask, c: gl.constexpr):
+    """Chunk ``c`` of the rows at ``base`` as stored (masked rows zero)."""
+    return gl.load(_chunk_ptrs(base, cols, c), mask=mask[:, None], other=0.0)
+
+
+@gluon.jit
+def _publish(bar):
+    """This partition's shared-memory stores handed over: visible to the async proxy
+    (wgmma), every thread done, one arrival."""
+    fence_async_shared()
+    partition_sync()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _loader(work, sh, src):
+    """The query tile once, then each key tile of the split into the next free stage: a bf16
+    cache by cp.async (each thread's copies arrive on the stage's barrier as they land, so
+    the loader goes on to the next tile at once), an fp8 one through registers, widened to
+    bf16 exactly as it is stored (every chunk's load issued before the stage is waited
+    for: the next tile's loads run while the warpgroups still read the stage)."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, CW, layout=gl.SliceLayout(0, layout))
+    WIDTH: gl.constexpr = NC * CW
+    r = work.row0 + rows
+    qbase = src.q_ptr + r.to(gl.int64) * WIDTH
+    rmask = r < work.n_rows
+    for c in gl.static_range(NC):
+        sh.q.index(c).store(_load_chunk(qbase, cols, rmask, c))
+    _publish(sh.q_ready)
+    kv = sh.kv
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        keys = work.k0 + j * BN + rows
+        kok = keys < work.k1
+        blk = gl.load(src.block_ids_ptr + keys // src.BLOCK_SIZE, mask=kok, other=0)
+        # Widened before the multiply: block id x stride passes 32 bits on large caches.
+        base = src.cache_ptr + (blk.to(gl.int64) * src.stride_block
+                                + (keys % src.BLOCK_SIZE).to(gl.int64) * src.stride_slot)
+        # A stage's first fill waits on the phase before the barrier's first: it passes.
+        free = ((j // STAGES) & 1) ^ 1
+        if src.FP8:
+            x0 = _load_chunk(base, cols, kok, 0)
+            x1 = _load_chunk(base, cols, kok, 1)
+            x2 = _load_chunk(base, cols, kok, 2)
+            x3 = _load_chunk(base, cols, kok, 3)
+            x4 = _load_chunk(base, cols, kok, 4)
+            x5 = _load_chunk(base, cols, kok, 5)
+            x6 = _load_chunk(base, cols, kok, 6)
+            x7 = _load_chunk(base, cols, kok, 7)
+            x8 = _load_chunk(base, cols, kok, 8)
+            mbarrier.wait(sh.kv_empty.index(s), free)
+            kv.index(s * NC + 0).store(x0.to(gl.bfloat16))
+            kv.index(s * NC + 1).store(x1.to(gl.bfloat16))
+            kv.index(s * NC + 2).store(x2.to(gl.bfloat16))
+            kv.index(s * NC + 3).store(x3.to(gl.bfloat16))
+            kv.index(s * NC + 4).store(x4.to(gl.bfloat16))
+            kv.index(s * NC + 5).store(x5.to(gl.bfloat16))
+            kv.index(s * NC + 6).store(x6.to(gl.bfloat16))
+            kv.index(s * NC + 7).store(x7.to(gl.bfloat16))
+            kv.index(s * NC + 8).store(x8.to(gl.bfloat16))
+            _publish(sh.kv_ready.index(s))
+        else:
+            mbarrier.wait(sh.kv_empty.index(s), free)
+            for c in gl.static_range(NC):
+                cp_async.load(kv.index(s * NC + c), _chunk_ptrs(base, cols, c),
+                              mask=kok[:, None])
+            async_copy.mbarrier_arrive(sh.kv_ready.index(s), increment_count=False)
+
+
+@gluon.jit
+def _add_pv(sh, s, o0, o1, o2, o3, alpha, V0: gl.constexpr):
+    """o0..o3 (value columns [V0, V0 + 4) x CW) rescaled by ``alpha`` and P V added, P and the
+    value chunks from shared memory; returns them with the wgmma retired."""
+    p = sh.p
+    o0 = warpgroup_mma(p, sh.kv.index(s * NC + V0 + 0), o0 * alpha[:, None], is_async=True)
+    o1 = warpgroup_mma(p, sh.kv.index(s * NC + V0 + 1), o1 * alpha[:, None], is_async=True)
+    o2 = warpgroup_mma(p, sh.kv.index(s * NC + V0 + 2), o2 * alpha[:, None], is_async=True)
+    o3 = warpgroup_mma(p, sh.kv.index(s * NC + V0 + 3), o3 * alpha[:, None], is_async=True)
+    return warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+
+
+@gluon.jit
+def _store_out(sink, work, o0, o1, o2, o3, l_i, V0: gl.constexpr, num_warps: gl.constexpr):
+    """Value columns [V0, V0 + 4) x CW of the split's output, divided by the softmax sums (0
+    where the split saw no key) and times the output's factor."""
+    acc_layout: gl.constexpr = _acc_layout(num_warps)
+    rows = work.row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
+    cols = gl.arange(0, CW, layout=gl.SliceLayout(0, acc_layout))
+    inv = sink.o_scale / gl.where(l_i > 0, l_i, 1.0)
+    ptr = sink.part_o_ptr + rows.to(gl.int64)[:, None] * (2 * NV * CW) + V0 * CW + cols[None, :]
+    mask = (rows < work.n_rows)[:, None]
+    gl.store(ptr + 0 * CW, o0 * inv[:, None], mask=mask)
+    gl.store(ptr + 1 * CW, o1 * inv[:, None], mask=mask)
+    gl.store(ptr + 2 * CW, o2 * inv[:, None], mask=mask)
+    gl.store(ptr + 3 * CW, o3 * inv[:, None], mask=mask)
+
+
+@gluon.jit
+def _left(work, sh, sink, num_warps: gl.constexpr):
+    """Scores, online softmax, P and the rescale factor handed over, the first half of the
+    output; at the end the sums handed over, and the LSE."""
+    acc_layout: gl.constexpr = _acc_layout(num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    m_i = gl.full([BM], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BM], gl.float32, row_layout)
+    o0 = gl.zeros([BM, CW], gl.float32, acc_layout)
+    o1 = o0
+    o2 = o0
+    o3 = o0
+    key_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
+    mbarrier.wait(sh.q_ready, 0)
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
+        fence_async_shared()  # a bf16 tile's cp.async writes, for wgmma's reads
+        sc = gl.zeros([BM, BN], gl.float32, acc_layout)
+        for c in gl.static_range(NC):
+            sc = warpgroup_mma(sh.q.index(c), sh.kv.index(s * NC + c).permute((1, 0)), sc,
+                               is_async=True)
+        sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+        keys = work.k0 + j * BN + key_cols
+        sc = gl.where((keys < work.k1)[None, :], sc * sink.qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(sc, 1))
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(sc - m_new[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        # P and alpha's buffers are free once the right warpgroup has used the last ones.
+        mbarrier.wait(sh.p_empty, (j & 1) ^ 1)
+        sh.p.store(p.to(gl.bfloat16))
+        sh.rows.store(alpha)
+        _publish(sh.p_ready)
+        o0, o1, o2, o3 = _add_pv(sh, s, o0, o1, o2, o3, alpha, 0)
+        mbarrier.arrive(sh.kv_empty.index(s), count=1)
+    # The sums, once the right warpgroup has read the last factor.
+    mbarrier.wait(sh.p_empty, (work.n_tiles & 1) ^ 1)
+    sh.rows.store(l_i)
+    partition_sync()
+    mbarrier.arrive(sh.sums_ready, count=1)
+    _store_out(sink, work, o0, o1, o2, o3, l_i, 0, num_warps)
+    rows = work.row0 + gl.arange(0, BM, layout=row_layout)
+    safe = gl.where(l_i > 0, l_i, 1.0)
+    gl.store(sink.part_lse_ptr + rows,
+             gl.where(l_i > 0, (m_i + gl.log2(safe)) * 0.6931471805599453, float("-inf")),
+             mask=rows < work.n_rows)
+
+
+@gluon.jit
+def _right(work, sh, sink, num_warps: gl.constexpr):
+    """The second half of the output, from the left warpgroup's P and factors."""
+    acc_layout: gl.constexpr = _acc_layout(num_warps)
+    row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    o0 = gl.zeros([BM, CW], gl.float32, acc_layout)
+    o1 = o0
+    o2 = o0
+    o3 = o0
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
+        mbarrier.wait(sh.p_ready, j & 1)
+        fence_async_shared()
+        alpha = sh.rows.load(row_layout)
+        o0, o1, o2, o3 = _add_pv(sh, s, o0, o1, o2, o3, alpha, NV)
+        mbarrier.arrive(sh.p_empty, count=1)
+        mbarrier.arrive(sh.kv_empty.index(s), count=1)
+    mbarrier.wait(sh.sums_ready, 0)
+    l_i = sh.rows.load(row_layout)
+    _store_out(sink, work, o0, o1, o2, o3, l_i, NV, num_warps)
+
+
+@gluon.jit
+def absorbed_hopper_kernel(
+    q_ptr, cache_ptr, k_scale_ptr, block_ids_ptr, part_o_ptr, part_lse_ptr,
+    n_rows, n_keys, keys_per_split, qk_scale, stride_block, stride_slot, stride_part_o,
+    stride_part_lse, BLOCK_SIZE: gl.constexpr, HAS_K_SCALE: gl.constexpr,
+    WG1_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """Grid (row tile, split), as ``absorbed.latent_attention_kernel``'s."""
+    tile = gl.program_id(0)
+    split = gl.program_id(1)
+    k0 = split * keys_per_split
+    k1 = gl.minimum(k0 + keys_per_split, n_keys)
+    n_tiles = gl.cdiv(gl.maximum(k1 - k0, 0), BN)
+    if HAS_K_SCALE:
+        k_scale = gl.load(k_scale_ptr)
+        qk = qk_scale * k_scale
+        o_scale = k_scale
+    else:
+        qk = qk_scale + 0.0
+        o_scale = qk * 0.0 + 1.0
+    work = Split(tile * BM, n_rows, k0, k1, n_tiles)
+
+    chunk: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                               rank=2)
+    bar: gl.constexpr = mbarrier.MBarrierLayout()
+    q = gl.allocate_shared_memory(gl.bfloat16, [NC, BM, CW], chunk)
+    kv = gl.allocate_shared_memory(gl.bfloat16, [STAGES * NC, BN, CW], chunk)
+    p = gl.allocate_shared_memory(gl.bfloat16, [BM, BN], chunk)
+    rows = gl.allocate_shared_memory(gl.float32, [BM],
+                                     gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    p_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
+    p_empty = gl.allocate_shared_memory(gl.int64, [1], bar)
+    sums_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
+    mbarrier.init(q_ready, count=1)
+    mbarrier.init(p_ready, count=1)
+    mbarrier.init(p_empty, count=1)
+    mbarrier.init(sums_ready, count=1)
+    for s in gl.static_range(STAGES):
+        # Loaded through registers (fp8): one arrival; by cp.async (bf16): each loader
+        # thread's, as its copies land.
+        mbarrier.init(kv_ready.index(s), count=1 if HAS_K_SCALE else LOADER_THREADS)
+        mbarrier.init(kv_empty.index(s), count=2)  # freed by both warpgroups
+    sh = Shared(q, kv, p, rows, q_ready, kv_ready, kv_empty, p_ready, p_empty, sums_ready)
+    src = Source(q_ptr, cache_ptr, block_ids_ptr, stride_block, stride_slot, BLOCK_SIZE,
+                 HAS_K_SCALE)
+    sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
+                qk, o_scale)
+    gl.warp_specialize([
+        (_left, (work, sh, sink, num_warps)),
+        (_right, (work, sh, sink, num_warps)),
+        (_loader, (work, sh, src)),
+    ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
+
+
+def supports(q: torch.Tensor, k_buffer: torch.Tensor) -> str | None:
+    """Why this kernel cannot run these tensors (None: it can): an sm_90 CUDA device, bf16
+    queries, a latent of 512 values and a rope of 64."""
+    if q.device.type != "cuda" or torch.version.hip:
+        return f"a CUDA device, got {q.device}"
+    cap = torch.cuda.get_device_capability(q.device)
+    if cap[0] != 9:
+        return f"an sm_90 GPU, got sm_{cap[0]}{cap[1]}"
+    if q.dtype != torch.bfloat16:
+        return f"bf16 queries, got {q.dtype}"
+    width = k_buffer.shape[-1]
+    if width != KV_C_DIM + PE_DIM:
+        return f"cache rows of {KV_C_DIM} + {PE_DIM} values, got {width}"
+    # Rows copied 16 bytes at a time: each row's values contiguous, its start 16-byte aligned.
+    if k_buffer.stride(2) != 1 or any(st * k_buffer.element_size() % 16
+                                      for st in k_buffer.stride()[:2]):
+        return f"cache rows 16-byte aligned with contiguous values, got strides {k_buffer.stride()}"
+    return None
+
+
+def launch(q_absorbed: torch.Tensor, k_buffer: torch.Tensor, k_scale: torch.Tensor | None,
+           block_ids: torch.Tensor, part_o: torch.Tensor, part_lse: torch.Tensor,
+           context_len: int, splits: int, qk_scale: float) -> None:
+    """The kernel over ``splits`` splits of the keys (each a whole number of key tiles), its
+    partial outputs into ``part_o`` [splits, n, H, KV_C] and ``part_lse`` [splits, n, H]."""
+    n, h, width = q_absorbed.shape
+    rows = n * h
+    per = max(1, triton.cdiv(triton.cdiv(context_len, splits), BN.value)) * BN.value
+    fp8 = k_scale is not None
+    absorbed_hopper_kernel[(triton.cdiv(rows, BM.value), splits)](
+        q_absorbed, k_buffer, k_scale if fp8 else q_absorbed, block_ids, part_o, part_lse,
+        rows, context_len, per, qk_scale, k_buffer.stride(0), k_buffer.stride(1),
+        part_o[0].numel(), part_lse[0].numel(), BLOCK_SIZE=k_buffer.shape[1],
+        HAS_K_SCALE=fp8, WG1_REGS=WORKER_REGS[0], LOADER_REGS=WORKER_REGS[1], num_warps=4,
+        maxnreg=168)
