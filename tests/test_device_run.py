@@ -34,6 +34,14 @@ def _stubbed(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     return work, dict(os.environ, PATH=f"{stubs}{os.pathsep}{os.environ['PATH']}", SHA="abc1234")
 
 
+def _stub_python(tmp_path: Path, cases: str = "") -> None:
+    """The python3 stub: it logs its arguments, prints the commit for the provenance stamp,
+    and does ``cases`` (more shell case branches) besides."""
+    (tmp_path / "bin" / "python3").write_text(
+        f'#!/bin/sh\necho "python3 $*" >> "{tmp_path}/calls.log"\n'
+        f'case "$*" in *provenance*) echo abc1234 ;; {cases} esac\n')
+
+
 def _tree(root: Path) -> set[str]:
     return {str(p.relative_to(root)) for p in root.rglob("*")}
 
@@ -80,9 +88,7 @@ def test_device_run_times_each_step_into_steps_csv(tmp_path: Path):
     # python3 stubbed: the install, the provenance stamp (printed as the commit) and every
     # step "run"; each step's seconds and exit status are recorded, and run's total.
     work, env = _stubbed(tmp_path)
-    (tmp_path / "bin" / "python3").write_text(
-        f'#!/bin/sh\necho "python3 $*" >> "{tmp_path}/calls.log"\n'
-        'case "$*" in *provenance*) echo abc1234 ;; *host_cost*) exit 3 ;; esac\n')
+    _stub_python(tmp_path, "*host_cost*) exit 3 ;;")
     out = tmp_path / "out"
     r = subprocess.run(["bash", "scripts/device_run.sh", "--out", str(out), "abc1234"],
                        cwd=work, env=env, capture_output=True, text=True, timeout=120)
@@ -103,9 +109,7 @@ def test_device_run_ab_takes_the_points_asked(tmp_path: Path):
     # python3 stubbed: ab times the two trees at AB_POINTS' matrix points, passed as given
     # (globs unexpanded), and at its own points without it.
     work, env = _stubbed(tmp_path)
-    (tmp_path / "bin" / "python3").write_text(
-        f'#!/bin/sh\necho "python3 $*" >> "{tmp_path}/calls.log"\n'
-        'case "$*" in *provenance*) echo abc1234 ;; esac\n')
+    _stub_python(tmp_path)
     for points, expect in (("kimi/*/*/p1/4096 kimi/fp8_row/fp8/p1/8192",
                             "--points kimi/*/*/p1/4096 kimi/fp8_row/fp8/p1/8192"), (None, None)):
         env_ab = dict(env, AB_OLD="old=.ab/old", **({"AB_POINTS": points} if points else {}))
@@ -171,9 +175,7 @@ def test_device_run_tests_all_with_tests_k_second_gpu_runs_the_two_gpu_tests_alo
     # tests-all`: python3 stubbed, its pytest call is read back, and then collected for real
     # here: exactly the tests of tests/call/test_second_gpu.py, every one of them.
     work, env = _stubbed(tmp_path)
-    (tmp_path / "bin" / "python3").write_text(
-        f'#!/bin/sh\necho "python3 $*" >> "{tmp_path}/calls.log"\n'
-        'case "$*" in *provenance*) echo abc1234 ;; *pytest*) echo "48 passed" ;; esac\n')
+    _stub_python(tmp_path, '*pytest*) echo "48 passed" ;;')
     out = tmp_path / "out"
     r = subprocess.run(["bash", "scripts/device_run.sh", "--out", str(out), "abc1234",
                         "tests-all"], cwd=work, env=dict(env, TESTS_K="second_gpu"),
