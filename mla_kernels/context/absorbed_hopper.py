@@ -134,6 +134,13 @@ def _load_chunk(base, cols, mask, c: gl.constexpr):
 
 
 @gluon.jit
+def _block_ids(work, src, rows, j):
+    """The block ids of key tile ``j``'s keys (0 past the split's end)."""
+    keys = work.k0 + j * BN + rows
+    return gl.load(src.block_ids_ptr + keys // src.BLOCK_SIZE, mask=keys < work.k1, other=0)
+
+
+@gluon.jit
 def _publish(bar):
     """This partition's shared-memory stores handed over: visible to the async proxy
     (wgmma), every thread done, one arrival."""
@@ -160,14 +167,16 @@ def _loader(work, sh, src):
         sh.q.index(c).store(_load_chunk(qbase, cols, rmask, c))
     _publish(sh.q_ready)
     kv = sh.kv
+    blk = _block_ids(work, src, rows, 0)
     for j in range(work.n_tiles):
         s = j % STAGES
         keys = work.k0 + j * BN + rows
         kok = keys < work.k1
-        blk = gl.load(src.block_ids_ptr + keys // src.BLOCK_SIZE, mask=kok, other=0)
         # Widened before the multiply: block id x stride passes 32 bits on large caches.
         base = src.cache_ptr + (blk.to(gl.int64) * src.stride_block
                                 + (keys % src.BLOCK_SIZE).to(gl.int64) * src.stride_slot)
+        # The next tile's block ids now, so their trip to memory overlaps this tile's rows'.
+        blk = _block_ids(work, src, rows, j + 1)
         # A stage's first fill waits on the phase before the barrier's first: it passes.
         free = ((j // STAGES) & 1) ^ 1
         if src.FP8:
