@@ -98,13 +98,14 @@ def test_absorbed_plan_and_run_within_the_count_at_few_tokens(fmt, seed):
     assert peak <= model + 2**20, (peak, model)
 
 
-@pytest.mark.parametrize(("c", "n"), [(20011, 40), (4096, 128), (777, 3)])
+@pytest.mark.parametrize(("c", "n"), [(20011, 40), (4096, 128), (777, 3), (33, 7)])
 @pytest.mark.parametrize("cache", ["fp8", "bf16"])
 @pytest.mark.parametrize("block_size", [1, 16])
 def test_absorbed_hopper_kernel_against_the_reference(c, n, cache, block_size, seed):
     # The Gluon kernel for sm_90 over both latents and two page sizes: a partial last key
     # tile and split, a partial last row tile (40 x 12 and 3 x 12 rows), a context shorter
-    # than one split's tiles; outputs poisoned first, compared with the reference.
+    # than one split's tiles, fewer keys than one tile; outputs poisoned first, compared
+    # with the reference; replayed from a CUDA graph, the same bits.
     from mla_kernels.context import absorbed_hopper
 
     ci = build_context_inputs("kimi-k3-tp8", c, n, cache_dtype=cache, block_size=block_size,
@@ -119,3 +120,11 @@ def test_absorbed_hopper_kernel_against_the_reference(c, n, cache, block_size, s
     ref = ci.reference()
     errs = attention_errors(out, lse, ref)
     assert judge(errs, "bf16"), (errs, f"seed {seed}")
+    eager = out.clone(), lse.clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.run()
+    plan.out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1]), f"seed {seed}"
