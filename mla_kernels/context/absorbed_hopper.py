@@ -4,8 +4,8 @@ one split of the paged latent's tokens; a partial output and its LSE) shaped as 
 shapes it on this GPU.
 
 Why another kernel: the portable one runs each key tile's loads, widening, softmax and two
-dots in turn in one program of 8 warps at 255 registers, 0.37 of the floor at n = 128,
-C = 32000 (docs/log/2026-12-04-absorbed-tiles.md). Here three partitions overlap them:
+dots in turn in one program of 8 warps at 255 registers, far from the path's floor
+(docs/log/2026-12-04-absorbed-tiles.md). Here three partitions overlap them:
 
 - the **loader** (4 warps) gathers each tile of BN keys (576 values a row: the latent, then
   the rope) into shared memory as bf16 (an fp8 cache widened exactly on the way), two tiles
