@@ -145,7 +145,8 @@ def hopper_ws_kernel(
     WHOLE: gl.constexpr = NOPE % BN == 0 and V % BN == 0
     p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS, HEADS, WHOLE),
                 Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
-                      stride_slot, num_blocks, BLOCK_SIZE, SEARCH_STEPS, CACHE_FP8),
+                      stride_slot, num_blocks, num_indices, BLOCK_SIZE, SEARCH_STEPS,
+                      CACHE_FP8),
                 w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
                 WeightRing(w_ring, w_ready, w_empty, info, STAGES, MX_WIDENED), packed,
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),
@@ -159,7 +160,7 @@ def hopper_ws_kernel(
     # cannot change what is read after it).
     if PDL:
         if PREFETCH:
-            prefetch_share(p.items, p.cache, w_ptr, num_indices, ROW_BYTES, W_BYTES, num_warps)
+            prefetch_share(p.items, p.cache, w_ptr, ROW_BYTES, W_BYTES, num_warps)
         wait_for_previous_grid()
         allow_next_grid()
     # The weight partition: MXFP4's widener (four warps) or the TMA loader (one); with two

@@ -21,9 +21,8 @@ from __future__ import annotations
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from ..jit import find_sequence
 from .config import BM
-from .schedule import short_split, tile_row0
+from .schedule import short_split
 
 WEIGHT_PIECE = gl.constexpr(1 << 16)  # bytes of one bulk prefetch of the weight
 
@@ -39,14 +38,15 @@ def _to_l2(ptr, nbytes, on):
 
 
 @gluon.jit
-def prefetch_share(items, cache, w_ptr, num_indices, ROW_BYTES: gl.constexpr,
-                   W_BYTES: gl.constexpr, num_warps: gl.constexpr):
+def prefetch_share(items, cache, w_ptr, ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr,
+                   num_warps: gl.constexpr):
     """This program's share of the call's inputs into L2, if it is one of the programs left
     over at a short context: token tiles pid, pid + left over, ... (their rows found as the
-    gather finds them: ``Cache.tile_rows``), and with W_BYTES (the weight's bytes, contiguous
-    at ``w_ptr``; 0: none) the weight's 64 KB pieces by the same stride. ``num_indices``:
-    kv_indices' length, ROW_BYTES: a latent row's."""
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+    gather finds them, read early: ``Cache.tile_rows``), and with W_BYTES (the weight's
+    bytes, contiguous at ``w_ptr``; 0: none) the weight's 64 KB pieces by the same stride.
+    ROW_BYTES: a latent row's."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [num_warps, 1], [1, 0])
+    rows_layout: gl.constexpr = gl.SliceLayout(1, layout)
     pid = gl.program_id(0)
     nprog = gl.num_programs(0)
     # At most nprog tiles: a stale count bounds nothing else, and cdiv cannot overflow.
@@ -57,28 +57,17 @@ def prefetch_share(items, cache, w_ptr, num_indices, ROW_BYTES: gl.constexpr,
         parts, idle = short_split(n_tiles, nprog)
         if pid < idle:
             if (1 << cache.SEARCH_STEPS) <= BM:  # a batch searched in registers, as the gather's
-                i = gl.arange(0, BM, layout=layout)
-                b = gl.minimum(i, items.batch)
-                cs_v = gl.load(items.cs_ptr + b, cache_modifier=".cg")
-                ip_v = gl.load(cache.kv_indptr_ptr + b, cache_modifier=".cg")
+                index = cache.batch_index(items, layout, True)
+                size = gl.full([BM], ROW_BYTES, gl.int32, rows_layout)
                 for tile in range(pid, n_tiles, idle):
-                    r = tile_row0(tile, total) + i
-                    lo = find_sequence(items.cs_ptr, r, items.batch, cache.SEARCH_STEPS, cs_v)
-                    t = gl.maximum(r - gl.gather(cs_v, lo, 0), 0)
-                    at = gl.gather(ip_v, lo, 0) + t // cache.BLOCK_SIZE
-                    at = gl.minimum(gl.maximum(at, 0), num_indices - 1)
-                    blk = gl.load(cache.kv_indices_ptr + at, mask=(r < total) & (at >= 0),
-                                  other=0, cache_modifier=".cg")
-                    blk = gl.minimum(gl.maximum(blk, 0), cache.num_blocks - 1)
-                    rows = (blk.to(gl.int64) * cache.stride_block
-                            + (t % cache.BLOCK_SIZE).to(gl.int64) * cache.stride_slot)
-                    _to_l2(cache.k_ptr + rows, gl.full([BM], ROW_BYTES, gl.int32, layout),
-                           (r < total) & (num_indices > 0) & (cache.num_blocks > 0))
+                    rows, tmask = cache.tile_rows(items, total, tile, layout, index, True)
+                    _to_l2(cache.k_ptr + rows, size,
+                           tmask & (cache.num_indices > 0) & (cache.num_blocks > 0))
             if W_BYTES > 0:
                 PIECES: gl.constexpr = (W_BYTES + WEIGHT_PIECE - 1) // WEIGHT_PIECE
                 w8 = w_ptr.to(gl.pointer_type(gl.int8), bitcast=True)
                 for k0 in range(0, PIECES, BM):  # BM pieces (8 MB) a pass
-                    k = k0 + gl.arange(0, BM, layout=layout)
+                    k = k0 + gl.arange(0, BM, layout=rows_layout)
                     size = gl.minimum(W_BYTES - k * WEIGHT_PIECE, WEIGHT_PIECE)
                     _to_l2(w8 + k.to(gl.int64) * WEIGHT_PIECE, size,
                            (k < PIECES) & (k % idle == pid))

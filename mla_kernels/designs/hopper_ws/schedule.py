@@ -162,7 +162,7 @@ class Items:
 @bundle
 class Cache:
     """The paged latent cache (``k_ptr``: [blocks, BLOCK_SIZE, KV_C + PE], fp8 with
-    ``k_scale`` or bf16) and its page table (kv_indptr, kv_indices)."""
+    ``k_scale`` or bf16) and its page table (kv_indptr, kv_indices: ``num_indices`` long)."""
 
     k_ptr: gl.tensor
     k_scale_ptr: gl.tensor
@@ -171,28 +171,39 @@ class Cache:
     stride_block: Scalar
     stride_slot: Scalar
     num_blocks: Scalar
+    num_indices: Scalar
     BLOCK_SIZE: gl.constexpr
     SEARCH_STEPS: gl.constexpr  # binary-search steps over the batch's cs
     FP8: gl.constexpr
 
     @gluon.jit
-    def batch_index(self, items, layout: gl.constexpr):
+    def batch_index(self, items, layout: gl.constexpr, EARLY: gl.constexpr = False):
         """cs[i] and kv_indptr[i] for i in [0, BM) (the last entry repeated past the batch),
         loaded at a gather partition's start as vectors of ``layout``'s rows. A batch of at
         most BM sequences is then searched in registers (``tile_rows``): its first tile's
         row offsets wait on two dependent round trips to memory (these loads, then the
         block ids) instead of one a search step, one for cs[b] and kv_indptr[b] and one for
-        the block ids."""
+        the block ids. EARLY: read before the grid dependency wait (``tile_rows``)."""
         i = gl.minimum(gl.arange(0, BM, layout=gl.SliceLayout(1, layout)), items.batch)
-        return gl.load(items.cs_ptr + i), gl.load(self.kv_indptr_ptr + i)
+        if EARLY:
+            return (gl.load(items.cs_ptr + i, cache_modifier=".cg"),
+                    gl.load(self.kv_indptr_ptr + i, cache_modifier=".cg"))
+        else:
+            return gl.load(items.cs_ptr + i), gl.load(self.kv_indptr_ptr + i)
 
     @gluon.jit
-    def tile_rows(self, items, total, tile, layout: gl.constexpr, index):
+    def tile_rows(self, items, total, tile, layout: gl.constexpr, index,
+                  EARLY: gl.constexpr = False):
         """Element offsets of the latent rows of token tile ``tile`` (64-bit: block id x
         stride overflows 32 bits on large caches), and which rows hold a token; ``index``:
         the batch's cs and kv_indptr in registers (``batch_index``), used for a batch of at
         most BM sequences (SEARCH_STEPS <= log2(BM)). Compiled with debug=True, a block id
-        outside [0, num_blocks) stops the kernel."""
+        outside [0, num_blocks) stops the kernel.
+
+        EARLY (a prefetch's addresses, before the grid dependency wait, a batch searched in
+        registers): the page table may still be being written, so its values are read from
+        L2 alone and each is clamped into its tensor's bounds: the offsets then lie in the
+        cache whatever was read, and a row that holds a token may be a wrong one."""
         SEARCH_STEPS: gl.constexpr = self.SEARCH_STEPS
         BLOCK_SIZE: gl.constexpr = self.BLOCK_SIZE
         cs_ptr = items.cs_ptr
@@ -204,11 +215,21 @@ class Cache:
             t = r - gl.gather(cs_v, lo, 0)
             first_block = gl.gather(ip_v, lo, 0)
         else:
+            gl.static_assert(not EARLY, "early row offsets: a batch searched in registers only")
             lo = find_sequence(cs_ptr, r, items.batch, SEARCH_STEPS)
             t = r - gl.load(cs_ptr + lo)
             first_block = gl.load(self.kv_indptr_ptr + lo)
-        blk = gl.load(self.kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask, other=0)
-        gl.device_assert((blk >= 0) & (blk < self.num_blocks), "kv_indices: block id out of range")
+        if EARLY:
+            t = gl.maximum(t, 0)
+            at = gl.minimum(gl.maximum(first_block + t // BLOCK_SIZE, 0), self.num_indices - 1)
+            blk = gl.load(self.kv_indices_ptr + at, mask=tmask & (at >= 0), other=0,
+                          cache_modifier=".cg")
+            blk = gl.minimum(gl.maximum(blk, 0), self.num_blocks - 1)
+        else:
+            blk = gl.load(self.kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask,
+                          other=0)
+            gl.device_assert((blk >= 0) & (blk < self.num_blocks),
+                             "kv_indices: block id out of range")
         rows = (blk.to(gl.int64) * self.stride_block
                 + (t % BLOCK_SIZE).to(gl.int64) * self.stride_slot)
         return rows, tmask
