@@ -40,7 +40,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from ..designs.hopper_ws.compat import Buffer, Scalar, bundle, cp_async, partition_sync
+from ..designs.hopper_ws.shared_buffers import publish_slot
 from .attention import Blocking
+from .kernels import LN2
 
 BM = gl.constexpr(64)  # rows (query x head) a program: one warpgroup's wgmma rows
 BN = gl.constexpr(64)  # keys a tile
@@ -141,15 +143,6 @@ def _block_ids(work, src, rows, j):
 
 
 @gluon.jit
-def _publish(bar):
-    """This partition's shared-memory stores handed over: visible to the async proxy
-    (wgmma), every thread done, one arrival."""
-    fence_async_shared()
-    partition_sync()
-    mbarrier.arrive(bar, count=1)
-
-
-@gluon.jit
 def _loader(work, sh, src):
     """The query tile once, then each key tile of the split into the next free stage: a bf16
     cache by cp.async (each thread's copies arrive on the stage's barrier as they land, so
@@ -165,7 +158,7 @@ def _loader(work, sh, src):
     rmask = r < work.n_rows
     for c in gl.static_range(NC):
         sh.q.index(c).store(_load_chunk(qbase, cols, rmask, c))
-    _publish(sh.q_ready)
+    publish_slot(sh.q_ready)
     kv = sh.kv
     blk = _block_ids(work, src, rows, 0)
     for j in range(work.n_tiles):
@@ -199,7 +192,7 @@ def _loader(work, sh, src):
             kv.index(s * NC + 6).store(x6.to(gl.bfloat16))
             kv.index(s * NC + 7).store(x7.to(gl.bfloat16))
             kv.index(s * NC + 8).store(x8.to(gl.bfloat16))
-            _publish(sh.kv_ready.index(s))
+            publish_slot(sh.kv_ready.index(s))
         else:
             mbarrier.wait(sh.kv_empty.index(s), free)
             for c in gl.static_range(NC):
@@ -270,7 +263,7 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
         mbarrier.wait(sh.p_empty, (j & 1) ^ 1)
         sh.p.store(p.to(gl.bfloat16))
         sh.rows.store(alpha)
-        _publish(sh.p_ready)
+        publish_slot(sh.p_ready)
         o0, o1, o2, o3 = _add_pv(sh, s, o0, o1, o2, o3, alpha, 0)
         mbarrier.arrive(sh.kv_empty.index(s), count=1)
     # The sums, once the right warpgroup has read the last factor.
@@ -282,7 +275,7 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
     rows = work.row0 + gl.arange(0, BM, layout=row_layout)
     safe = gl.where(l_i > 0, l_i, 1.0)
     gl.store(sink.part_lse_ptr + rows,
-             gl.where(l_i > 0, (m_i + gl.log2(safe)) * 0.6931471805599453, float("-inf")),
+             gl.where(l_i > 0, (m_i + gl.log2(safe)) * LN2, float("-inf")),
              mask=rows < work.n_rows)
 
 
