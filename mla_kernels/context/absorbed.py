@@ -25,7 +25,7 @@ from ..core.devices import device_spec
 from ..core.formats import FP8_BLOCK, dequantize_weight, is_block_scale
 from ..designs.jit import dot_acc
 from . import absorbed_hopper, checks
-from .attention import LOG2E, MAX_SPLITS, Blocking, split_count
+from .attention import LOG2E, MAX_SPLITS, Blocking, keys_per_split, split_count
 from .expanded import head_dims
 from .kernels import load_two_parts, online_step, split_start, store_partial
 from .merge import merge_parts
@@ -219,20 +219,18 @@ class AbsorbedPlan:
             absorbed_hopper.launch(self.q_absorbed, self.k_buffer, self.k_scale if fp8 else None,
                                    self.block_ids, self.part_o, self.part_lse,
                                    self.context_len, self.splits, self.sm_scale * LOG2E)
-            merge_parts(self.part_o, self.part_lse, self.splits, self.o_latent, self.lse)
-            return
-        blk = self.blocking or absorbed_blocking(rows, fp8)  # None in a plan made by hand
-        per = max(1, triton.cdiv(triton.cdiv(self.context_len, self.splits), blk.block_n)) \
-            * blk.block_n
-        latent_attention_kernel[(triton.cdiv(rows, blk.block_m), self.splits)](
-            self.q_absorbed, self.k_buffer, self.k_scale if fp8 else self.q_absorbed,
-            self.block_ids, self.part_o, self.part_lse, rows, self.context_len, per,
-            self.sm_scale * LOG2E, self.k_buffer.stride(0), self.k_buffer.stride(1),
-            self.part_o[0].numel(), self.part_lse[0].numel(),
-            KV_C=kv_c, PE=width - kv_c, BKV=triton.next_power_of_2(kv_c),
-            BPE=max(16, triton.next_power_of_2(width - kv_c)),
-            BLOCK_SIZE=self.k_buffer.shape[1], BM=blk.block_m, BN=blk.block_n,
-            HAS_K_SCALE=fp8, STAGES=blk.num_stages, num_warps=blk.num_warps)
+        else:
+            blk = self.blocking or absorbed_blocking(rows, fp8)  # None in a plan made by hand
+            per = keys_per_split(self.context_len, self.splits, blk.block_n)
+            latent_attention_kernel[(triton.cdiv(rows, blk.block_m), self.splits)](
+                self.q_absorbed, self.k_buffer, self.k_scale if fp8 else self.q_absorbed,
+                self.block_ids, self.part_o, self.part_lse, rows, self.context_len, per,
+                self.sm_scale * LOG2E, self.k_buffer.stride(0), self.k_buffer.stride(1),
+                self.part_o[0].numel(), self.part_lse[0].numel(),
+                KV_C=kv_c, PE=width - kv_c, BKV=triton.next_power_of_2(kv_c),
+                BPE=max(16, triton.next_power_of_2(width - kv_c)),
+                BLOCK_SIZE=self.k_buffer.shape[1], BM=blk.block_m, BN=blk.block_n,
+                HAS_K_SCALE=fp8, STAGES=blk.num_stages, num_warps=blk.num_warps)
         merge_parts(self.part_o, self.part_lse, self.splits, self.o_latent, self.lse)
 
     def project(self) -> None:

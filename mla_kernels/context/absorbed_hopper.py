@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from ..designs.hopper_ws.compat import Buffer, Scalar, bundle, cp_async, partition_sync
 from ..designs.hopper_ws.shared_buffers import publish_slot
-from .attention import Blocking
+from .attention import Blocking, keys_per_split
 from .kernels import LN2
 
 BM = gl.constexpr(64)  # rows (query x head) a program: one warpgroup's wgmma rows
@@ -386,7 +386,7 @@ def launch(q_absorbed: torch.Tensor, k_buffer: torch.Tensor, k_scale: torch.Tens
     partial outputs into ``part_o`` [splits, n, H, KV_C] and ``part_lse`` [splits, n, H]."""
     n, h, width = q_absorbed.shape
     rows = n * h
-    per = max(1, triton.cdiv(triton.cdiv(context_len, splits), BN.value)) * BN.value
+    per = keys_per_split(context_len, splits, BN.value)
     fp8 = k_scale is not None
     absorbed_hopper_kernel[(triton.cdiv(rows, BM.value), splits)](
         q_absorbed, k_buffer, k_scale if fp8 else q_absorbed, block_ids, part_o, part_lse,
