@@ -400,7 +400,8 @@ _OVERLAP = textwrap.dedent(r"""
             ("fp8_row", "fp8", True, "none"), ("fp8_row", "fp8", False, "none"),
             ("mxfp4", "fp8", True, "none"), ("bf16", "bf16", True, "none"),
             ("fp8_row", "fp8", None, None), ("fp8_row", "fp8", True, "latent"),
-            ("fp8_row", "fp8", True, "inputs"), ("bf16", "bf16", True, "inputs")):
+            ("fp8_row", "fp8", True, "weight"), ("fp8_row", "fp8", True, "inputs"),
+            ("bf16", "bf16", True, "inputs")):
         inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt)
         prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1)
         cfg = (HopperWSConfig() if overlap is None
@@ -428,15 +429,15 @@ def test_hopper_ws_overlapped_launch_compiles_for_sm90():
     # release in its code, no access to global memory before the wait in the PTX; off,
     # neither (the plain launch's code). The default config launches overlapped. With
     # prefetch, the one access before the wait is L2-only loads (the page table's entries,
-    # for addresses) and bulk prefetches into L2: of the latent rows, and the weight's too.
+    # for addresses) and bulk prefetches into L2: of the latent rows, the weight, or both.
     rows = _child_rows(_OVERLAP)
-    assert len(rows) == 8
+    assert len(rows) == 9
     assert [r["on"] for r in rows if r["path"][2] is None] == [True]
     for r in rows:
         on = r["on"]
         assert r["launch_pdl"] == on, r
         assert (r["wait"], r["release"]) == ((1, 1) if on else (0, 0)), r
-        kinds = {"none": 0, "latent": 1, "inputs": 2}
+        kinds = {"none": 0, "latent": 1, "weight": 1, "inputs": 2}
         assert r["prefetches"] == kinds[r["prefetch"]], r
         if on:
             allowed = [] if r["prefetch"] == "none" else [

@@ -59,7 +59,7 @@ MX_SPLIT_SPAN = gl.constexpr(2 * MX_SPAN.value + 1)
 MX_ROUTE_E4M3 = gl.constexpr(0)
 MX_ROUTE_BF16 = gl.constexpr(1)
 MX_ROUTE_SPLIT = gl.constexpr(2)
-PREFETCH_KINDS = ("none", "latent", "inputs")  # HopperWSConfig.prefetch's choices
+PREFETCH_KINDS = ("none", "latent", "weight", "inputs")  # HopperWSConfig.prefetch's choices
 MAX_RING_DEPTH = 8  # the deepest weight ring a config may ask (the plan refuses what won't fit)
 WIDEN_MIN_STAGES = 3  # ring slots MXFP4's in-kernel widener needs (it hands chunks over in pairs)
 WIDEN_MAX_STAGES = 4  # its packed chunks take the room of deeper rings
@@ -93,8 +93,8 @@ class HopperWSConfig(DesignConfig):
     overlap the end of the kernel before it on the stream, every read of memory after that
     kernel has finished (docs/contract.md); ``prefetch``: with the overlapped launch, the
     programs a short context leaves without items (the first to start) prefetch the call's
-    latent rows (``"latent"``), and its weight too (``"inputs"``), into L2 before that
-    kernel has finished (prefetch.py), or nothing (``"none"``). What each option bought, and
+    latent rows (``"latent"``), its weight (``"weight"``), or both (``"inputs"``), into L2
+    before that kernel has finished (prefetch.py), or nothing (``"none"``). What each option bought, and
     where ``auto`` sets them: README.md."""
 
     ring_depth: int = 4

@@ -4,7 +4,7 @@ overlapped launch makes before the kernel before it has finished (docs/contract.
 At short contexts some programs take no items (``schedule.short_split``). They are the
 lowest program ids, so in a sequence of overlapped launches they start first, on the SMs the
 kernel before leaves free while it still runs. Each takes a share of the call's token tiles
-and asks L2 for their latent rows (and, with ``WEIGHT``, a share of the weight's bytes), so
+and asks L2 for their latent rows, a share of the weight's bytes, or both, so
 that the working programs' first trips after the wait (the batch's offsets, the block ids,
 the rows) find L2 instead of device memory.
 
@@ -38,12 +38,12 @@ def _to_l2(ptr, nbytes, on):
 
 
 @gluon.jit
-def prefetch_share(items, cache, w_ptr, ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr,
-                   num_warps: gl.constexpr):
+def prefetch_share(items, cache, w_ptr, LATENT: gl.constexpr, ROW_BYTES: gl.constexpr,
+                   W_BYTES: gl.constexpr, num_warps: gl.constexpr):
     """This program's share of the call's inputs into L2, if it is one of the programs left
-    over at a short context: token tiles pid, pid + left over, ... (their rows found as the
-    gather finds them, read early: ``Cache.tile_rows``), and with W_BYTES (the weight's
-    bytes, contiguous at ``w_ptr``; 0: none) the weight's 64 KB pieces by the same stride.
+    over at a short context: with LATENT, token tiles pid, pid + left over, ... (their rows
+    found as the gather finds them, read early: ``Cache.tile_rows``), and with W_BYTES (the
+    weight's bytes, contiguous at ``w_ptr``; 0: none) its 64 KB pieces by the same stride.
     ROW_BYTES: a latent row's."""
     layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [num_warps, 1], [1, 0])
     rows_layout: gl.constexpr = gl.SliceLayout(1, layout)
@@ -56,7 +56,8 @@ def prefetch_share(items, cache, w_ptr, ROW_BYTES: gl.constexpr, W_BYTES: gl.con
     if n_tiles * 2 <= nprog:
         parts, idle = short_split(n_tiles, nprog)
         if pid < idle:
-            if (1 << cache.SEARCH_STEPS) <= BM:  # a batch searched in registers, as the gather's
+            # A batch searched in registers, as the gather's.
+            if LATENT and (1 << cache.SEARCH_STEPS) <= BM:
                 index = cache.batch_index(items, layout, True)
                 size = gl.full([BM], ROW_BYTES, gl.int32, rows_layout)
                 for tile in range(pid, n_tiles, idle):
