@@ -1,5 +1,5 @@
 """Whether a forward pass's calls are slower than one launch for the SM clock: N calls of
-``auto`` (Kimi-K3 TP8, fp8 per row over an fp8 cache, page 1, bf16 outputs), each on its own
+a variant, ``auto`` unless named (Kimi-K3 TP8, fp8 per row over an fp8 cache, page 1, bf16 outputs), each on its own
 input set, in one CUDA graph with an idle gap before each call (a one-program kernel that
 spins on the global timer for GAP µs while the rest of the GPU rests), per call less the
 gaps' own time (the same N spins alone in one graph), with the SM clock sampled over each
@@ -12,7 +12,7 @@ gaps run at one launch's time and clock while gapless ones do not, the sustained
 clock is the difference; if they stay slow at one launch's clock, it is not.
 
 Usage on the H200: python3 -m mla_kernels.lab.diagnostics.sequence_gaps [--out FOLDER]
-[--calls N] [--gaps 0 20 100] [tokens ...] (rows to FOLDER/sequence_gaps.csv; FOLDER
+[--calls N] [--gaps 0 20 100] [--variant V] [tokens ...] (rows to FOLDER/sequence_gaps.csv; FOLDER
 defaults to reports/diag/, which git ignores; ``--check`` compiles the gap kernel for
 sm_90 on a machine with no GPU).
 """
@@ -56,13 +56,14 @@ def spin(flag: torch.Tensor, gap_us: float) -> None:
         _spin[(1,)](flag, NS=int(gap_us * 1000))
 
 
-def rows_at(tokens: int, calls: int, gaps: list[float], clock: ClockLog) -> list[dict]:
-    pt = bench.Point(SHAPE, (tokens,), "fp8_row", "fp8", 1, ("auto",))
+def rows_at(tokens: int, calls: int, gaps: list[float], clock: ClockLog,
+            variant: str = "auto") -> list[dict]:
+    pt = bench.Point(SHAPE, (tokens,), "fp8_row", "fp8", 1, (variant,))
     sets = bench.input_sets(pt, calls, seed=0)
-    fns = [bench._design_fn(s, "auto", None) for s in sets]
+    fns = [bench._design_fn(s, variant, None) for s in sets]
     flag = torch.zeros(1, dtype=torch.int32, device="cuda")
     base = dict(provenance(), shape=SHAPE, weight_format="fp8_row", cache_dtype="fp8",
-                tokens=tokens, calls=calls, variant="auto")
+                tokens=tokens, calls=calls, variant=variant)
 
     def timed(fn) -> tuple[float, float]:
         t0 = time.time()
@@ -110,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--calls", type=int, default=61, help="calls in the graph (default 61)")
     ap.add_argument("--gaps", type=float, nargs="+", default=[0, 20, 100],
                     help="idle µs before each call (default 0 20 100)")
+    ap.add_argument("--variant", default="auto",
+                    help="the design timed, by its name (default auto; off the H200 auto "
+                         "resolves to a portable design: name hopper_ws on another Hopper)")
     ap.add_argument("--check", action="store_true",
                     help="compile the gap kernel for sm_90 and time nothing")
     a = ap.parse_args(argv)
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = []
     with ClockLog() as clock:
         for t in a.tokens:
-            rows += rows_at(t, a.calls, a.gaps, clock)
+            rows += rows_at(t, a.calls, a.gaps, clock, a.variant)
             torch.cuda.empty_cache()  # the point's input sets went with rows_at's frame
     df = pd.DataFrame(rows)
     write_rows(df, a.out, "sequence_gaps.csv")
