@@ -100,6 +100,9 @@ def test_sequence_gaps_gap_kernel_compiles_for_sm90():
     bad = _run(["-m", "mla_kernels.lab.diagnostics.sequence_gaps", "--gaps", "-5", "--check"],
                interpret=False, timeout=300)
     assert bad.returncode == 2 and "--gaps: expected" in bad.stderr, bad.stderr[-2000:]
+    bad = _run(["-m", "mla_kernels.lab.diagnostics.sequence_gaps", "--config", "[6]", "--check"],
+               interpret=False, timeout=300)
+    assert bad.returncode == 2 and "--config: expected" in bad.stderr, bad.stderr[-2000:]
 
 
 @pytest.mark.slow

@@ -12,10 +12,11 @@ gaps run at one launch's time and clock while gapless ones do not, the sustained
 clock is the difference; if they stay slow at one launch's clock, it is not.
 
 Usage on the H200: python3 -m mla_kernels.lab.diagnostics.sequence_gaps [--out FOLDER]
-[--calls N] [--gaps 0 20 100] [--variant V] [tokens ...] (rows to FOLDER/sequence_gaps.csv; FOLDER
+[--calls N] [--gaps 0 20 100] [--variant V [--config JSON]] [tokens ...] (rows to FOLDER/sequence_gaps.csv; FOLDER
 defaults to reports/diag/, which git ignores; ``--check`` compiles the gap kernel for
 sm_90 on a machine with no GPU).
 """
+import json
 import time
 
 import pandas as pd
@@ -57,13 +58,14 @@ def spin(flag: torch.Tensor, gap_us: float) -> None:
 
 
 def rows_at(tokens: int, calls: int, gaps: list[float], clock: ClockLog,
-            variant: str = "auto") -> list[dict]:
+            variant: str = "auto", config: dict | None = None) -> list[dict]:
     pt = bench.Point(SHAPE, (tokens,), "fp8_row", "fp8", 1, (variant,))
     sets = bench.input_sets(pt, calls, seed=0)
-    fns = [bench._design_fn(s, variant, None) for s in sets]
+    fns = [bench._design_fn(s, variant, config) for s in sets]
     flag = torch.zeros(1, dtype=torch.int32, device="cuda")
     base = dict(provenance(), shape=SHAPE, weight_format="fp8_row", cache_dtype="fp8",
-                tokens=tokens, calls=calls, variant=variant)
+                tokens=tokens, calls=calls, variant=variant,
+                config=json.dumps(config) if config else "")
 
     def timed(fn) -> tuple[float, float]:
         t0 = time.time()
@@ -114,6 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--variant", default="auto",
                     help="the design timed, by its name (default auto; off the H200 auto "
                          "resolves to a portable design: name hopper_ws on another Hopper)")
+    ap.add_argument("--config", type=json.loads, default=None,
+                    help="the variant's config fields as a JSON mapping (default: its own)")
     ap.add_argument("--check", action="store_true",
                     help="compile the gap kernel for sm_90 and time nothing")
     a = ap.parse_args(argv)
@@ -121,13 +125,15 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--calls: expected at least 1, got {a.calls}")
     if any(g < 0 for g in a.gaps):
         ap.error(f"--gaps: expected µs >= 0, got {a.gaps}")
+    if a.config is not None and not isinstance(a.config, dict):
+        ap.error(f"--config: expected a JSON mapping of config fields, got {a.config!r}")
     if a.check:
         check()
         return
     rows = []
     with ClockLog() as clock:
         for t in a.tokens:
-            rows += rows_at(t, a.calls, a.gaps, clock, a.variant)
+            rows += rows_at(t, a.calls, a.gaps, clock, a.variant, a.config)
             torch.cuda.empty_cache()  # the point's input sets went with rows_at's frame
     df = pd.DataFrame(rows)
     write_rows(df, a.out, "sequence_gaps.csv")
