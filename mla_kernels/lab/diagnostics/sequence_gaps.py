@@ -1,10 +1,10 @@
-"""Whether a forward pass's calls are slower than one launch for the SM clock: N calls of
-a variant, ``auto`` unless named (Kimi-K3 TP8, fp8 per row over an fp8 cache, page 1, bf16 outputs), each on its own
-input set, in one CUDA graph with an idle gap before each call (a one-program kernel that
-spins on the global timer for GAP µs while the rest of the GPU rests), per call less the
-gaps' own time (the same N spins alone in one graph), with the SM clock sampled over each
-timing. Gap 0 is the matrix's ``graph<N>`` row; one launch (``graph``, L2 flushed) is timed
-alongside.
+"""Whether a forward pass's calls are slower than one launch for the SM clock: N calls of a
+variant, ``auto`` unless named (Kimi-K3 TP8, fp8 per row over an fp8 cache, page 1, bf16
+outputs), each on its own input set, in one CUDA graph with an idle gap before each call (a
+one-program kernel that spins on the global timer for GAP µs while the rest of the GPU
+rests), per call less the gaps' own time (the same N spins alone in one graph), with the SM
+clock sampled over each timing. Gap 0 is the matrix's ``graph<N>`` row; one launch
+(``graph``, L2 flushed) is timed alongside.
 
 The question it answers (docs/log/2026-12-04-host-path-and-overlap.md): at 32000 tokens a
 call in a 61-call sequence reads slower than one launch, at a lower clock. If calls with
@@ -12,9 +12,9 @@ gaps run at one launch's time and clock while gapless ones do not, the sustained
 clock is the difference; if they stay slow at one launch's clock, it is not.
 
 Usage on the H200: python3 -m mla_kernels.lab.diagnostics.sequence_gaps [--out FOLDER]
-[--calls N] [--gaps 0 20 100] [--variant V [--config JSON]] [tokens ...] (rows to FOLDER/sequence_gaps.csv; FOLDER
-defaults to reports/diag/, which git ignores; ``--check`` compiles the gap kernel for
-sm_90 on a machine with no GPU).
+[--calls N] [--gaps 0 20 100] [--variant V [--config JSON]] [tokens ...] (rows to
+FOLDER/sequence_gaps.csv; FOLDER defaults to reports/diag/, which git ignores; ``--check``
+compiles the gap kernel for sm_90 on a machine with no GPU).
 """
 import json
 import time
