@@ -401,24 +401,34 @@ _OVERLAP = textwrap.dedent(r"""
             ("mxfp4", "fp8", True, "none"), ("bf16", "bf16", True, "none"),
             ("fp8_row", "fp8", None, None), ("fp8_row", "fp8", True, "latent"),
             ("fp8_row", "fp8", True, "weight"), ("fp8_row", "fp8", True, "inputs"),
-            ("bf16", "bf16", True, "inputs")):
+            ("bf16", "bf16", True, "inputs"), ("fp8_row", "fp8", True, "table"),
+            ("fp8_row", "fp8", True, "table+weight")):
         inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt)
         prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1)
         cfg = (HopperWSConfig() if overlap is None
                else HopperWSConfig(overlap_launch=overlap, prefetch=prefetch))
         _, kernel = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
-        ptx = kernel.asm["ptx"]
-        wait = ptx.find("griddepcontrol.wait")
-        before = ptx[:wait] if wait >= 0 else ""
+        ptx, ttgir = kernel.asm["ptx"], kernel.asm["ttgir"]
+        # What runs before the wait, read in the TTGIR: its control flow is structured and the
+        # partitions sit in one region after it (in the PTX, blocks follow no program order).
+        wait = ttgir.find("griddepcontrol.wait")
+        before = ttgir[:wait] if wait >= 0 else ""
+        loads = re.findall(r"tt\.load [^\n]*", before)
         print(json.dumps({"path": [fmt, cache, overlap, prefetch], "on": cfg.overlap_launch,
                           "prefetch": cfg.prefetch,
                           "launch_pdl": bool(kernel.metadata.launch_pdl),
                           "wait": len(re.findall(r"griddepcontrol\.wait", ptx)),
                           "release": len(re.findall(r"griddepcontrol\.launch_dependents", ptx)),
-                          # Global accesses before the wait, by instruction.
-                          "before": sorted(set(re.findall(r"(?:ld\.global|cp\.async|st\.global|"
-                                                          r"atom\.global|red\.global)[.\w]*",
-                                                          before))),
+                          # Memory operations before the wait, by op (tt.gather is one of
+                          # registers); loads by cache modifier (as triton 3.6 and 3.9 print
+                          # it); bulk prefetches (inline assembly) by instruction.
+                          "before": sorted(
+                              set(re.findall(r"(?:tt|ttg|ttng)\.\w*(?:load|store|atomic|copy|"
+                                             r"tma)\w*", before))
+                              - {"tt.load"}
+                              | {"tt.load cg" if re.search(r"cache_?[mM]odifier = cg", x) else "tt.load"
+                                 for x in loads}
+                              | set(re.findall(r"cp\.async\.bulk\.prefetch\.L2", before))),
                           "prefetches": len(re.findall(r"cp\.async\.bulk\.prefetch\.L2", ptx)),
                           **ptxas_report(ptx, 90)}))
 """)
@@ -426,20 +436,22 @@ _OVERLAP = textwrap.dedent(r"""
 
 def test_hopper_ws_overlapped_launch_compiles_for_sm90():
     # overlap_launch: the launch attribute in the kernel's metadata and one wait and one
-    # release in its code, no access to global memory before the wait in the PTX; off,
+    # release in its code, no access to memory before the wait (read in the TTGIR); off,
     # neither (the plain launch's code). The default config launches overlapped. With
     # prefetch, the one access before the wait is L2-only loads (the page table's entries,
-    # for addresses) and bulk prefetches into L2: of the latent rows, the weight, or both.
+    # for addresses) and bulk prefetches into L2: of the block ids, the latent rows, the
+    # weight (a prefetch instruction for each).
     rows = _child_rows(_OVERLAP)
-    assert len(rows) == 9
+    assert len(rows) == 11
     assert [r["on"] for r in rows if r["path"][2] is None] == [True]
     for r in rows:
         on = r["on"]
         assert r["launch_pdl"] == on, r
         assert (r["wait"], r["release"]) == ((1, 1) if on else (0, 0)), r
-        kinds = {"none": 0, "latent": 1, "weight": 1, "inputs": 2}
+        kinds = {"none": 0, "table": 1, "latent": 1, "weight": 1, "table+weight": 2,
+                 "inputs": 2}
         assert r["prefetches"] == kinds[r["prefetch"]], r
         if on:
             allowed = [] if r["prefetch"] == "none" else [
-                "cp.async.bulk.prefetch.L2.global", "ld.global.cg.b32"]
+                "cp.async.bulk.prefetch.L2", "tt.load cg"]
             assert r["before"] == allowed, r

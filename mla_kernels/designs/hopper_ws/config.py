@@ -59,7 +59,8 @@ MX_SPLIT_SPAN = gl.constexpr(2 * MX_SPAN.value + 1)
 MX_ROUTE_E4M3 = gl.constexpr(0)
 MX_ROUTE_BF16 = gl.constexpr(1)
 MX_ROUTE_SPLIT = gl.constexpr(2)
-PREFETCH_KINDS = ("none", "latent", "weight", "inputs")  # HopperWSConfig.prefetch's choices
+# HopperWSConfig.prefetch's choices ("inputs": the latent rows and the weight).
+PREFETCH_KINDS = ("none", "table", "latent", "weight", "table+weight", "inputs")
 MAX_RING_DEPTH = 8  # the deepest weight ring a config may ask (the plan refuses what won't fit)
 WIDEN_MIN_STAGES = 3  # ring slots MXFP4's in-kernel widener needs (it hands chunks over in pairs)
 WIDEN_MAX_STAGES = 4  # its packed chunks take the room of deeper rings
@@ -93,8 +94,10 @@ class HopperWSConfig(DesignConfig):
     overlap the end of the kernel before it on the stream, every read of memory after that
     kernel has finished (docs/contract.md); ``prefetch``: with the overlapped launch, the
     programs a short context leaves without items (the first to start) prefetch the call's
-    latent rows (``"latent"``), its weight (``"weight"``), or both (``"inputs"``), into L2
-    before that kernel has finished (prefetch.py), or nothing (``"none"``). What each option bought, and
+    page table's block ids (``"table"``), its latent rows (``"latent"``, the block ids
+    with them), its weight (``"weight"``), the block ids and the weight (``"table+weight"``)
+    or the rows and the weight (``"inputs"``) into L2 before that kernel has finished
+    (prefetch.py), or nothing (``"none"``). What each option bought, and
     where ``auto`` sets them: README.md."""
 
     ring_depth: int = 4

@@ -242,7 +242,8 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                          f"{config.prefetch!r}")
     # The weight's bytes to prefetch: a contiguous weight read by TMA as it is given.
     w_bytes = (w.numel() * w.element_size()
-               if config.prefetch in ("weight", "inputs") and not mx_in and w.is_contiguous() else 0)
+               if config.prefetch in ("weight", "table+weight", "inputs") and not mx_in
+               and w.is_contiguous() else 0)
     cache_fp8 = prob.cache_is_fp8
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
@@ -272,6 +273,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   # Overlapped launch: the attribute and the kernel's wait go together.
                   PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
                   PREFETCH=config.prefetch != "none",
+                  PREFETCH_TABLE=config.prefetch in ("table", "table+weight"),
                   PREFETCH_LATENT=config.prefetch in ("latent", "inputs"),
                   ROW_BYTES=(prob.kv_c_dim + prob.pe_dim) * t.k_buffer.element_size(),
                   W_BYTES=w_bytes,

@@ -4,7 +4,8 @@ overlapped launch makes before the kernel before it has finished (docs/contract.
 At short contexts some programs take no items (``schedule.short_split``). They are the
 lowest program ids, so in a sequence of overlapped launches they start first, on the SMs the
 kernel before leaves free while it still runs. Each takes a share of the call's token tiles
-and asks L2 for their latent rows, a share of the weight's bytes, or both, so
+and asks L2 for the page table's block ids, the latent rows, the weight's bytes, or some of
+these, so
 that the working programs' first trips after the wait (the batch's offsets, the block ids,
 the rows) find L2 instead of device memory.
 
@@ -38,13 +39,44 @@ def _to_l2(ptr, nbytes, on):
 
 
 @gluon.jit
-def prefetch_share(items, cache, w_ptr, LATENT: gl.constexpr, ROW_BYTES: gl.constexpr,
-                   W_BYTES: gl.constexpr, num_warps: gl.constexpr):
+def _pieces_to_l2(ptr8, nbytes, pid, idle, rows_layout: gl.constexpr):
+    """``nbytes`` (a multiple of 16) from ``ptr8`` (an int8 pointer, 16-byte aligned) into
+    L2 in 64 KB pieces, pieces pid, pid + idle, ... of them."""
+    pieces = gl.cdiv(nbytes, WEIGHT_PIECE)
+    for k0 in range(0, pieces, BM):  # BM pieces (8 MB) a pass
+        k = k0 + gl.arange(0, BM, layout=rows_layout)
+        size = gl.minimum(nbytes - k.to(nbytes.dtype) * WEIGHT_PIECE, WEIGHT_PIECE)
+        _to_l2(ptr8 + k.to(gl.int64) * WEIGHT_PIECE, size.to(gl.int32),
+               (k < pieces) & (k % idle == pid))
+
+
+@gluon.jit
+def _table_bytes(items, cache, nprog):
+    """The batch's block ids, kv_indices[kv_indptr[0] : kv_indptr[batch]], as (an int8
+    pointer, bytes) cut inward to 16-byte bounds (a bulk prefetch's alignment), so the range
+    lies in the tensor. Both ends are read early (L2 only) and clamped into its bounds, and
+    the range to nprog x BM ids: what a short context holds at one token a page."""
+    lo = gl.load(cache.kv_indptr_ptr, cache_modifier=".cg")
+    hi = gl.load(cache.kv_indptr_ptr + items.batch, cache_modifier=".cg")
+    lo = gl.minimum(gl.maximum(lo, 0), cache.num_indices)
+    hi = gl.minimum(gl.maximum(hi, lo), gl.minimum(cache.num_indices, lo + nprog * BM))
+    ID_BYTES: gl.constexpr = cache.kv_indices_ptr.dtype.element_ty.primitive_bitwidth // 8
+    base = cache.kv_indices_ptr.to(gl.pointer_type(gl.int8), bitcast=True)
+    addr = base.to(gl.int64)
+    first = (addr + lo.to(gl.int64) * ID_BYTES + 15) // 16 * 16 - addr
+    end = (addr + hi.to(gl.int64) * ID_BYTES) // 16 * 16 - addr
+    return base + first, gl.maximum(end - first, 0)
+
+
+@gluon.jit
+def prefetch_share(items, cache, w_ptr, TABLE: gl.constexpr, LATENT: gl.constexpr,
+                   ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr, num_warps: gl.constexpr):
     """This program's share of the call's inputs into L2, if it is one of the programs left
-    over at a short context: with LATENT, token tiles pid, pid + left over, ... (their rows
-    found as the gather finds them, read early: ``Cache.tile_rows``), and with W_BYTES (the
-    weight's bytes, contiguous at ``w_ptr``; 0: none) its 64 KB pieces by the same stride.
-    ROW_BYTES: a latent row's."""
+    over at a short context: with TABLE, the batch's block ids (64 KB pieces pid, pid + left
+    over, ...); with LATENT, token tiles pid, pid + left over, ... (their rows found as the
+    gather finds them, read early: ``Cache.tile_rows``, which brings their block ids too);
+    with W_BYTES (the weight's bytes, contiguous at ``w_ptr``; 0: none) its 64 KB pieces by
+    the same stride. ROW_BYTES: a latent row's."""
     layout: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [num_warps, 1], [1, 0])
     rows_layout: gl.constexpr = gl.SliceLayout(1, layout)
     pid = gl.program_id(0)
@@ -64,11 +96,9 @@ def prefetch_share(items, cache, w_ptr, LATENT: gl.constexpr, ROW_BYTES: gl.cons
                     rows, tmask = cache.tile_rows(items, total, tile, layout, index, True)
                     _to_l2(cache.k_ptr + rows, size,
                            tmask & (cache.num_indices > 0) & (cache.num_blocks > 0))
+            if TABLE:
+                ids, nbytes = _table_bytes(items, cache, nprog)
+                _pieces_to_l2(ids, nbytes, pid, idle, rows_layout)
             if W_BYTES > 0:
-                PIECES: gl.constexpr = (W_BYTES + WEIGHT_PIECE - 1) // WEIGHT_PIECE
-                w8 = w_ptr.to(gl.pointer_type(gl.int8), bitcast=True)
-                for k0 in range(0, PIECES, BM):  # BM pieces (8 MB) a pass
-                    k = k0 + gl.arange(0, BM, layout=rows_layout)
-                    size = gl.minimum(W_BYTES - k * WEIGHT_PIECE, WEIGHT_PIECE)
-                    _to_l2(w8 + k.to(gl.int64) * WEIGHT_PIECE, size,
-                           (k < PIECES) & (k % idle == pid))
+                _pieces_to_l2(w_ptr.to(gl.pointer_type(gl.int8), bitcast=True),
+                              gl.to_tensor(W_BYTES).to(gl.int64), pid, idle, rows_layout)
