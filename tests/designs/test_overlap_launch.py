@@ -121,15 +121,18 @@ GARBAGE = {"max": lambda n, g: torch.full((n,), 2 ** 31 - 1, dtype=torch.int32),
 @pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
 @pytest.mark.parametrize("garbage", sorted(GARBAGE))
 @pytest.mark.parametrize("lengths", ["kept", "garbage"])
-def test_prefetch_before_the_wait_survives_a_page_table_being_written(garbage, lengths, device,
-                                                                      seed):
+@pytest.mark.parametrize("prefetch", ["inputs", "table+weight"])
+def test_prefetch_before_the_wait_survives_a_page_table_being_written(garbage, lengths, prefetch,
+                                                                      device, seed):
     # The page table (kv_indptr, kv_indices) and, with "garbage" lengths, the context
     # lengths' prefix sums hold extreme or random values while the kernel before writes
     # the real ones late: the prefetches read them before the wait, clamp them into the
     # tensors' bounds and use them for addresses alone, so the call neither faults nor
     # hangs and reads what was written. "kept" leaves the sums true, so the short-context
     # schedule with prefetching programs is the one taken.
-    cfg = HopperWSConfig(prefetch="inputs")
+    # Both ways the page table is read early: row by row (the latent's prefetch) and as
+    # one range (the block ids').
+    cfg = HopperWSConfig(prefetch=prefetch)
     call = mk.build_inputs(KIMI, [700, 0, 1300], block_size=16, cache_dtype="fp8",
                            weight_format="fp8_row", device=device, seed=seed)
     ref = expected(call)
