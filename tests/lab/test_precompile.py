@@ -252,7 +252,7 @@ def test_auto_s_job_is_left_out_only_where_another_variant_launches_the_same():
         left_out += bool(same)
     assert 0 < left_out < len(matrix.points())  # some points' auto runs a tuned config
     # A config of auto's own is not the design's default: its job stays.
-    pt = matrix.points()["kimi/fp8_block/fp8/p1/4096"]
+    pt = matrix.points()["kimi/mxfp4/fp8/p1/4096"]
     assert precompile.auto_is_another(pt, dev)
     cfg = resolve("auto", problem_for(pt.shape, pt.contexts, pt.cache_dtype,
                                       pt.weight_format, pt.block_size), dev, None)[1]

@@ -24,6 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
+from ...designs import DESIGNS
 from .. import bench
 from ..clock import ClockLog
 from ..provenance import provenance
@@ -65,7 +66,8 @@ def rows_at(tokens: int, calls: int, gaps: list[float], clock: ClockLog,
     flag = torch.zeros(1, dtype=torch.int32, device="cuda")
     base = dict(provenance(), shape=SHAPE, weight_format="fp8_row", cache_dtype="fp8",
                 tokens=tokens, calls=calls, variant=variant,
-                config=json.dumps(config) if config else "")
+                # The typed config's repr, as the matrix's rows give theirs.
+                config=repr(DESIGNS[variant].config(config)) if config else "")
 
     def timed(fn) -> tuple[float, float]:
         t0 = time.time()
@@ -127,6 +129,8 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--gaps: expected µs >= 0, got {a.gaps}")
     if a.config is not None and not isinstance(a.config, dict):
         ap.error(f"--config: expected a JSON mapping of config fields, got {a.config!r}")
+    if a.config is not None and a.variant not in DESIGNS:
+        ap.error(f"--config: expected a design's name as --variant, got {a.variant!r}")
     if a.check:
         check()
         return
