@@ -3,11 +3,10 @@ overlapped launch makes before the kernel before it has finished (docs/contract.
 
 At short contexts some programs take no items (``schedule.short_split``). They are the
 lowest program ids, so in a sequence of overlapped launches they start first, on the SMs the
-kernel before leaves free while it still runs. Each takes a share of the call's token tiles
-and asks L2 for the page table's block ids, the latent rows, the weight's bytes, or some of
-these, so
+kernel before leaves free while it still runs. They take shares of the batch's block ids,
+the call's latent rows or the weight's bytes (as the config asks) and ask L2 for them, so
 that the working programs' first trips after the wait (the batch's offsets, the block ids,
-the rows) find L2 instead of device memory.
+the rows, the weight's first chunks) find L2 instead of device memory.
 
 Why this cannot change a result: L2 is where every SM's reads and writes meet, so a line
 brought in early holds whatever the kernel before writes to it afterwards; nothing is read
