@@ -59,8 +59,13 @@ MX_SPLIT_SPAN = gl.constexpr(2 * MX_SPAN.value + 1)
 MX_ROUTE_E4M3 = gl.constexpr(0)
 MX_ROUTE_BF16 = gl.constexpr(1)
 MX_ROUTE_SPLIT = gl.constexpr(2)
-# HopperWSConfig.prefetch's choices ("inputs": the latent rows and the weight).
-PREFETCH_KINDS = ("none", "table", "latent", "weight", "table+weight", "inputs")
+# HopperWSConfig.prefetch's choices, each with what it prefetches ("inputs": the latent
+# rows and the weight).
+PREFETCH_PARTS = {"none": frozenset(), "table": frozenset({"table"}),
+                  "latent": frozenset({"latent"}), "weight": frozenset({"weight"}),
+                  "table+weight": frozenset({"table", "weight"}),
+                  "inputs": frozenset({"latent", "weight"})}
+PREFETCH_KINDS = tuple(PREFETCH_PARTS)
 MAX_RING_DEPTH = 8  # the deepest weight ring a config may ask (the plan refuses what won't fit)
 WIDEN_MIN_STAGES = 3  # ring slots MXFP4's in-kernel widener needs (it hands chunks over in pairs)
 WIDEN_MAX_STAGES = 4  # its packed chunks take the room of deeper rings

@@ -29,9 +29,8 @@ def hopper_ws_kernel(
     CACHE_FP8: gl.constexpr, MMA_GROUPS: gl.constexpr, MMA_REGS: gl.constexpr,
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
     LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
-    STAGING: gl.constexpr, PREFETCH: gl.constexpr, PREFETCH_TABLE: gl.constexpr,
-    PREFETCH_LATENT: gl.constexpr, ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr,
-    num_warps: gl.constexpr,
+    STAGING: gl.constexpr, PREFETCH_TABLE: gl.constexpr, PREFETCH_LATENT: gl.constexpr,
+    ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr, num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -160,7 +159,7 @@ def hopper_ws_kernel(
     # the wait, programs with no items may prefetch inputs into L2 (prefetch.py: why that
     # cannot change what is read after it).
     if PDL:
-        if PREFETCH:
+        if PREFETCH_TABLE or PREFETCH_LATENT or W_BYTES > 0:
             prefetch_share(p.items, p.cache, w_ptr, PREFETCH_TABLE, PREFETCH_LATENT, ROW_BYTES,
                            W_BYTES, num_warps)
         wait_for_previous_grid()

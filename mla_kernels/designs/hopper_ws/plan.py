@@ -23,6 +23,7 @@ from .config import (
     MX_ROUTE_SPLIT,
     MX_SPAN,
     MX_SPLIT_SPAN,
+    PREFETCH_PARTS,
     TILE,
     WIDEN_MAX_STAGES,
     WIDEN_MIN_STAGES,
@@ -236,14 +237,14 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, srows, scols)
     ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch,
             t.kv_indices.shape[0])
-    if config.prefetch != "none" and not config.overlap_launch:
+    prefetch = PREFETCH_PARTS[config.prefetch]
+    if prefetch and not config.overlap_launch:
         raise ValueError("config.prefetch: expected 'none' without overlap_launch (its "
                          "prefetches come before the overlapped launch's wait), got "
                          f"{config.prefetch!r}")
     # The weight's bytes to prefetch: a contiguous weight read by TMA as it is given.
     w_bytes = (w.numel() * w.element_size()
-               if config.prefetch in ("weight", "table+weight", "inputs") and not mx_in
-               and w.is_contiguous() else 0)
+               if "weight" in prefetch and not mx_in and w.is_contiguous() else 0)
     cache_fp8 = prob.cache_is_fp8
     consts = dict(KV_C=prob.kv_c_dim, PE=prob.pe_dim, NOPE=prob.nope_dim, V=prob.v_dim,
                   HEADS=prob.num_heads, BLOCK_SIZE=prob.block_size,
@@ -272,9 +273,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   MX_WIDENED=widened_items, STAGING=nbuf,
                   # Overlapped launch: the attribute and the kernel's wait go together.
                   PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
-                  PREFETCH=config.prefetch != "none",
-                  PREFETCH_TABLE=config.prefetch in ("table", "table+weight"),
-                  PREFETCH_LATENT=config.prefetch in ("latent", "inputs"),
+                  PREFETCH_TABLE="table" in prefetch, PREFETCH_LATENT="latent" in prefetch,
                   ROW_BYTES=(prob.kv_c_dim + prob.pe_dim) * t.k_buffer.element_size(),
                   W_BYTES=w_bytes,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.

@@ -24,7 +24,7 @@ from triton.experimental.gluon import language as gl
 from .config import BM
 from .schedule import short_split
 
-WEIGHT_PIECE = gl.constexpr(1 << 16)  # bytes of one bulk prefetch of the weight
+PIECE = gl.constexpr(1 << 16)  # bytes of one bulk prefetch of a range (the weight, block ids)
 
 
 @gluon.jit
@@ -41,11 +41,11 @@ def _to_l2(ptr, nbytes, on):
 def _pieces_to_l2(ptr8, nbytes, pid, idle, rows_layout: gl.constexpr):
     """``nbytes`` (a multiple of 16) from ``ptr8`` (an int8 pointer, 16-byte aligned) into
     L2 in 64 KB pieces, pieces pid, pid + idle, ... of them."""
-    pieces = gl.cdiv(nbytes, WEIGHT_PIECE)
+    pieces = gl.cdiv(nbytes, PIECE)
     for k0 in range(0, pieces, BM):  # BM pieces (8 MB) a pass
         k = k0 + gl.arange(0, BM, layout=rows_layout)
-        size = gl.minimum(nbytes - k.to(nbytes.dtype) * WEIGHT_PIECE, WEIGHT_PIECE)
-        _to_l2(ptr8 + k.to(gl.int64) * WEIGHT_PIECE, size.to(gl.int32),
+        size = gl.minimum(nbytes - k.to(nbytes.dtype) * PIECE, PIECE)
+        _to_l2(ptr8 + k.to(gl.int64) * PIECE, size.to(gl.int32),
                (k < pieces) & (k % idle == pid))
 
 
