@@ -14,6 +14,7 @@ from triton.language.extra.cuda import gdc_launch_dependents
 import mla_kernels as mk
 from mla_kernels.designs.hopper_ws import HopperWSConfig
 from mla_kernels.lab.checks import check_outputs, expected
+from mla_kernels.lab.diagnostics.spin import wait_ns
 
 KIMI = "kimi-k3-tp8"
 SPIN_NS = 200_000  # the writer's wait before its stores: far past the call's launch
@@ -25,18 +26,9 @@ def _hopper() -> bool:
 
 
 @triton.jit
-def _now():
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
 def _late_copy(src, dst, n, SPIN: tl.constexpr, BLOCK: tl.constexpr):
     gdc_launch_dependents()  # the next kernel may launch now
-    t0 = _now()
-    t = t0
-    while t - t0 < SPIN:
-        t = _now()
+    wait_ns(SPIN)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(dst + offs, tl.load(src + offs, mask=mask), mask=mask)

@@ -30,26 +30,15 @@ from ..clock import ClockLog
 from ..provenance import provenance
 from ..timing import FULL, graphed, measure
 from .command_line import parser, write_rows
+from .spin import wait_ns
 
 SHAPE = "kimi-k3-tp8"
 
 
 @triton.jit
-def _now():
-    """The GPU's global timer, ns."""
-    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64,
-                                     is_pure=False, pack=1)
-
-
-@triton.jit
 def _spin(flag, NS: tl.constexpr):
-    """Wait NS ns on the global timer, one program; a store keeps the loop from being
-    dropped."""
-    t0 = _now()
-    t = t0
-    while t - t0 < NS:
-        t = _now()
-    tl.store(flag, (t - t0).to(tl.int32))
+    """Wait NS ns on the global timer, one program."""
+    tl.store(flag, wait_ns(NS).to(tl.int32))
 
 
 def spin(flag: torch.Tensor, gap_us: float) -> None:
