@@ -25,7 +25,7 @@ from ..core.devices import device_spec
 from ..core.formats import FP8_BLOCK, dequantize_weight, is_block_scale
 from ..designs.jit import dot_acc
 from . import absorbed_hopper, checks
-from .attention import LOG2E, MAX_SPLITS, Blocking, keys_per_split, split_count
+from .attention import LOG2E, MAX_SPLITS, Blocking, fewest_waves, keys_per_split, split_count
 from .expanded import head_dims
 from .kernels import load_two_parts, online_step, split_start, store_partial
 from .merge import merge_parts
@@ -45,6 +45,10 @@ def absorbed_blocking(rows: int, fp8_cache: bool = True) -> Blocking:
 
 # The attention's kernels: the portable Triton one, and Gluon's for sm_90 (absorbed_hopper.py).
 KERNELS = ("portable", "hopper")
+# What ``plan_absorbed(kernel=...)`` takes: a kernel, or "auto": Gluon's where it runs (the
+# faster over the crossover map's grid, data/exploration/h100/*-absorbed-hopper/), the
+# portable one elsewhere and wherever a blocking is given (its tiles are the portable's).
+KERNEL_CHOICES = ("auto", *KERNELS)
 # What ``plan_absorbed(blocking=...)`` accepts: the tiles the kernel's dots and shared
 # memory allow on the GPUs the repository runs on.
 BLOCK_M = (16, 32, 64, 128)
@@ -193,7 +197,7 @@ class AbsorbedPlan:
     out: torch.Tensor
     lse: torch.Tensor
     blocking: Blocking | None = None  # the tiles the split count was made for (None: absorbed_blocking's)
-    kernel: str = "portable"  # the attention's kernel: KERNELS
+    kernel: str = "portable"  # the attention's kernel: one of KERNELS
 
     def workspace(self) -> dict[str, torch.Tensor]:
         """The tensors the plan allocated (the output and LSE included), by name; the
@@ -262,7 +266,7 @@ def plan_absorbed(
     lse: torch.Tensor | None = None,  # [n, H] float32
     validate: bool | None = None,  # read the page table and scales (default: interpreter only)
     blocking: Blocking | None = None,  # the portable kernel's tiles (None: absorbed_blocking's)
-    kernel: str = "portable",  # the attention's kernel: "portable", or "hopper" (sm_90)
+    kernel: str = "auto",  # the attention's kernel: "auto", "portable", or "hopper" (sm_90)
 ) -> AbsorbedPlan:
     """Check every argument and allocate the absorbed queries and partials: the plan
     ``absorbed_prefix_attention`` runs."""
@@ -297,8 +301,11 @@ def plan_absorbed(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits)
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype,))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
-    if kernel not in KERNELS:
-        raise checks.fail("kernel", f"one of {KERNELS}", repr(kernel))
+    if kernel not in KERNEL_CHOICES:
+        raise checks.fail("kernel", f"one of {KERNEL_CHOICES}", repr(kernel))
+    if kernel == "auto":
+        kernel = ("portable" if blocking is not None or absorbed_hopper.supports(q, k_buffer)
+                  else "hopper")
     if blocking is not None:
         if kernel != "portable":
             raise checks.fail("blocking", f"None with kernel={kernel!r} (its tiles are fixed)",
@@ -324,8 +331,10 @@ def plan_absorbed(
     blk = blocking or (absorbed_blocking(rows, fp8) if kernel == "portable"
                        else absorbed_hopper.BLOCKING)
     if splits is None:
-        splits = split_count(triton.cdiv(rows, blk.block_m), context_len, blk.block_n,
-                             device_spec(dev).compute_units)
+        programs, units = triton.cdiv(rows, blk.block_m), device_spec(dev).compute_units
+        splits = split_count(programs, context_len, blk.block_n, units)
+        if kernel == "hopper":  # one program an SM (its shared memory): whole waves
+            splits = fewest_waves(programs, splits, units)
     return AbsorbedPlan(
         q, k_buffer, k_scale, kv_indices, context_len, weights, scale, splits,
         q_absorbed=torch.empty((n, h, kv_c + pe), dtype=q.dtype, device=dev),

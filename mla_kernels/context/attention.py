@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 
 import torch
 import triton
@@ -56,6 +57,17 @@ def split_count(programs: int, n_keys: int, block_n: int, compute_units: int) ->
     want = -(-PROGRAMS_PER_UNIT * compute_units // max(programs, 1))
     most = max(1, -(-n_keys // (MIN_TILES_PER_SPLIT * block_n)))
     return max(1, min(want, most, MAX_SPLITS))
+
+
+def fewest_waves(programs: int, splits: int, slots: int) -> int:
+    """The split count, at most ``splits``, that finishes soonest where ``slots`` programs run
+    at once: each split's program takes 1/s of the keys, and the launch ceil(programs x s /
+    slots) waves of them. A last wave partly filled costs a whole one, so fewer splits that
+    fit whole waves can finish sooner; equal times keep more splits."""
+    def waves(s: int) -> Fraction:
+        return Fraction(-(-programs * s // slots), s)
+
+    return min(range(1, splits + 1), key=lambda s: (waves(s), -s))
 
 
 def keys_per_split(n_keys: int, splits: int, block_n: int) -> int:

@@ -146,6 +146,14 @@ def measure_point(shape: str, c: int, n: int, *, cache_dtype: str, weight_format
     return rows
 
 
+def default_absorbed_kernels() -> tuple[str, ...]:
+    """The absorbed kernels a map times by default: the portable one, and on an sm_90 GPU
+    the Gluon one too, which the call's default runs there (the crossover reads its rows)."""
+    sm90 = (torch.cuda.is_available() and not torch.version.hip
+            and torch.cuda.get_device_capability()[0] == 9)
+    return ("portable", "hopper") if sm90 else ("portable",)
+
+
 def _run(plan):
     return plan, plan.run()
 
@@ -153,12 +161,14 @@ def _run(plan):
 def run(*, shape: str = "kimi-k3-tp8", contexts=CONTEXTS, new_tokens=NEW_TOKENS,
         cache_dtype: str = "fp8", weight_format: str = "fp8_row", kv_dtype: str = "bf16",
         chunk_tokens: int | None = CHUNK_TOKENS, budget=SHORT,
-        out: Path | None = None, absorbed_kernels: tuple[str, ...] = ("portable",)
+        out: Path | None = None, absorbed_kernels: tuple[str, ...] | None = None
         ) -> pd.DataFrame:
     """Every (C, n) point's rows, as one frame (GPU only); with ``out``, the rows so far are
-    rewritten to ``out`` after each point, so a run cut short keeps what it measured."""
+    rewritten to ``out`` after each point, so a run cut short keeps what it measured.
+    ``absorbed_kernels`` None: ``default_absorbed_kernels()``."""
     if not torch.cuda.is_available():
         raise RuntimeError("context_map: needs a CUDA GPU, and this machine has none")
+    absorbed_kernels = absorbed_kernels or default_absorbed_kernels()
     rates = Rates.measured(measure_ceilings(shape), attention_rate())
     prov = provenance()
     rows = []
@@ -191,9 +201,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="the expanded K/V's dtype")
     ap.add_argument("--chunk-tokens", type=int, default=CHUNK_TOKENS,
                     help="tokens expanded at a time (0: the whole context at once)")
-    ap.add_argument("--absorbed-kernels", nargs="+", default=["portable"], choices=KERNELS,
-                    help="the absorbed path's kernels to time (default: portable; hopper: "
-                         "Gluon's for sm_90, rows 'absorbed_hopper')")
+    ap.add_argument("--absorbed-kernels", nargs="+", default=None, choices=KERNELS,
+                    help="the absorbed path's kernels to time (default: portable, and hopper "
+                         "on an sm_90 GPU; hopper: Gluon's, rows 'absorbed_hopper')")
     a = ap.parse_args(argv)
     bad = [x for x in a.contexts + a.new_tokens if x < 1]
     if bad or a.chunk_tokens < 0:
@@ -208,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     df = run(shape=a.shape, contexts=a.contexts, new_tokens=a.new_tokens,
              cache_dtype=a.cache_dtype, weight_format=a.weight_format, kv_dtype=a.kv_dtype,
              chunk_tokens=a.chunk_tokens or None, out=a.out / FILE,
-             absorbed_kernels=tuple(dict.fromkeys(a.absorbed_kernels)))
+             absorbed_kernels=tuple(dict.fromkeys(a.absorbed_kernels or ())) or None)
     print(a.out / FILE)
     return 0 if bool(df["correct"].all()) else 1
 

@@ -15,6 +15,7 @@ from mla_kernels.context import (
     expand_and_attend,
     expanded_peak_bytes,
     merge_attention,
+    plan_absorbed,
     prefix_attention,
     prefix_reference,
 )
@@ -317,8 +318,9 @@ def test_absorbed_blocking_names_the_bad_field(ci, blocking, message):
 
 
 @pytest.mark.parametrize(("kw", "message"), [
-    ({"kernel": "flash"}, r"kernel: expected one of \('portable', 'hopper'\), got 'flash'"),
-    ({"kernel": None}, r"kernel: expected one of \('portable', 'hopper'\), got None"),
+    ({"kernel": "flash"},
+     r"kernel: expected one of \('auto', 'portable', 'hopper'\), got 'flash'"),
+    ({"kernel": None}, r"kernel: expected one of \('auto', 'portable', 'hopper'\), got None"),
     ({"kernel": "hopper", "blocking": Blocking(64, 64, 8, 2)},
      r"blocking: expected None with kernel='hopper' \(its tiles are fixed\), got Blocking"),
 ])
@@ -327,6 +329,18 @@ def test_absorbed_kernel_names_the_bad_argument(ci, kw, message):
     with pytest.raises(ValueError, match=message):
         absorbed_prefix_attention(*ci.args(), **kw, **bufs)
     assert untouched(bufs)
+
+
+def test_absorbed_auto_kernel_picks_what_runs_here(ci):
+    # "auto" (the default) plans the Gluon kernel where it runs and the portable one
+    # elsewhere; a blocking given is the portable kernel's, so it plans that one anywhere.
+    from mla_kernels.context import absorbed_hopper
+
+    here = "portable" if absorbed_hopper.supports(ci.q, ci.cache.k_buffer) else "hopper"
+    assert plan_absorbed(*ci.args()).kernel == here
+    tiles = Blocking(64, 64, 8, 2)
+    plan = plan_absorbed(*ci.args(), blocking=tiles)
+    assert plan.kernel == "portable" and plan.blocking == tiles
 
 
 def test_absorbed_hopper_kernel_refused_where_it_cannot_run(ci):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mla_kernels.context import attention_reference, merge_attention, prefix_attention
-from mla_kernels.context.attention import keys_per_split, split_count
+from mla_kernels.context.attention import fewest_waves, keys_per_split, split_count
 from mla_kernels.lab.context_checks import attention_errors, judge
 
 FP8 = torch.float8_e4m3fn
@@ -121,3 +121,20 @@ def test_split_rule():
     assert split_count(1, 100, 64, 132) == 1  # too few keys to split
     assert split_count(1, 10 ** 7, 64, 132) == 64  # at most MAX_SPLITS
     assert keys_per_split(150, 3, 64) == 64 and keys_per_split(260, 9, 64) == 64
+
+
+@pytest.mark.parametrize(("programs", "splits", "want"), [
+    (12, 16, 11),  # 192 programs on 132 slots: a second wave under half full; 132 fill one
+    (3, 64, 44),   # 192 again; 44 splits of 3 row tiles fill one wave
+    (24, 11, 11),  # 264: two whole waves already
+    (3, 16, 16),   # 48: one wave, partly filled, and no fewer splits finish sooner
+    (96, 3, 3),    # 1, 2 or 3 splits all take a whole context's time: keep 3
+    (1536, 1, 1),  # never more splits than given
+])
+def test_fewest_waves_keeps_the_last_wave_whole(programs, splits, want):
+    # One program a slot (the absorbed Gluon kernel's one block an SM): the launch takes
+    # ceil(programs x s / slots) waves of 1/s of the keys each.
+    got = fewest_waves(programs, splits, 132)
+    assert got == want
+    assert 1 <= got <= splits
+    assert math.ceil(programs * got / 132) / got <= math.ceil(programs * splits / 132) / splits

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from mla_kernels.context import absorbed_peak_bytes, expanded_peak_bytes, plan_absorbed, plan_expanded
-from mla_kernels.context.attention import Blocking
+from mla_kernels.context.attention import Blocking, fewest_waves, split_count
+from mla_kernels.core.devices import device_spec
 from mla_kernels.lab.context_checks import attention_errors, judge
 from mla_kernels.lab.context_inputs import build_context_inputs
 
@@ -128,3 +129,27 @@ def test_absorbed_hopper_kernel_against_the_reference(c, n, cache, block_size, s
     g.replay()
     torch.cuda.synchronize()
     assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1]), f"seed {seed}"
+
+
+def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
+    # Where the Gluon kernel runs the default ("auto") plans it, its splits cut so that its
+    # one program an SM fill whole waves (12 row tiles x 16 splits would leave a second wave
+    # under half full at 4096 tokens); the result matches the reference, outputs poisoned.
+    from mla_kernels.context import absorbed_hopper
+
+    ci = build_context_inputs("kimi-k3-tp8", 4096, 64, cache_dtype="fp8", device="cuda",
+                              seed=seed)
+    why = absorbed_hopper.supports(ci.q, ci.cache.k_buffer)
+    if why is not None:
+        pytest.skip(f"the hopper kernel needs {why}")
+    plan = plan_absorbed(*ci.args())
+    units = device_spec(ci.q.device).compute_units
+    tiles = -(-64 * 12 // absorbed_hopper.BLOCKING.block_m)
+    assert plan.kernel == "hopper"
+    keys = absorbed_hopper.BLOCKING.block_n
+    assert plan.splits == fewest_waves(tiles, split_count(tiles, 4096, keys, units), units)
+    plan.out.fill_(float("nan"))
+    plan.lse.fill_(float("nan"))
+    out, lse = plan.run()
+    errs = attention_errors(out, lse, ci.reference())
+    assert judge(errs, "bf16"), (errs, f"seed {seed}")

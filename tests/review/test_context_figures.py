@@ -45,6 +45,22 @@ def test_winners_and_engine_rules():
     assert 16 < cross.iloc[0]["expand_from_new_tokens"] < 512
 
 
+def test_the_absorbed_way_is_the_kernel_the_call_runs_by_default():
+    # A map that timed both absorbed kernels (an sm_90 GPU) is read with the Gluon kernel's
+    # rows, which the call's default runs there; without them, the portable kernel's.
+    rows = map_rows({(4096, 16): (30.0, 40.0), (65536, 16): (300.0, 100.0)})
+    hopper = rows[rows["path"] == "absorbed"].assign(path="absorbed_hopper")
+    hopper["median_us"] = [20.0, 90.0]
+    both = crossover.measured_table(pd.concat([rows, hopper], ignore_index=True))
+    assert list(both["absorbed_us"]) == [20.0, 90.0]
+    assert list(both["absorbed_kernel"]) == ["hopper", "hopper"]
+    assert list(both["winner"]) == ["absorbed", "absorbed"]
+    portable = crossover.measured_table(rows)
+    assert list(portable["absorbed_us"]) == [40.0, 100.0]
+    assert list(portable["absorbed_kernel"]) == ["portable", "portable"]
+    assert list(portable["winner"]) == ["expanded", "absorbed"]
+
+
 def test_engine_thresholds_at_their_edges():
     assert crossover.engine_choice("SGLang", 8191) == "absorbed"
     assert crossover.engine_choice("SGLang", 8192) == "expanded"
