@@ -303,19 +303,18 @@ def plan_absorbed(
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
     if kernel not in KERNEL_CHOICES:
         raise checks.fail("kernel", f"one of {KERNEL_CHOICES}", repr(kernel))
-    if kernel == "auto":
-        kernel = ("portable" if blocking is not None or absorbed_hopper.supports(q, k_buffer)
-                  else "hopper")
-    if blocking is not None:
-        if kernel != "portable":
+    if blocking is not None:  # the portable kernel's tiles: "auto" takes that kernel
+        if kernel == "hopper":
             raise checks.fail("blocking", f"None with kernel={kernel!r} (its tiles are fixed)",
                               blocking)
         check_blocking(blocking)
-    if kernel == "hopper":
+        kernel = "portable"
+    elif kernel != "portable":  # "hopper" where it runs, or refused; "auto" the one that runs
         why = absorbed_hopper.supports(q, k_buffer)
-        if why is not None:
+        if kernel == "hopper" and why is not None:
             raise checks.fail("kernel", f"'portable' here (the hopper kernel needs {why})",
                               repr(kernel))
+        kernel = "portable" if why is not None else "hopper"
     prepared = {} if weights is None else {"weights.w_uk": weights.w_uk,
                                            "weights.w_uv_t": weights.w_uv_t}
     checks.no_overlap({"q": q, "k_buffer": k_buffer, "k_scale": given_k_scale,

@@ -1,6 +1,6 @@
-"""A program that holds the GPU for a set time without touching memory: it reads the
-global timer until the time has passed. The sequence diagnostic puts one between calls as an
-idle gap; the overlapped-launch test has its late writer wait so, ahead of its stores."""
+"""Holding a program for a set time without touching memory: it reads the global timer
+until the time has passed. The sequence diagnostic's gap kernel is one such wait; the
+overlapped-launch test's late writer waits so ahead of its stores."""
 
 import triton
 import triton.language as tl
@@ -15,8 +15,8 @@ def global_ns():
 
 @triton.jit
 def wait_ns(NS: tl.constexpr):
-    """Spin for NS ns of the global timer; the time waited, which a caller stores so the loop
-    is not dropped."""
+    """Spin for NS ns of the global timer; returns the time waited. The timer's reads are not
+    pure, so the loop stays whether or not the result is used."""
     t0 = global_ns()
     t = t0
     while t - t0 < NS:
