@@ -126,6 +126,26 @@ TUNED_BY_HEADS: dict[tuple[int, int], tuple[dict, dict]] = {
 # The best portable design on every format measured: tiled, split, 64-row tiles.
 FALLBACK: tuple[str, dict] = ("tiled", {"block_m": 64, "num_warps": 4, "split": True})
 
+# A GPU the tables do not name reads the entries of the device named here for its
+# architecture. Every sm_90 part (H100, H800, H20, GH200) has the instructions and the
+# shared memory the H200's configs were chosen for; its SM count, which the short-context
+# schedule reads at run time, and its bandwidth differ. Several entries above were chosen
+# on an H100, where one launch of the fallback took 2.3x hopper_ws's time at 32000 tokens
+# and 1.6-1.7x at 4096 (fp8 per row: sequence_gaps.csv in
+# data/exploration/h100/2026-12-05-652a37059875-short-context-prefetch/, where auto ran the
+# fallback, against sequence_gaps.csv and sequence_prefetch.csv in
+# data/exploration/h100/2026-12-05-d1fa6daacdf0-prefetch-weight/).
+BY_ARCH: dict[str, str] = {"sm_90": "H200"}
+
+
+def table_device(name: str, arch: str = "") -> str:
+    """The device whose entries ``auto`` reads for device ``name`` of compiler target
+    ``arch``: its own where a table names it, else its architecture's (BY_ARCH), else
+    ``name`` (which then finds none: the fallback)."""
+    named = {key[0] for plain, fp8_out in TUNED_BY_HEADS.values()
+             for table in (plain, fp8_out) for key in table}
+    return name if name in named else BY_ARCH.get(arch, name)
+
 
 def _entry(table: dict, key: tuple, rows: int) -> tuple[str, dict] | None:
     entry = table.get(key)

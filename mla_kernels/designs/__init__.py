@@ -44,11 +44,13 @@ def variant_names() -> list[str]:
 
 
 def _auto(prob: Problem, device: DeviceSpec) -> tuple[Design, dict]:
-    """auto's choice: the tuning table's entry for this device and problem class, or the
-    portable fallback where the entry's design cannot run the problem."""
-    name, fields = tuning.lookup(device.name, prob.weight_format, prob.cache_name,
-                                 prob.block_size, prob.out_rows, prob.out_is_fp8,
-                                 (prob.nope_dim, prob.v_dim), prob.scale)
+    """auto's choice: the tuning table's entry for this device (or, for a GPU the table does
+    not name, its architecture's: ``tuning.table_device``) and problem class, or the portable
+    fallback where the entry's design cannot run the problem."""
+    name, fields = tuning.lookup(tuning.table_device(device.name, device.arch),
+                                 prob.weight_format, prob.cache_name, prob.block_size,
+                                 prob.out_rows, prob.out_is_fp8, (prob.nope_dim, prob.v_dim),
+                                 prob.scale)
     design = DESIGNS.get(name)
     if design is None or not design.runs(prob, device):
         name, fields = tuning.FALLBACK

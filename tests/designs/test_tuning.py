@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
-from mla_kernels.core.devices import DEVICES
+from mla_kernels.core import tuning
+from mla_kernels.core.devices import DEVICES, DeviceSpec
 from mla_kernels.designs import DESIGNS, resolve
 from mla_kernels.lab.measurements import out_dtypes, parse_contexts
 from mla_kernels.lab.occupancy import problem_for
@@ -85,8 +86,6 @@ def test_auto_is_within_5_percent_on_the_mxfp4_run():
 
 
 def test_fp8_outputs_look_up_their_own_entries_first(monkeypatch):
-    from mla_kernels.core import tuning
-
     plain = tuning.lookup("H200", "fp8_row", "fp8", 1, 32000)
     # fp8 per row over an fp8 cache has an entry of its own: the ping-pong schedule.
     design, fields = tuning.lookup("H200", "fp8_row", "fp8", 1, 32000, out_fp8=True)
@@ -128,3 +127,40 @@ def test_mxfp4s_fp8_outputs_take_one_staging_buffer():
         assert design.name == "hopper_ws"
         assert cfg.ring_depth == 4, (out, cfg)
         assert cfg.staging_buffers == (1 if out == torch.float8_e4m3fn else None), (out, cfg)
+
+
+
+def _gpu(name: str, sms: int, arch: str = "sm_90") -> DeviceSpec:
+    """A GPU the registry does not name, as the live device's spec describes one."""
+    return DeviceSpec(name, sms, float("nan"), "nvidia", arch=arch)
+
+
+@pytest.mark.parametrize("fmt, cache, ctx, out", [
+    ("fp8_row", "fp8", 4096, torch.bfloat16), ("fp8_row", "fp8", 32000, torch.bfloat16),
+    ("fp8_block", "fp8", 4096, torch.float8_e4m3fn), ("bf16", "bf16", 32000, torch.bfloat16),
+    ("mxfp4", "fp8", 32000, torch.bfloat16)])
+def test_a_hopper_gpu_the_table_does_not_name_runs_the_h200s_entries(fmt, cache, ctx, out):
+    prob = problem_for("kimi-k3-tp8", [ctx], cache, fmt, 1, out)
+    h200 = resolve("auto", prob, DEVICES["H200"])
+    assert h200[0].name == "hopper_ws"
+    # The registry's H100, and sm_90 parts it does not know (another SM count too).
+    for device in (DEVICES["H100 SXM"], _gpu("NVIDIA H800", 132), _gpu("NVIDIA H20", 78)):
+        assert tuning.table_device(device.name, device.arch) == "H200"
+        assert resolve("auto", prob, device) == h200, device.name
+    # Not Hopper: the portable fallback.
+    ampere = _gpu("NVIDIA A100-SXM4-80GB", 108, "sm_80")
+    assert tuning.table_device(ampere.name, ampere.arch) == ampere.name
+    design, cfg = resolve("auto", prob, ampere)
+    assert (design.name, cfg) == (tuning.FALLBACK[0], design.config(tuning.FALLBACK[1]))
+
+
+def test_a_device_the_table_names_keeps_its_own_entries(monkeypatch):
+    assert tuning.table_device("H200", "sm_90") == "H200"
+    assert tuning.table_device("MI355X", "gfx950") == "MI355X"  # no entries, none to borrow
+    # Once an H100 has an entry of its own, it reads its own table, not the H200's.
+    own = ("tiled", {"block_m": 128})
+    monkeypatch.setitem(tuning.TUNED, ("H100 SXM", "fp8_row", "fp8", tuning.ANY), own)
+    assert tuning.table_device("H100 SXM", "sm_90") == "H100 SXM"
+    prob = problem_for("kimi-k3-tp8", [4096], "fp8", "fp8_row")
+    design, cfg = resolve("auto", prob, DEVICES["H100 SXM"])
+    assert (design.name, cfg) == ("tiled", design.config({"block_m": 128}))
