@@ -59,6 +59,12 @@ def test_the_absorbed_way_is_the_kernel_the_call_runs_by_default():
     assert list(portable["absorbed_us"]) == [40.0, 100.0]
     assert list(portable["absorbed_kernel"]) == ["portable", "portable"]
     assert list(portable["winner"]) == ["expanded", "absorbed"]
+    # The figures name the kernel the absorbed way's times are of.
+    for table, name in ((both, "Gluon kernel"), (portable, "portable kernel")):
+        fig = plotting.plot_crossover(table)
+        titles = [ax.get_title() for ax in fig.axes]
+        assert sum(f"absorbed ({name})" in t for t in titles) == 2, titles
+        matplotlib.pyplot.close(fig)
 
 
 def test_engine_thresholds_at_their_edges():

@@ -16,6 +16,16 @@ from .axes import ctx_label, figure_title, footer, new_figure, plain_log_y
 PATH_COLORS = {"expanded": "#1f77b4", "absorbed": "#d62728"}
 ENGINE_MARKS = {"SGLang": "S", "ATOM": "A"}
 PATH_LABEL = {"expanded": "expand + attend", "absorbed": "absorbed"}
+KERNEL_LABEL = {"hopper": "Gluon kernel", "portable": "portable kernel"}
+
+
+def _path_label(table: pd.DataFrame, path: str) -> str:
+    """A way's name, the absorbed one with the attention kernel its rows timed where the
+    table says (``crossover.measured_table``'s ``absorbed_kernel``)."""
+    kernels = (sorted(set(table["absorbed_kernel"].dropna()))
+               if path == "absorbed" and "absorbed_kernel" in table.columns else [])
+    names = ", ".join(KERNEL_LABEL.get(k, k) for k in kernels)
+    return f"{PATH_LABEL[path]} ({names})" if names else PATH_LABEL[path]
 
 
 def _grid(table: pd.DataFrame, col: str) -> tuple[list[int], list[int], np.ndarray]:
@@ -76,7 +86,8 @@ def plot_crossover(table: pd.DataFrame) -> Figure:
     ax.set_yticks(range(len(cs)), [ctx_label(c) for c in cs])
     ax.set_xlabel("new tokens n")
     ax.set_ylabel("cached context C (tokens)")
-    ax.set_title("which way wins (E: expand + attend, A: absorbed), by how much")
+    ax.set_title(f"which way wins (E: expand + attend, A: {_path_label(table, 'absorbed')}),"
+                 "\nby how much")
     # The engines' context thresholds, drawn between the rows they separate.
     for eng, (rule, at) in ENGINE_RULES.items():
         below = [i for i, c in enumerate(cs) if (c < at if eng == "SGLang" else c <= at)]
@@ -97,7 +108,7 @@ def plot_crossover(table: pd.DataFrame) -> Figure:
         ax.set_xticks(range(len(ns)), [str(n) for n in ns])
         ax.set_yticks(range(len(cs)), [ctx_label(c) for c in cs])
         ax.set_xlabel("new tokens n")
-        ax.set_title(f"{PATH_LABEL[p]}: fraction of its floor")
+        ax.set_title(f"{_path_label(table, p)}:\nfraction of its floor")
     figure_title(fig, _title(table, "Cached prefix: expand + attend or absorbed"))
     _label(table, fig)
     return fig
@@ -113,7 +124,7 @@ def plot_context_memory(table: pd.DataFrame) -> Figure:
         g = g.sort_values("new_tokens")
         for p in PATHS:
             kw = dict(color=PATH_COLORS[p], ls=styles[k % len(styles)], marker="o", ms=4)
-            label = f"{PATH_LABEL[p]}, C {ctx_label(c)}"
+            label = f"{_path_label(table, p)}, C {ctx_label(c)}"
             ax_m.plot(g["new_tokens"], g[f"{p}_peak_bytes"] / 2**20, label=label,
                       gid=f"memory/{p}/{c}", **kw)
             ax_t.plot(g["new_tokens"], g[f"{p}_us"], label=label, gid=f"time/{p}/{c}", **kw)
