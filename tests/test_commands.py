@@ -4,8 +4,8 @@
 
 - Every module with a ``__main__`` block answers ``--help`` (its arguments parse before any
   GPU work), and the README's table of commands names each one.
-- The diagnostics with a CPU mode run it: ``launch_shape --check``, ``l2_stream --check`` and
-  ``sequence_gaps --check`` compile their kernels for sm_90, ``gather_write_bound --check``
+- The diagnostics with a CPU mode run it: ``launch_shape --check``, ``l2_stream --check``,
+  ``sequence_gaps --check`` and ``absorbed_bounds --check`` compile their kernels for sm_90, ``gather_write_bound --check``
   checks every grid under the interpreter.
 - The scripts under ``scripts/`` answer ``--help``, the shell scripts parse, and the run's
   driver refuses an unknown step before anything runs.
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import runpy
@@ -103,6 +104,23 @@ def test_sequence_gaps_gap_kernel_compiles_for_sm90():
     bad = _run(["-m", "mla_kernels.lab.diagnostics.sequence_gaps", "--config", "[6]", "--check"],
                interpret=False, timeout=300)
     assert bad.returncode == 2 and "--config: expected" in bad.stderr, bad.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_absorbed_bounds_compiles_each_side_for_sm90():
+    r = _run(["-m", "mla_kernels.lab.diagnostics.absorbed_bounds", "--check"], interpret=False,
+             timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert [(x["cache"], x["parts"]) for x in rows] == [
+        (c, p) for c in ("fp8", "bf16") for p in ("all", "dots", "gather")], rows
+    # The dots' side runs every wgmma of the kernel, the gather's none; nothing spills.
+    assert {x["parts"]: x["wgmma"] for x in rows if x["cache"] == "fp8"} == {
+        "all": 68, "dots": 68, "gather": 0}, rows
+    assert all(x["spill_bytes"] == 0 for x in rows), rows
+    off = _run(["-m", "mla_kernels.lab.diagnostics.absorbed_bounds"], interpret=False,
+               timeout=300)
+    assert off.returncode != 0 and "expected an sm_90 GPU" in off.stderr + off.stdout, off
 
 
 @pytest.mark.slow

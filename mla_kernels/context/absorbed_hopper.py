@@ -302,14 +302,53 @@ def _right(work, sh, sink, num_warps: gl.constexpr):
     _store_out(sink, work, o0, o1, o2, o3, l_i, NV, num_warps)
 
 
+# What a launch runs (``PARTS``): the kernel's work, or one side of it with a partner that
+# only keeps the hand-overs going, which lab.diagnostics.absorbed_bounds times to say which
+# side bounds the kernel.
+PARTS = ("all", "dots", "gather")
+
+
+@gluon.jit
+def _stages_once(work, sh, src):
+    """The loader's stand-in for ``PARTS="dots"``: the query tile and both key stages written
+    once (zeros), then each stage handed back as soon as both warpgroups free it, so they run
+    every tile's dots and softmax with no gather."""
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    zero = gl.zeros([BM, CW], gl.bfloat16, layout)
+    for c in gl.static_range(NC):
+        sh.q.index(c).store(zero)
+    for c in gl.static_range(STAGES * NC):
+        sh.kv.index(c).store(zero)
+    publish_slot(sh.q_ready)
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+        # As many arrivals as the loader's own (one, or one a thread by cp.async).
+        fence_async_shared()
+        partition_sync()
+        mbarrier.arrive(sh.kv_ready.index(s), count=1 if src.FP8 else LOADER_THREADS)
+
+
+@gluon.jit
+def _free_at_once(work, sh, sink, num_warps: gl.constexpr):
+    """A warpgroup's stand-in for ``PARTS="gather"``: each key tile's stage freed as soon as
+    it is loaded, so the loader gathers (and widens) every tile with no dots waiting."""
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
+        mbarrier.arrive(sh.kv_empty.index(s), count=1)
+
+
 @gluon.jit
 def absorbed_hopper_kernel(
     q_ptr, cache_ptr, k_scale_ptr, block_ids_ptr, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, qk_scale, stride_block, stride_slot, stride_part_o,
     stride_part_lse, BLOCK_SIZE: gl.constexpr, HAS_K_SCALE: gl.constexpr,
     WG1_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    PARTS: gl.constexpr,
 ):
-    """Grid (row tile, split), as ``absorbed.latent_attention_kernel``'s."""
+    """Grid (row tile, split), as ``absorbed.latent_attention_kernel``'s; PARTS, one of
+    ``PARTS``: the whole kernel ("all"), or one side of it."""
     tile = gl.program_id(0)
     split = gl.program_id(1)
     k0 = split * keys_per_split
@@ -352,11 +391,24 @@ def absorbed_hopper_kernel(
                  HAS_K_SCALE)
     sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
                 qk, o_scale)
-    gl.warp_specialize([
-        (_left, (work, sh, sink, num_warps)),
-        (_right, (work, sh, sink, num_warps)),
-        (_loader, (work, sh, src)),
-    ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
+    if PARTS == "dots":
+        gl.warp_specialize([
+            (_left, (work, sh, sink, num_warps)),
+            (_right, (work, sh, sink, num_warps)),
+            (_stages_once, (work, sh, src)),
+        ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
+    elif PARTS == "gather":
+        gl.warp_specialize([
+            (_free_at_once, (work, sh, sink, num_warps)),
+            (_free_at_once, (work, sh, sink, num_warps)),
+            (_loader, (work, sh, src)),
+        ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
+    else:
+        gl.warp_specialize([
+            (_left, (work, sh, sink, num_warps)),
+            (_right, (work, sh, sink, num_warps)),
+            (_loader, (work, sh, src)),
+        ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
 
 
 def supports(q: torch.Tensor, k_buffer: torch.Tensor) -> str | None:
@@ -381,9 +433,13 @@ def supports(q: torch.Tensor, k_buffer: torch.Tensor) -> str | None:
 
 def launch(q_absorbed: torch.Tensor, k_buffer: torch.Tensor, k_scale: torch.Tensor | None,
            block_ids: torch.Tensor, part_o: torch.Tensor, part_lse: torch.Tensor,
-           context_len: int, splits: int, qk_scale: float) -> None:
+           context_len: int, splits: int, qk_scale: float, parts: str = "all") -> None:
     """The kernel over ``splits`` splits of the keys (each a whole number of key tiles), its
-    partial outputs into ``part_o`` [splits, n, H, KV_C] and ``part_lse`` [splits, n, H]."""
+    partial outputs into ``part_o`` [splits, n, H, KV_C] and ``part_lse`` [splits, n, H].
+    ``parts`` other than "all" (``PARTS``) runs one side alone and leaves the outputs as they
+    were: lab.diagnostics.absorbed_bounds's timings."""
+    if parts not in PARTS:
+        raise ValueError(f"parts: expected one of {PARTS}, got {parts!r}")
     n, h, width = q_absorbed.shape
     rows = n * h
     per = keys_per_split(context_len, splits, BN.value)
@@ -393,4 +449,4 @@ def launch(q_absorbed: torch.Tensor, k_buffer: torch.Tensor, k_scale: torch.Tens
         rows, context_len, per, qk_scale, k_buffer.stride(0), k_buffer.stride(1),
         part_o[0].numel(), part_lse[0].numel(), BLOCK_SIZE=k_buffer.shape[1],
         HAS_K_SCALE=fp8, WG1_REGS=WORKER_REGS[0], LOADER_REGS=WORKER_REGS[1], num_warps=4,
-        maxnreg=168)
+        PARTS=parts, maxnreg=168)

@@ -357,3 +357,18 @@ def test_absorbed_hopper_kernel_refused_where_it_cannot_run(ci):
                                          r"needs .*\), got 'hopper'"):
         absorbed_prefix_attention(*ci.args(), kernel="hopper", **bufs)
     assert untouched(bufs)
+
+
+@pytest.mark.parametrize("parts", ["both", "", None, "ALL"])
+def test_absorbed_hopper_launch_refuses_a_side_it_does_not_have(ci, parts):
+    # The kernel's launch runs the whole kernel or one side (the bounds diagnostic's); any
+    # other name is refused by name before a kernel is compiled or an output written.
+    from mla_kernels.context import absorbed_hopper
+
+    part_o = torch.full((2, 5, 12, 512), float("nan"))
+    part_lse = torch.full((2, 5, 12), float("nan"))
+    with pytest.raises(ValueError, match=r"parts: expected one of \('all', 'dots', "
+                                         r"'gather'\), got " + re.escape(repr(parts))):
+        absorbed_hopper.launch(ci.q, ci.cache.k_buffer, ci.cache.k_scale, ci.cache.kv_indices,
+                               part_o, part_lse, ci.context_len, 2, 0.1, parts=parts)
+    assert part_o.isnan().all() and part_lse.isnan().all()

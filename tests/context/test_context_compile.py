@@ -19,6 +19,7 @@ pytestmark = pytest.mark.slow
 CHILD = textwrap.dedent("""
     import json
     import torch
+    from mla_kernels.context import absorbed_hopper
     from mla_kernels.context.absorbed import AbsorbedPlan, absorb_weights
     from mla_kernels.context.attention import launch_prefix
     from mla_kernels.context.merge import merge_parts
@@ -51,6 +52,12 @@ CHILD = textwrap.dedent("""
         plan.kernel = "hopper"  # the Gluon kernel for sm_90, same plan
         (kern, merge) = compile_calls(plan.attend, HOPPER, 90)
         print(json.dumps({"case": f"latent_hopper_{cache}", **kernel_report(kern)}))
+        # Each side alone (lab.diagnostics.absorbed_bounds's launches).
+        for side in ("dots", "gather"):
+            (kern,) = compile_calls(lambda: absorbed_hopper.launch(
+                plan.q_absorbed, plan.k_buffer, plan.k_scale if cache == "fp8" else None,
+                plan.block_ids, plan.part_o, plan.part_lse, 300, 2, 0.1, parts=side), HOPPER, 90)
+            print(json.dumps({"case": f"latent_hopper_{cache}_{side}", **kernel_report(kern)}))
 """)
 
 
@@ -68,7 +75,9 @@ def reports():
 def test_every_kernel_compiles_within_shared_memory(reports):
     assert set(reports) == {"prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "merge",
                             "latent_fp8", "latent_bf16", "latent_hopper_fp8",
-                            "latent_hopper_bf16"}
+                            "latent_hopper_bf16", *(f"latent_hopper_{c}_{side}"
+                                                    for c in ("fp8", "bf16")
+                                                    for side in ("dots", "gather"))}
     for case, r in reports.items():
         assert 0 <= r["shared_bytes"] <= HOPPER_SMEM, (case, r)
 
@@ -91,3 +100,15 @@ def test_hopper_absorbed_kernel_fits_its_partitions(reports):
         assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
         assert r["wgmma"] == 68 and r["mma_sync"] == 0, r
         assert 9 * 8192 + 2 * 9 * 8192 + 8192 <= r["shared_bytes"] <= HOPPER_SMEM, r
+
+
+def test_hopper_absorbed_kernel_sides_alone(reports):
+    # The diagnostic's launches: the warpgroups' dots with the loader's stand-in (every
+    # wgmma of the kernel), the loader's gather with the warpgroups' stand-ins (none); no
+    # spills at the same register counts.
+    for cache in ("fp8", "bf16"):
+        dots, gather = (reports[f"latent_hopper_{cache}_{side}"] for side in ("dots", "gather"))
+        assert dots["wgmma"] == 68 and gather["wgmma"] == 0, (dots, gather)
+        for r in (dots, gather):
+            assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
+            assert r["shared_bytes"] <= HOPPER_SMEM, r

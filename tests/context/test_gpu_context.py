@@ -153,3 +153,35 @@ def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
     out, lse = plan.run()
     errs = attention_errors(out, lse, ci.reference())
     assert judge(errs, "bf16"), (errs, f"seed {seed}")
+
+
+@pytest.mark.parametrize("cache", ["fp8", "bf16"])
+def test_absorbed_hopper_kernel_sides_alone_run_to_their_end(cache, seed):
+    # The bounds diagnostic's launches (each side with the other's stand-in) finish, leave
+    # the outputs they do not write as they were, and the whole kernel after them still
+    # matches the reference.
+    from mla_kernels.context import absorbed_hopper
+    from mla_kernels.lab.diagnostics.absorbed_bounds import measure_point
+
+    ci = build_context_inputs("kimi-k3-tp8", 4096, 40, cache_dtype=cache, device="cuda",
+                              seed=seed)
+    why = absorbed_hopper.supports(ci.q, ci.cache.k_buffer)
+    if why is not None:
+        pytest.skip(f"the hopper kernel needs {why}")
+    plan = plan_absorbed(*ci.args(), kernel="hopper")
+    plan.fold()
+    fp8 = cache == "fp8"
+    for side in ("dots", "gather"):
+        plan.part_lse.fill_(float("nan"))
+        absorbed_hopper.launch(plan.q_absorbed, plan.k_buffer, plan.k_scale if fp8 else None,
+                               plan.block_ids, plan.part_o, plan.part_lse, plan.context_len,
+                               plan.splits, 0.1, parts=side)
+        torch.cuda.synchronize()
+        # The dots' side writes its LSE (of zero keys); the gather's writes nothing.
+        assert plan.part_lse.isnan().all() == (side == "gather"), (side, f"seed {seed}")
+    plan.out.fill_(float("nan"))
+    out, lse = plan.run()
+    assert judge(attention_errors(out, lse, ci.reference()), "bf16"), f"seed {seed}"
+    rows = measure_point(4096, 40, cache, {}, budget=(1, 5), seed=seed)
+    assert [r["parts"] for r in rows] == ["all", "dots", "gather"]
+    assert all(r["median_us"] > 0 and r["tiles_per_program"] >= 1 for r in rows), rows

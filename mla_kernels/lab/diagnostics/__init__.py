@@ -8,7 +8,9 @@
 - ``launch_shape``: what a Gluon launch's shape (shared memory, partitions) costs, empty;
 - ``sequence_gaps``: a sequence of calls with idle gaps between them, against the SM clock;
 - ``trace_hopper_ws``: per-program timestamps of one hopper_ws launch (on a patched tree);
-- ``profile_hopper_ws``: one hopper_ws launch for Nsight Compute.
+- ``profile_hopper_ws``: one hopper_ws launch for Nsight Compute;
+- ``absorbed_bounds``: the absorbed attention's Gluon kernel whole and each side alone (its
+  dots with no gather, its gather with no dots).
 
 The diagnostic builds of hopper_ws (patches of the kernel as it was at the commit each names,
 and the shell scripts that timed them) are kept in the history, not in the tree: they apply
