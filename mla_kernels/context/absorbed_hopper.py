@@ -436,8 +436,9 @@ def launch(q_absorbed: torch.Tensor, k_buffer: torch.Tensor, k_scale: torch.Tens
            context_len: int, splits: int, qk_scale: float, parts: str = "all") -> None:
     """The kernel over ``splits`` splits of the keys (each a whole number of key tiles), its
     partial outputs into ``part_o`` [splits, n, H, KV_C] and ``part_lse`` [splits, n, H].
-    ``parts`` other than "all" (``PARTS``) runs one side alone and leaves the outputs as they
-    were: lab.diagnostics.absorbed_bounds's timings."""
+    ``parts`` other than "all" (``PARTS``) runs one side alone, for
+    lab.diagnostics.absorbed_bounds's timings: "dots" writes the partials of zero-filled
+    tiles, "gather" writes nothing."""
     if parts not in PARTS:
         raise ValueError(f"parts: expected one of {PARTS}, got {parts!r}")
     n, h, width = q_absorbed.shape
