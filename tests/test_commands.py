@@ -5,8 +5,8 @@
 - Every module with a ``__main__`` block answers ``--help`` (its arguments parse before any
   GPU work), and the README's table of commands names each one.
 - The diagnostics with a CPU mode run it: ``launch_shape --check``, ``l2_stream --check``,
-  ``sequence_gaps --check`` and ``absorbed_bounds --check`` compile their kernels for sm_90, ``gather_write_bound --check``
-  checks every grid under the interpreter.
+  ``sequence_gaps --check`` and ``absorbed_bounds --check`` compile their kernels for sm_90,
+  ``gather_write_bound --check`` checks every grid under the interpreter.
 - The scripts under ``scripts/`` answer ``--help``, the shell scripts parse, and the run's
   driver refuses an unknown step before anything runs.
 """

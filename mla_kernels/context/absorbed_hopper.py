@@ -340,6 +340,27 @@ def _free_at_once(work, sh, sink, num_warps: gl.constexpr):
 
 
 @gluon.jit
+def _warpgroup_side(work, sh, sink, num_warps: gl.constexpr, PARTS: gl.constexpr,
+                    RIGHT: gl.constexpr):
+    """The left (or, with RIGHT, the right) warpgroup, or its stand-in for "gather"."""
+    if PARTS == "gather":
+        _free_at_once(work, sh, sink, num_warps)
+    elif RIGHT:
+        _right(work, sh, sink, num_warps)
+    else:
+        _left(work, sh, sink, num_warps)
+
+
+@gluon.jit
+def _loader_side(work, sh, src, PARTS: gl.constexpr):
+    """The loader, or its stand-in for "dots"."""
+    if PARTS == "dots":
+        _stages_once(work, sh, src)
+    else:
+        _loader(work, sh, src)
+
+
+@gluon.jit
 def absorbed_hopper_kernel(
     q_ptr, cache_ptr, k_scale_ptr, block_ids_ptr, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, qk_scale, stride_block, stride_slot, stride_part_o,
@@ -391,24 +412,11 @@ def absorbed_hopper_kernel(
                  HAS_K_SCALE)
     sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
                 qk, o_scale)
-    if PARTS == "dots":
-        gl.warp_specialize([
-            (_left, (work, sh, sink, num_warps)),
-            (_right, (work, sh, sink, num_warps)),
-            (_stages_once, (work, sh, src)),
-        ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
-    elif PARTS == "gather":
-        gl.warp_specialize([
-            (_free_at_once, (work, sh, sink, num_warps)),
-            (_free_at_once, (work, sh, sink, num_warps)),
-            (_loader, (work, sh, src)),
-        ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
-    else:
-        gl.warp_specialize([
-            (_left, (work, sh, sink, num_warps)),
-            (_right, (work, sh, sink, num_warps)),
-            (_loader, (work, sh, src)),
-        ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
+    gl.warp_specialize([
+        (_warpgroup_side, (work, sh, sink, num_warps, PARTS, False)),
+        (_warpgroup_side, (work, sh, sink, num_warps, PARTS, True)),
+        (_loader_side, (work, sh, src, PARTS)),
+    ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
 
 
 def supports(q: torch.Tensor, k_buffer: torch.Tensor) -> str | None:
