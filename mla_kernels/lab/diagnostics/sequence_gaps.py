@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--gaps", type=float, nargs="+", default=[0, 20, 100],
                     help="idle µs before each call (default 0 20 100)")
     ap.add_argument("--variant", default="auto",
-                    help="the design timed, by its name (default auto; off the H200 auto "
-                         "resolves to a portable design: name hopper_ws on another Hopper)")
+                    help="the design timed, by its name (default auto, which on any "
+                         "Hopper runs the H200's tuned entries)")
     ap.add_argument("--config", type=json.loads, default=None,
                     help="the variant's config fields as a JSON mapping (default: its own)")
     ap.add_argument("--check", action="store_true",
