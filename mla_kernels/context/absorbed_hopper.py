@@ -419,14 +419,22 @@ def absorbed_hopper_kernel(
     ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
 
 
+def device_reason(device: torch.device) -> str | None:
+    """Why this kernel cannot run on ``device`` (None: it can): an sm_90 CUDA device."""
+    if device.type != "cuda" or torch.version.hip:
+        return f"a CUDA device, got {device}"
+    cap = torch.cuda.get_device_capability(device)
+    if cap[0] != 9:
+        return f"an sm_90 GPU, got sm_{cap[0]}{cap[1]}"
+    return None
+
+
 def supports(q: torch.Tensor, k_buffer: torch.Tensor) -> str | None:
     """Why this kernel cannot run these tensors (None: it can): an sm_90 CUDA device, bf16
     queries, a latent of 512 values and a rope of 64."""
-    if q.device.type != "cuda" or torch.version.hip:
-        return f"a CUDA device, got {q.device}"
-    cap = torch.cuda.get_device_capability(q.device)
-    if cap[0] != 9:
-        return f"an sm_90 GPU, got sm_{cap[0]}{cap[1]}"
+    why = device_reason(q.device)
+    if why is not None:
+        return why
     if q.dtype != torch.bfloat16:
         return f"bf16 queries, got {q.dtype}"
     width = k_buffer.shape[-1]

@@ -21,6 +21,7 @@ import pandas as pd
 import torch
 
 from ..context import (
+    absorbed_hopper,
     absorbed_peak_bytes,
     expanded_peak_bytes,
     plan_absorbed,
@@ -149,9 +150,9 @@ def measure_point(shape: str, c: int, n: int, *, cache_dtype: str, weight_format
 def default_absorbed_kernels() -> tuple[str, ...]:
     """The absorbed kernels a map times by default: the portable one, and on an sm_90 GPU
     the Gluon one too, which the call's default runs there (the crossover reads its rows)."""
-    sm90 = (torch.cuda.is_available() and not torch.version.hip
-            and torch.cuda.get_device_capability()[0] == 9)
-    return ("portable", "hopper") if sm90 else ("portable",)
+    hopper = (torch.cuda.is_available()
+              and absorbed_hopper.device_reason(torch.device("cuda")) is None)
+    return ("portable", "hopper") if hopper else ("portable",)
 
 
 def _run(plan):

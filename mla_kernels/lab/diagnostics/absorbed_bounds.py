@@ -31,6 +31,7 @@ import torch
 from ...context import absorbed_hopper as ah
 from ...context import plan_absorbed
 from ...context.attention import LOG2E, keys_per_split
+from ...core.devices import device_spec
 from ..context_inputs import build_context_inputs
 from ..provenance import provenance
 from ..timing import SHORT, graphed, measure
@@ -61,7 +62,7 @@ def measure_point(c: int, n: int, cache_dtype: str, prov: dict, budget=SHORT,
     ci = build_context_inputs(shape, c, n, cache_dtype=cache_dtype, device="cuda", seed=seed)
     plan = plan_absorbed(*ci.args(), kernel="hopper")
     plan.fold()  # the absorbed queries the kernel reads
-    geo = shape_of(plan, torch.cuda.get_device_properties(0).multi_processor_count)
+    geo = shape_of(plan, device_spec(ci.q.device).compute_units)  # the plan's own count
     rows = []
     for parts in ah.PARTS:
         t = measure(graphed(_launch(plan, parts)), budget)
@@ -90,9 +91,11 @@ def check() -> None:
 
 
 def measure_all(a) -> None:
-    if not (torch.cuda.is_available() and not torch.version.hip
-            and torch.cuda.get_device_capability()[0] == 9):
-        raise SystemExit("absorbed_bounds: expected an sm_90 GPU (--check compiles without one)")
+    why = (ah.device_reason(torch.device("cuda")) if torch.cuda.is_available()
+           else "a CUDA device, got none")
+    if why is not None:
+        raise SystemExit(f"absorbed_bounds: expected an sm_90 GPU, {why} (--check compiles "
+                         "without one)")
     prov = provenance()
     rows = []
     for cache in a.cache_dtypes:
