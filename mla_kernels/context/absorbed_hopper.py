@@ -39,7 +39,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ..designs.hopper_ws.compat import Buffer, Scalar, bundle, cp_async, partition_sync
+from ..designs.hopper_ws.compat import Buffer, Scalar, bundle, cp_async, partition_sync, smem
+from ..designs.hopper_ws.conversions import widen_words
 from ..designs.hopper_ws.shared_buffers import publish_slot
 from .attention import Blocking, keys_per_split
 from .kernels import LN2
@@ -123,16 +124,36 @@ def _acc_layout(num_warps):
                                      instr_shape=[16, 64, 16])
 
 
+@gluon.constexpr_function
+def _row_layout(values_a_row, bits):
+    """A [rows x values_a_row] tile of ``bits``-bit values loaded 16 bytes a thread, a warp
+    on 512 bytes of consecutive rows."""
+    per = 128 // bits
+    across = values_a_row // per
+    return gl.BlockedLayout([1, per], [32 // across, across], [4, 1], [1, 0])
+
+
 @gluon.jit
 def _chunk_ptrs(base, cols, c: gl.constexpr):
-    """Chunk ``c``'s values of the rows at ``base`` (pointers to each row's first value)."""
-    return base[:, None] + c * CW + cols[None, :]
+    """Chunk ``c``'s values of the rows at ``base`` (pointers to each row's first value), the
+    chunk ``cols.shape[0]`` values wide."""
+    return base[:, None] + c * cols.shape[0] + cols[None, :]
 
 
 @gluon.jit
 def _load_chunk(base, cols, mask, c: gl.constexpr):
     """Chunk ``c`` of the rows at ``base`` as stored (masked rows zero)."""
-    return gl.load(_chunk_ptrs(base, cols, c), mask=mask[:, None], other=0.0)
+    return gl.load(_chunk_ptrs(base, cols, c), mask=mask[:, None], other=0)
+
+
+@gluon.jit
+def _store_widened(chunk, words):
+    """[BN x CW / 4] int32 words of 4 e4m3 values into a bf16 chunk of shared memory, widened
+    exactly by integer and bf16x2 arithmetic (``widen_words``): the conversion units' own
+    e4m3 -> f16 -> bf16 route took two conversions a value and set the loader's pace."""
+    view = smem.reinterpret(chunk, gl.int32, [BN, CW // 2], gl.NVMMASharedLayout(
+        swizzle_byte_width=128, element_bitwidth=32, rank=2))
+    view.store(widen_words(words))
 
 
 @gluon.jit
@@ -146,10 +167,11 @@ def _block_ids(work, src, rows, j):
 def _loader(work, sh, src):
     """The query tile once, then each key tile of the split into the next free stage: a bf16
     cache by cp.async (each thread's copies arrive on the stage's barrier as they land, so
-    the loader goes on to the next tile at once), an fp8 one through registers, widened to
-    bf16 exactly as it is stored (every chunk's load issued before the stage is waited
-    for: the next tile's loads run while the warpgroups still read the stage)."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    the loader goes on to the next tile at once), an fp8 one through registers as words of
+    four values, widened to bf16 exactly as it is stored (every chunk's load issued before
+    the stage is waited for: the next tile's loads run while the warpgroups still read the
+    stage)."""
+    layout: gl.constexpr = _row_layout(CW, 16)
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, CW, layout=gl.SliceLayout(0, layout))
     WIDTH: gl.constexpr = NC * CW
@@ -159,6 +181,10 @@ def _loader(work, sh, src):
     for c in gl.static_range(NC):
         sh.q.index(c).store(_load_chunk(qbase, cols, rmask, c))
     publish_slot(sh.q_ready)
+    # The key tiles' rows: bf16 values, or int32 words of four fp8 values.
+    klayout: gl.constexpr = _row_layout(CW // 4, 32) if src.FP8 else layout
+    rows = gl.arange(0, BN, layout=gl.SliceLayout(1, klayout))
+    cols = gl.arange(0, CW // 4 if src.FP8 else CW, layout=gl.SliceLayout(0, klayout))
     kv = sh.kv
     blk = _block_ids(work, src, rows, 0)
     for j in range(work.n_tiles):
@@ -173,25 +199,26 @@ def _loader(work, sh, src):
         # A stage's first fill waits on the phase before the barrier's first: it passes.
         free = ((j // STAGES) & 1) ^ 1
         if src.FP8:
-            x0 = _load_chunk(base, cols, kok, 0)
-            x1 = _load_chunk(base, cols, kok, 1)
-            x2 = _load_chunk(base, cols, kok, 2)
-            x3 = _load_chunk(base, cols, kok, 3)
-            x4 = _load_chunk(base, cols, kok, 4)
-            x5 = _load_chunk(base, cols, kok, 5)
-            x6 = _load_chunk(base, cols, kok, 6)
-            x7 = _load_chunk(base, cols, kok, 7)
-            x8 = _load_chunk(base, cols, kok, 8)
+            w = base.to(gl.pointer_type(gl.int32), bitcast=True)
+            x0 = _load_chunk(w, cols, kok, 0)
+            x1 = _load_chunk(w, cols, kok, 1)
+            x2 = _load_chunk(w, cols, kok, 2)
+            x3 = _load_chunk(w, cols, kok, 3)
+            x4 = _load_chunk(w, cols, kok, 4)
+            x5 = _load_chunk(w, cols, kok, 5)
+            x6 = _load_chunk(w, cols, kok, 6)
+            x7 = _load_chunk(w, cols, kok, 7)
+            x8 = _load_chunk(w, cols, kok, 8)
             mbarrier.wait(sh.kv_empty.index(s), free)
-            kv.index(s * NC + 0).store(x0.to(gl.bfloat16))
-            kv.index(s * NC + 1).store(x1.to(gl.bfloat16))
-            kv.index(s * NC + 2).store(x2.to(gl.bfloat16))
-            kv.index(s * NC + 3).store(x3.to(gl.bfloat16))
-            kv.index(s * NC + 4).store(x4.to(gl.bfloat16))
-            kv.index(s * NC + 5).store(x5.to(gl.bfloat16))
-            kv.index(s * NC + 6).store(x6.to(gl.bfloat16))
-            kv.index(s * NC + 7).store(x7.to(gl.bfloat16))
-            kv.index(s * NC + 8).store(x8.to(gl.bfloat16))
+            _store_widened(kv.index(s * NC + 0), x0)
+            _store_widened(kv.index(s * NC + 1), x1)
+            _store_widened(kv.index(s * NC + 2), x2)
+            _store_widened(kv.index(s * NC + 3), x3)
+            _store_widened(kv.index(s * NC + 4), x4)
+            _store_widened(kv.index(s * NC + 5), x5)
+            _store_widened(kv.index(s * NC + 6), x6)
+            _store_widened(kv.index(s * NC + 7), x7)
+            _store_widened(kv.index(s * NC + 8), x8)
             publish_slot(sh.kv_ready.index(s))
         else:
             mbarrier.wait(sh.kv_empty.index(s), free)
@@ -313,8 +340,7 @@ def _stages_once(work, sh, src):
     """The loader's stand-in for ``PARTS="dots"``: the query tile and both key stages written
     once (zeros), then each stage handed back as soon as both warpgroups free it, so they run
     every tile's dots and softmax with no gather."""
-    layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
-    zero = gl.zeros([BM, CW], gl.bfloat16, layout)
+    zero = gl.zeros([BM, CW], gl.bfloat16, _row_layout(CW, 16))
     for c in gl.static_range(NC):
         sh.q.index(c).store(zero)
     for c in gl.static_range(STAGES * NC):
