@@ -164,13 +164,91 @@ def _block_ids(work, src, rows, j):
 
 
 @gluon.jit
+def _tile_rows(work, src, blk, rows, j):
+    """Pointers to key tile ``j``'s rows in the cache (``blk``: their block ids) and which of
+    them are keys of the split."""
+    keys = work.k0 + j * BN + rows
+    # Widened before the multiply: block id x stride passes 32 bits on large caches.
+    base = src.cache_ptr + (blk.to(gl.int64) * src.stride_block
+                            + (keys % src.BLOCK_SIZE).to(gl.int64) * src.stride_slot)
+    return base, keys < work.k1
+
+
+@gluon.jit
+def _gather_bf16(work, sh, src, rows, cols):
+    """A bf16 cache's tiles by cp.async: each thread's copies arrive on the stage's barrier
+    as they land, so the loader goes on to the next tile at once."""
+    blk = _block_ids(work, src, rows, 0)
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        base, kok = _tile_rows(work, src, blk, rows, j)
+        # The next tile's block ids now, so their trip to memory overlaps this tile's rows'.
+        blk = _block_ids(work, src, rows, j + 1)
+        # A stage's first fill waits on the phase before the barrier's first: it passes.
+        mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+        for c in gl.static_range(NC):
+            cp_async.load(sh.kv.index(s * NC + c), _chunk_ptrs(base, cols, c),
+                          mask=kok[:, None])
+        async_copy.mbarrier_arrive(sh.kv_ready.index(s), increment_count=False)
+
+
+@gluon.jit
+def _fp8_words(work, src, blk, rows, j):
+    """Pointers to key tile ``j``'s rows as int32 words (four fp8 values each)."""
+    base, kok = _tile_rows(work, src, blk, rows, j)
+    return base.to(gl.pointer_type(gl.int32), bitcast=True), kok
+
+
+@gluon.jit
+def _gather_fp8(work, sh, src, rows, cols):
+    """An fp8 cache's tiles through registers, as words of four values widened into the
+    stage: the registers hold one tile, and chunk c of the next tile is loaded as soon as
+    chunk c of this one is widened, so a tile's loads are in flight while the tile before it
+    is widened and while its stage is waited for (a tile loaded only after the one before
+    it was stored left the load's latency bare)."""
+    kv = sh.kv
+    w, kok = _fp8_words(work, src, _block_ids(work, src, rows, 0), rows, 0)
+    x0 = _load_chunk(w, cols, kok, 0)
+    x1 = _load_chunk(w, cols, kok, 1)
+    x2 = _load_chunk(w, cols, kok, 2)
+    x3 = _load_chunk(w, cols, kok, 3)
+    x4 = _load_chunk(w, cols, kok, 4)
+    x5 = _load_chunk(w, cols, kok, 5)
+    x6 = _load_chunk(w, cols, kok, 6)
+    x7 = _load_chunk(w, cols, kok, 7)
+    x8 = _load_chunk(w, cols, kok, 8)
+    blk = _block_ids(work, src, rows, 1)
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        # The next tile (past the split's end: all masked, no loads).
+        w, kok = _fp8_words(work, src, blk, rows, j + 1)
+        blk = _block_ids(work, src, rows, j + 2)
+        mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+        _store_widened(kv.index(s * NC + 0), x0)
+        x0 = _load_chunk(w, cols, kok, 0)
+        _store_widened(kv.index(s * NC + 1), x1)
+        x1 = _load_chunk(w, cols, kok, 1)
+        _store_widened(kv.index(s * NC + 2), x2)
+        x2 = _load_chunk(w, cols, kok, 2)
+        _store_widened(kv.index(s * NC + 3), x3)
+        x3 = _load_chunk(w, cols, kok, 3)
+        _store_widened(kv.index(s * NC + 4), x4)
+        x4 = _load_chunk(w, cols, kok, 4)
+        _store_widened(kv.index(s * NC + 5), x5)
+        x5 = _load_chunk(w, cols, kok, 5)
+        _store_widened(kv.index(s * NC + 6), x6)
+        x6 = _load_chunk(w, cols, kok, 6)
+        _store_widened(kv.index(s * NC + 7), x7)
+        x7 = _load_chunk(w, cols, kok, 7)
+        _store_widened(kv.index(s * NC + 8), x8)
+        x8 = _load_chunk(w, cols, kok, 8)
+        publish_slot(sh.kv_ready.index(s))
+
+
+@gluon.jit
 def _loader(work, sh, src):
-    """The query tile once, then each key tile of the split into the next free stage: a bf16
-    cache by cp.async (each thread's copies arrive on the stage's barrier as they land, so
-    the loader goes on to the next tile at once), an fp8 one through registers as words of
-    four values, widened to bf16 exactly as it is stored (every chunk's load issued before
-    the stage is waited for: the next tile's loads run while the warpgroups still read the
-    stage)."""
+    """The query tile once, then each key tile of the split into the next free stage, as
+    bf16: a bf16 cache as stored, an fp8 one widened exactly."""
     layout: gl.constexpr = _row_layout(CW, 16)
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, CW, layout=gl.SliceLayout(0, layout))
@@ -181,51 +259,13 @@ def _loader(work, sh, src):
     for c in gl.static_range(NC):
         sh.q.index(c).store(_load_chunk(qbase, cols, rmask, c))
     publish_slot(sh.q_ready)
-    # The key tiles' rows: bf16 values, or int32 words of four fp8 values.
-    klayout: gl.constexpr = _row_layout(CW // 4, 32) if src.FP8 else layout
-    rows = gl.arange(0, BN, layout=gl.SliceLayout(1, klayout))
-    cols = gl.arange(0, CW // 4 if src.FP8 else CW, layout=gl.SliceLayout(0, klayout))
-    kv = sh.kv
-    blk = _block_ids(work, src, rows, 0)
-    for j in range(work.n_tiles):
-        s = j % STAGES
-        keys = work.k0 + j * BN + rows
-        kok = keys < work.k1
-        # Widened before the multiply: block id x stride passes 32 bits on large caches.
-        base = src.cache_ptr + (blk.to(gl.int64) * src.stride_block
-                                + (keys % src.BLOCK_SIZE).to(gl.int64) * src.stride_slot)
-        # The next tile's block ids now, so their trip to memory overlaps this tile's rows'.
-        blk = _block_ids(work, src, rows, j + 1)
-        # A stage's first fill waits on the phase before the barrier's first: it passes.
-        free = ((j // STAGES) & 1) ^ 1
-        if src.FP8:
-            w = base.to(gl.pointer_type(gl.int32), bitcast=True)
-            x0 = _load_chunk(w, cols, kok, 0)
-            x1 = _load_chunk(w, cols, kok, 1)
-            x2 = _load_chunk(w, cols, kok, 2)
-            x3 = _load_chunk(w, cols, kok, 3)
-            x4 = _load_chunk(w, cols, kok, 4)
-            x5 = _load_chunk(w, cols, kok, 5)
-            x6 = _load_chunk(w, cols, kok, 6)
-            x7 = _load_chunk(w, cols, kok, 7)
-            x8 = _load_chunk(w, cols, kok, 8)
-            mbarrier.wait(sh.kv_empty.index(s), free)
-            _store_widened(kv.index(s * NC + 0), x0)
-            _store_widened(kv.index(s * NC + 1), x1)
-            _store_widened(kv.index(s * NC + 2), x2)
-            _store_widened(kv.index(s * NC + 3), x3)
-            _store_widened(kv.index(s * NC + 4), x4)
-            _store_widened(kv.index(s * NC + 5), x5)
-            _store_widened(kv.index(s * NC + 6), x6)
-            _store_widened(kv.index(s * NC + 7), x7)
-            _store_widened(kv.index(s * NC + 8), x8)
-            publish_slot(sh.kv_ready.index(s))
-        else:
-            mbarrier.wait(sh.kv_empty.index(s), free)
-            for c in gl.static_range(NC):
-                cp_async.load(kv.index(s * NC + c), _chunk_ptrs(base, cols, c),
-                              mask=kok[:, None])
-            async_copy.mbarrier_arrive(sh.kv_ready.index(s), increment_count=False)
+    if src.FP8:
+        # Key rows as int32 words of four values, 16 bytes a thread.
+        wl: gl.constexpr = _row_layout(CW // 4, 32)
+        _gather_fp8(work, sh, src, gl.arange(0, BN, layout=gl.SliceLayout(1, wl)),
+                    gl.arange(0, CW // 4, layout=gl.SliceLayout(0, wl)))
+    else:
+        _gather_bf16(work, sh, src, gl.arange(0, BN, layout=gl.SliceLayout(1, layout)), cols)
 
 
 @gluon.jit
