@@ -55,7 +55,9 @@ NC = gl.constexpr((KV_C_DIM + PE_DIM) // 64)  # chunks of a query or key row: 8 
 NV = gl.constexpr(KV_C_DIM // 64 // 2)  # value chunks each warpgroup accumulates
 # The tiles as the plan records them (rows, keys, warps launched, key tiles in flight).
 BLOCKING = Blocking(BM.value, BN.value, 12, STAGES.value)
-WORKER_REGS = (160, 112)  # the right warpgroup's and the loader's registers a thread
+# The right warpgroup's and the loader's registers a thread. The loader holds a tile of fp8
+# words (72) beside its addresses; given more, ptxas schedules it into spills under 3.9.
+WORKER_REGS = (160, 104)
 LOADER_THREADS = gl.constexpr(128)  # the loader's 4 warps
 
 
@@ -147,13 +149,18 @@ def _load_chunk(base, cols, mask, c: gl.constexpr):
 
 
 @gluon.jit
-def _store_widened(chunk, words):
+def _store_widened(chunk, words, WIDEN: gl.constexpr):
     """[BN x CW / 4] int32 words of 4 e4m3 values into a bf16 chunk of shared memory, widened
     exactly by integer and bf16x2 arithmetic (``widen_words``): the conversion units' own
-    e4m3 -> f16 -> bf16 route took two conversions a value and set the loader's pace."""
+    e4m3 -> f16 -> bf16 route took two conversions a value and set the loader's pace.
+    Without WIDEN (``PARTS="unwidened"``) each word is stored twice as loaded: the same
+    stores, no arithmetic."""
     view = smem.reinterpret(chunk, gl.int32, [BN, CW // 2], gl.NVMMASharedLayout(
         swizzle_byte_width=128, element_bitwidth=32, rank=2))
-    view.store(widen_words(words))
+    if WIDEN:
+        view.store(widen_words(words))
+    else:
+        view.store(gl.join(words, words).reshape([BN, CW // 2]))
 
 
 @gluon.jit
@@ -200,7 +207,7 @@ def _fp8_words(work, src, blk, rows, j):
 
 
 @gluon.jit
-def _gather_fp8(work, sh, src, rows, cols):
+def _gather_fp8(work, sh, src, rows, cols, WIDEN: gl.constexpr):
     """An fp8 cache's tiles through registers, as words of four values widened into the
     stage: the registers hold one tile, and chunk c of the next tile is loaded as soon as
     chunk c of this one is widened, so a tile's loads are in flight while the tile before it
@@ -224,31 +231,31 @@ def _gather_fp8(work, sh, src, rows, cols):
         w, kok = _fp8_words(work, src, blk, rows, j + 1)
         blk = _block_ids(work, src, rows, j + 2)
         mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
-        _store_widened(kv.index(s * NC + 0), x0)
+        _store_widened(kv.index(s * NC + 0), x0, WIDEN)
         x0 = _load_chunk(w, cols, kok, 0)
-        _store_widened(kv.index(s * NC + 1), x1)
+        _store_widened(kv.index(s * NC + 1), x1, WIDEN)
         x1 = _load_chunk(w, cols, kok, 1)
-        _store_widened(kv.index(s * NC + 2), x2)
+        _store_widened(kv.index(s * NC + 2), x2, WIDEN)
         x2 = _load_chunk(w, cols, kok, 2)
-        _store_widened(kv.index(s * NC + 3), x3)
+        _store_widened(kv.index(s * NC + 3), x3, WIDEN)
         x3 = _load_chunk(w, cols, kok, 3)
-        _store_widened(kv.index(s * NC + 4), x4)
+        _store_widened(kv.index(s * NC + 4), x4, WIDEN)
         x4 = _load_chunk(w, cols, kok, 4)
-        _store_widened(kv.index(s * NC + 5), x5)
+        _store_widened(kv.index(s * NC + 5), x5, WIDEN)
         x5 = _load_chunk(w, cols, kok, 5)
-        _store_widened(kv.index(s * NC + 6), x6)
+        _store_widened(kv.index(s * NC + 6), x6, WIDEN)
         x6 = _load_chunk(w, cols, kok, 6)
-        _store_widened(kv.index(s * NC + 7), x7)
+        _store_widened(kv.index(s * NC + 7), x7, WIDEN)
         x7 = _load_chunk(w, cols, kok, 7)
-        _store_widened(kv.index(s * NC + 8), x8)
+        _store_widened(kv.index(s * NC + 8), x8, WIDEN)
         x8 = _load_chunk(w, cols, kok, 8)
         publish_slot(sh.kv_ready.index(s))
 
 
 @gluon.jit
-def _loader(work, sh, src):
+def _loader(work, sh, src, WIDEN: gl.constexpr):
     """The query tile once, then each key tile of the split into the next free stage, as
-    bf16: a bf16 cache as stored, an fp8 one widened exactly."""
+    bf16: a bf16 cache as stored, an fp8 one widened exactly (unless not WIDEN)."""
     layout: gl.constexpr = _row_layout(CW, 16)
     rows = gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, CW, layout=gl.SliceLayout(0, layout))
@@ -263,7 +270,7 @@ def _loader(work, sh, src):
         # Key rows as int32 words of four values, 16 bytes a thread.
         wl: gl.constexpr = _row_layout(CW // 4, 32)
         _gather_fp8(work, sh, src, gl.arange(0, BN, layout=gl.SliceLayout(1, wl)),
-                    gl.arange(0, CW // 4, layout=gl.SliceLayout(0, wl)))
+                    gl.arange(0, CW // 4, layout=gl.SliceLayout(0, wl)), WIDEN)
     else:
         _gather_bf16(work, sh, src, gl.arange(0, BN, layout=gl.SliceLayout(1, layout)), cols)
 
@@ -369,10 +376,11 @@ def _right(work, sh, sink, num_warps: gl.constexpr):
     _store_out(sink, work, o0, o1, o2, o3, l_i, NV, num_warps)
 
 
-# What a launch runs (``PARTS``): the kernel's work, or one side of it with a partner that
-# only keeps the hand-overs going, which lab.diagnostics.absorbed_bounds times to say which
-# side bounds the kernel.
-PARTS = ("all", "dots", "gather")
+# What a launch runs (``PARTS``): the kernel's work, one side of it with a partner that only
+# keeps the hand-overs going, or the kernel with an fp8 tile stored as loaded ("unwidened":
+# its values wrong, its loads, stores and dots the kernel's), which
+# lab.diagnostics.absorbed_bounds times to say what bounds the kernel.
+PARTS = ("all", "dots", "gather", "unwidened")
 
 
 @gluon.jit
@@ -423,7 +431,7 @@ def _loader_side(work, sh, src, PARTS: gl.constexpr):
     if PARTS == "dots":
         _stages_once(work, sh, src)
     else:
-        _loader(work, sh, src)
+        _loader(work, sh, src, PARTS != "unwidened")
 
 
 @gluon.jit
@@ -435,7 +443,7 @@ def absorbed_hopper_kernel(
     PARTS: gl.constexpr,
 ):
     """Grid (row tile, split), as ``absorbed.latent_attention_kernel``'s; PARTS, one of
-    ``PARTS``: the whole kernel ("all"), or one side of it."""
+    ``PARTS``: the whole kernel ("all"), one side of it, or it unwidened."""
     tile = gl.program_id(0)
     split = gl.program_id(1)
     k0 = split * keys_per_split
@@ -518,9 +526,10 @@ def launch(q_absorbed: torch.Tensor, k_buffer: torch.Tensor, k_scale: torch.Tens
            context_len: int, splits: int, qk_scale: float, parts: str = "all") -> None:
     """The kernel over ``splits`` splits of the keys (each a whole number of key tiles), its
     partial outputs into ``part_o`` [splits, n, H, KV_C] and ``part_lse`` [splits, n, H].
-    ``parts`` other than "all" (``PARTS``) runs one side alone, for
-    lab.diagnostics.absorbed_bounds's timings: "dots" writes the partials of zero-filled
-    tiles, "gather" writes nothing."""
+    ``parts`` other than "all" (``PARTS``) is for lab.diagnostics.absorbed_bounds's
+    timings: "dots" writes the partials of zero-filled tiles, "gather" writes nothing,
+    "unwidened" (an fp8 cache: its raw bytes as the tiles' values; a bf16 one: "all") wrong
+    partials."""
     if parts not in PARTS:
         raise ValueError(f"parts: expected one of {PARTS}, got {parts!r}")
     n, h, width = q_absorbed.shape

@@ -368,7 +368,7 @@ def test_absorbed_hopper_launch_refuses_a_side_it_does_not_have(ci, parts):
     part_o = torch.full((2, 5, 12, 512), float("nan"))
     part_lse = torch.full((2, 5, 12), float("nan"))
     with pytest.raises(ValueError, match=r"parts: expected one of \('all', 'dots', "
-                                         r"'gather'\), got " + re.escape(repr(parts))):
+                                         r"'gather', 'unwidened'\), got " + re.escape(repr(parts))):
         absorbed_hopper.launch(ci.q, ci.cache.k_buffer, ci.cache.k_scale, ci.cache.kv_indices,
                                part_o, part_lse, ci.context_len, 2, 0.1, parts=parts)
     assert part_o.isnan().all() and part_lse.isnan().all()

@@ -53,7 +53,7 @@ CHILD = textwrap.dedent("""
         (kern, merge) = compile_calls(plan.attend, HOPPER, 90)
         print(json.dumps({"case": f"latent_hopper_{cache}", **kernel_report(kern)}))
         # Each side alone (lab.diagnostics.absorbed_bounds's launches).
-        for side in ("dots", "gather"):
+        for side in ("dots", "gather", "unwidened")[:3 if cache == "fp8" else 2]:
             (kern,) = compile_calls(lambda: absorbed_hopper.launch(
                 plan.q_absorbed, plan.k_buffer, plan.k_scale if cache == "fp8" else None,
                 plan.block_ids, plan.part_o, plan.part_lse, 300, 2, 0.1, parts=side), HOPPER, 90)
@@ -77,7 +77,8 @@ def test_every_kernel_compiles_within_shared_memory(reports):
                             "latent_fp8", "latent_bf16", "latent_hopper_fp8",
                             "latent_hopper_bf16", *(f"latent_hopper_{c}_{side}"
                                                     for c in ("fp8", "bf16")
-                                                    for side in ("dots", "gather"))}
+                                                    for side in ("dots", "gather")),
+                            "latent_hopper_fp8_unwidened"}
     for case, r in reports.items():
         assert 0 <= r["shared_bytes"] <= HOPPER_SMEM, (case, r)
 
@@ -104,11 +105,14 @@ def test_hopper_absorbed_kernel_fits_its_partitions(reports):
 
 def test_hopper_absorbed_kernel_sides_alone(reports):
     # The diagnostic's launches: the warpgroups' dots with the loader's stand-in (every
-    # wgmma of the kernel), the loader's gather with the warpgroups' stand-ins (none); no
-    # spills at the same register counts.
+    # wgmma of the kernel), the loader's gather with the warpgroups' stand-ins (none), and
+    # (fp8) the whole kernel with its tiles unwidened (every wgmma); no spills at the same
+    # register counts.
+    unwidened = reports["latent_hopper_fp8_unwidened"]
     for cache in ("fp8", "bf16"):
         dots, gather = (reports[f"latent_hopper_{cache}_{side}"] for side in ("dots", "gather"))
         assert dots["wgmma"] == 68 and gather["wgmma"] == 0, (dots, gather)
-        for r in (dots, gather):
+        assert unwidened["wgmma"] == 68, unwidened
+        for r in (dots, gather, unwidened):
             assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
             assert r["shared_bytes"] <= HOPPER_SMEM, r

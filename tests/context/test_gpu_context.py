@@ -157,9 +157,9 @@ def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
 
 @pytest.mark.parametrize("cache", ["fp8", "bf16"])
 def test_absorbed_hopper_kernel_sides_alone_run_to_their_end(cache, seed):
-    # The bounds diagnostic's launches (each side with the other's stand-in) finish, leave
-    # the outputs they do not write as they were, and the whole kernel after them still
-    # matches the reference.
+    # The bounds diagnostic's launches (each side with the other's stand-in, and the
+    # unwidened kernel) finish, leave the outputs they do not write as they were, and the
+    # whole kernel after them still matches the reference.
     from mla_kernels.context import absorbed_hopper
     from mla_kernels.lab.diagnostics.absorbed_bounds import measure_point
 
@@ -171,17 +171,18 @@ def test_absorbed_hopper_kernel_sides_alone_run_to_their_end(cache, seed):
     plan = plan_absorbed(*ci.args(), kernel="hopper")
     plan.fold()
     fp8 = cache == "fp8"
-    for side in ("dots", "gather"):
+    for side in ("dots", "gather", "unwidened")[:3 if fp8 else 2]:
         plan.part_lse.fill_(float("nan"))
         absorbed_hopper.launch(plan.q_absorbed, plan.k_buffer, plan.k_scale if fp8 else None,
                                plan.block_ids, plan.part_o, plan.part_lse, plan.context_len,
                                plan.splits, 0.1, parts=side)
         torch.cuda.synchronize()
-        # The dots' side writes its LSE (of zero keys); the gather's writes nothing.
+        # The dots' side writes its LSE (of zero keys), the unwidened kernel its own (of the
+        # tiles' raw bytes); the gather's writes nothing.
         assert plan.part_lse.isnan().all() == (side == "gather"), (side, f"seed {seed}")
     plan.out.fill_(float("nan"))
     out, lse = plan.run()
     assert judge(attention_errors(out, lse, ci.reference()), "bf16"), f"seed {seed}"
     rows = measure_point(4096, 40, cache, {}, budget=(1, 5), seed=seed)
-    assert [r["parts"] for r in rows] == ["all", "dots", "gather"]
+    assert [r["parts"] for r in rows] == ["all", "dots", "gather", *(["unwidened"] * fp8)]
     assert all(r["median_us"] > 0 and r["tiles_per_program"] >= 1 for r in rows), rows

@@ -5,18 +5,22 @@ its launch timed whole and each side alone, on the plan ``plan_absorbed`` makes.
 - ``dots``: the two warpgroups' scores, softmax and P V over every key tile, their stages
   written once and handed back at once (no gather);
 - ``gather``: the loader's gather (and an fp8 cache's widening) of every key tile, each
-  stage freed as soon as it lands (no dots).
+  stage freed as soon as it lands (no dots);
+- ``unwidened`` (an fp8 cache only): the whole kernel with each tile's bytes stored as
+  loaded, not widened: the same loads, stores and dots without the widening's arithmetic,
+  which shares the SMs' issue slots with the softmax.
 
 Each is one CUDA graph's replay (median, L2 flushed). A row also gives the key tiles a
 program runs and the waves of programs, so ``us_per_tile`` (median over tiles x waves) reads
 against the dots' own time a tile at the SM's share of a bf16 rate. Outputs are not
-checked here: ``dots`` and ``gather`` leave them unwritten; the context tests check ``all``.
+checked here: ``dots`` and ``gather`` leave them unwritten, ``unwidened`` writes wrong
+ones; the context tests check ``all``.
 
     python3 -m mla_kernels.lab.diagnostics.absorbed_bounds [--out FOLDER]
         [--contexts 32000 ...] [--new-tokens 128 2048 ...] [--cache-dtypes fp8 bf16]
     (rows to FOLDER/absorbed_bounds.csv; FOLDER defaults to reports/diag/)
     python3 -m mla_kernels.lab.diagnostics.absorbed_bounds --check   # no GPU: compiles the
-        three launches for sm_90 and prints their resources
+        launches for sm_90 and prints their resources
 """
 
 from __future__ import annotations
@@ -38,6 +42,11 @@ from ..timing import SHORT, graphed, measure
 from .command_line import check_or_measure, write_rows
 
 ROWS = "absorbed_bounds.csv"
+
+
+def parts_for(cache_dtype: str) -> tuple[str, ...]:
+    """The launches timed over a cache of ``cache_dtype`` (a bf16 one has nothing to widen)."""
+    return ah.PARTS if cache_dtype == "fp8" else tuple(p for p in ah.PARTS if p != "unwidened")
 
 
 def _launch(plan, parts: str):
@@ -64,7 +73,7 @@ def measure_point(c: int, n: int, cache_dtype: str, prov: dict, budget=SHORT,
     plan.fold()  # the absorbed queries the kernel reads
     geo = shape_of(plan, device_spec(ci.q.device).compute_units)  # the plan's own count
     rows = []
-    for parts in ah.PARTS:
+    for parts in parts_for(cache_dtype):
         t = measure(graphed(_launch(plan, parts)), budget)
         rows.append({**prov, "model": shape, "cache_dtype": cache_dtype, "ctx": c,
                      "new_tokens": n, "splits": plan.splits, **geo, "parts": parts,
@@ -83,7 +92,7 @@ def check() -> None:
     for cache in ("fp8", "bf16"):
         fp8 = cache == "fp8"
         kb = torch.empty((4096, 1, 576), dtype=torch.float8_e4m3fn if fp8 else torch.bfloat16)
-        for parts in ah.PARTS:
+        for parts in parts_for(cache):
             launch = functools.partial(ah.launch, q, kb, torch.ones(1) if fp8 else None, ids,
                                        po, pl, 4096, 4, 0.1, parts=parts)
             (kern,) = compile_calls(launch, HOPPER, 90)
@@ -103,7 +112,7 @@ def measure_all(a) -> None:
             for n in a.new_tokens:
                 for r in measure_point(c, n, cache, prov):
                     rows.append(r)
-                    print(f"{cache:5s} C {c:6d} n {n:5d} {r['parts']:7s} "
+                    print(f"{cache:5s} C {c:6d} n {n:5d} {r['parts']:9s} "
                           f"{r['median_us']:10.1f} us  {r['us_per_tile']:6.2f} us a tile")
     print(write_rows(pd.DataFrame(rows), a.out, ROWS))
 
