@@ -9,19 +9,19 @@ from triton.experimental.gluon import language as gl
 from .compat import smem
 from .config import BK, BN, MX_SPAN, WIDEN_WARPS
 
-# e4m3 -> bf16 for a bf16 weight's latent (_latent_widener), a word of 4 values into two of 2: each
-# byte s.eeee.mmm placed as the bf16 bits s.0000eeee.mmm0000 (its value 2^-120 times the
-# e4m3 value, subnormals included), then multiplied by 2^120 (exact). Integer and bf16x2
-# arithmetic, 3.5 instructions a value, instead of the conversion units' two conversions
-# a value (e4m3x2 -> f16x2 -> bf16), which set the gather warps' pace. e4m3fn's NaN code
+# e4m3 -> bf16 for a bf16 weight's latent (_latent_widener) and the absorbed attention's fp8
+# keys, a word of 4 values into two of 2: each byte s.eeee.mmm placed as the bf16 bits
+# s.0000eeee.mmm0000 (its value 2^-120 times the e4m3 value, subnormals included), then
+# multiplied by 2^120 (exact). The byte b in a half becomes b * 16 (the sign lands on bit 11)
+# plus (b & 0x80) * 240 (which moves it to bit 15); integer and bf16x2 arithmetic, 2.5
+# instructions a value, instead of the conversion units' two conversions a value
+# (e4m3x2 -> f16x2 -> bf16), which set the gather warps' pace. e4m3fn's NaN code
 # comes out as 480: a NaN in a cache row a token reads is outside the contract.
 # One output word: input bytes picked by a prmt selector into the low bytes of two halves.
 _E4M3_PAIR = """prmt.b32 t, ${src}, z, {sel};
-shl.b32 a, t, 4;
-shl.b32 b, t, 8;
-and.b32 a, a, 0x07F007F0;
-and.b32 b, b, 0x80008000;
-or.b32 a, a, b;
+and.b32 a, t, 0x00800080;
+mul.lo.u32 a, a, 240;
+mad.lo.u32 a, t, 16, a;
 mul.rn.bf16x2 ${out}, a, k;
 """
 # Its registers: z a zero word, k the 2^120 factor twice.
