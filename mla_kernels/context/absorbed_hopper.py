@@ -8,8 +8,9 @@ dots in turn in one program of 8 warps at 255 registers, far from the path's flo
 (docs/log/2026-12-04-absorbed-tiles.md). Here three partitions overlap them:
 
 - the **loader** (4 warps) gathers each tile of BN keys (576 values a row: the latent, then
-  the rope) into shared memory as bf16 (an fp8 cache widened exactly on the way), two tiles
-  in flight, and loads the query tile once;
+  the rope) into shared memory as bf16, two tiles in flight, and loads the query tile once.
+  A bf16 cache goes by cp.async; an fp8 one through registers, as words of four values
+  widened exactly by integer arithmetic, the next tile's words in flight;
 - the **left** warpgroup (the default partition) scores the tile (S = Q K^T, K = 576 over nine
   64-column chunks), runs the online softmax, hands P and the rows' rescale factor to the
   right warpgroup through shared memory, and accumulates the output's first 256 columns
