@@ -1006,6 +1006,90 @@ def test_bf16_path_latent_widening_is_exact():
     assert torch.equal(out.view(torch.bfloat16).cpu().view(torch.int16), got.view(torch.int16))
 
 
+def _run_ptx(asm: str, args: list[torch.Tensor], n_out: int) -> list[torch.Tensor]:
+    """The widening's inline PTX run on the CPU, word by word (int64 tensors of 32-bit
+    values): ``$i`` are the operands (the first ``n_out`` the outputs), the instructions
+    those the widenings use, each as the PTX ISA defines it; any other is an error."""
+    mask = 0xFFFFFFFF
+    regs = {f"${i}": a.to(torch.int64) & mask for i, a in enumerate(args, start=n_out)}
+
+    def val(x):
+        x = x.strip()
+        if x in regs:
+            return regs[x]
+        return torch.full_like(next(iter(regs.values())), int(x, 0) & mask)
+
+    def bf16x2_mul(a, b):
+        def halves(w):
+            return [((w >> sh) & 0xFFFF).to(torch.int16) for sh in (0, 16)]
+        out = [(x.view(torch.bfloat16).float() * y.view(torch.bfloat16).float())
+               .to(torch.bfloat16).view(torch.int16).to(torch.int64) & 0xFFFF
+               for x, y in zip(halves(a), halves(b), strict=True)]
+        return out[0] | (out[1] << 16)
+
+    def prmt(a, b, sel):
+        byte = [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF
+                                                            for i in range(4)]
+        out = torch.zeros_like(a)
+        for i in range(4):
+            nib = (sel >> (4 * i)) & 0xF
+            assert bool((nib == nib[0]).all()), "a selector that varies by word"
+            nib = int(nib[0])
+            v = byte[nib & 7]
+            if nib & 8:  # sign-replicate mode
+                v = torch.where(v & 0x80 != 0, 0xFF, 0)
+            out |= v << (8 * i)
+        return out
+
+    for line in asm.replace("{", "\n").replace("}", "\n").splitlines():
+        line = line.strip().rstrip(";")
+        if not line or line.startswith(".reg"):
+            continue
+        op, rest = line.split(None, 1)
+        d, *src = [x.strip() for x in rest.split(",")]
+        v = [val(x) for x in src]
+        if op in ("mov.b32",):
+            r = v[0]
+        elif op == "and.b32":
+            r = v[0] & v[1]
+        elif op == "or.b32":
+            r = v[0] | v[1]
+        elif op == "shl.b32":
+            r = v[0] << v[1]
+        elif op == "mul.lo.u32":
+            r = v[0] * v[1]
+        elif op == "mad.lo.u32":
+            r = v[0] * v[1] + v[2]
+        elif op == "prmt.b32":
+            r = prmt(*v)
+        elif op == "mul.rn.bf16x2":
+            r = bf16x2_mul(*v)
+        else:
+            raise AssertionError(f"an instruction the interpreter does not know: {op}")
+        regs[d] = r & mask
+    return [regs[f"${i}"] for i in range(n_out)]
+
+
+def test_latent_widening_ptx_on_every_code():
+    # The widenings' PTX text itself, run on the CPU: every e4m3 code bit for bit against
+    # torch's conversion (negative zero and the subnormals included), the NaN codes as
+    # +-480, in order within a word (GPU: test_bf16_path_latent_widening_is_exact).
+    codes = torch.arange(256, dtype=torch.uint8)
+    words = codes.view(torch.int32).to(torch.int64)
+    lo, hi = _run_ptx(E4M3_TO_BF16.value, [words], 2)
+    got = torch.stack([lo, hi], 1).reshape(-1).to(torch.int32).view(torch.bfloat16)
+    want = codes.view(torch.float8_e4m3fn).to(torch.bfloat16)
+    nan = torch.isnan(want)
+    assert nan.sum() == 2
+    assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
+    assert got[nan].tolist() == [480.0, -480.0]
+    # The pairs' widening: the same bits, the high half of each word ignored.
+    pairs = codes.view(torch.int16).to(torch.int64) & 0xFFFF | (0x5A5A << 16)
+    (w,) = _run_ptx(E4M3_PAIR_TO_BF16.value, [pairs], 1)
+    assert torch.equal(w.to(torch.int32).view(torch.bfloat16).view(torch.int16),
+                       got.view(torch.int16))
+
+
 def test_fp8_route_rule():
     codes = torch.full((512, 16), 120, dtype=torch.uint8)
     codes[5, 3] = 120 + 11  # 12 binades: still e4m3
