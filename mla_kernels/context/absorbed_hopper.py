@@ -40,7 +40,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from ..designs.hopper_ws.compat import Buffer, Scalar, bundle, cp_async, partition_sync, smem
+from ..designs.hopper_ws.compat import (
+    Buffer,
+    Scalar,
+    bundle,
+    cp_async,
+    partition_sync,
+    replaced,
+    smem,
+)
 from ..designs.hopper_ws.conversions import widen_words
 from ..designs.hopper_ws.shared_buffers import publish_slot
 from .attention import Blocking, keys_per_split
@@ -214,17 +222,10 @@ def _gather_fp8(work, sh, src, rows, cols, WIDEN: gl.constexpr):
     chunk c of this one is widened, so a tile's loads are in flight while the tile before it
     is widened and while its stage is waited for (a tile loaded only after the one before
     it was stored left the load's latency bare)."""
-    kv = sh.kv
     w, kok = _fp8_words(work, src, _block_ids(work, src, rows, 0), rows, 0)
-    x0 = _load_chunk(w, cols, kok, 0)
-    x1 = _load_chunk(w, cols, kok, 1)
-    x2 = _load_chunk(w, cols, kok, 2)
-    x3 = _load_chunk(w, cols, kok, 3)
-    x4 = _load_chunk(w, cols, kok, 4)
-    x5 = _load_chunk(w, cols, kok, 5)
-    x6 = _load_chunk(w, cols, kok, 6)
-    x7 = _load_chunk(w, cols, kok, 7)
-    x8 = _load_chunk(w, cols, kok, 8)
+    xs = ()
+    for c in gl.static_range(NC):
+        xs = xs + (_load_chunk(w, cols, kok, c),)
     blk = _block_ids(work, src, rows, 1)
     for j in range(work.n_tiles):
         s = j % STAGES
@@ -232,24 +233,9 @@ def _gather_fp8(work, sh, src, rows, cols, WIDEN: gl.constexpr):
         w, kok = _fp8_words(work, src, blk, rows, j + 1)
         blk = _block_ids(work, src, rows, j + 2)
         mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
-        _store_widened(kv.index(s * NC + 0), x0, WIDEN)
-        x0 = _load_chunk(w, cols, kok, 0)
-        _store_widened(kv.index(s * NC + 1), x1, WIDEN)
-        x1 = _load_chunk(w, cols, kok, 1)
-        _store_widened(kv.index(s * NC + 2), x2, WIDEN)
-        x2 = _load_chunk(w, cols, kok, 2)
-        _store_widened(kv.index(s * NC + 3), x3, WIDEN)
-        x3 = _load_chunk(w, cols, kok, 3)
-        _store_widened(kv.index(s * NC + 4), x4, WIDEN)
-        x4 = _load_chunk(w, cols, kok, 4)
-        _store_widened(kv.index(s * NC + 5), x5, WIDEN)
-        x5 = _load_chunk(w, cols, kok, 5)
-        _store_widened(kv.index(s * NC + 6), x6, WIDEN)
-        x6 = _load_chunk(w, cols, kok, 6)
-        _store_widened(kv.index(s * NC + 7), x7, WIDEN)
-        x7 = _load_chunk(w, cols, kok, 7)
-        _store_widened(kv.index(s * NC + 8), x8, WIDEN)
-        x8 = _load_chunk(w, cols, kok, 8)
+        for c in gl.static_range(NC):
+            _store_widened(sh.kv.index(s * NC + c), xs[c], WIDEN)
+            xs = replaced(xs, c, _load_chunk(w, cols, kok, c))
         publish_slot(sh.kv_ready.index(s))
 
 

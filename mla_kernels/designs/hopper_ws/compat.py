@@ -54,3 +54,16 @@ def bundle(cls):
 
     cls.__init__ = gluon.constexpr_function(__init__)
     return aggregate(cls)
+
+
+@gluon.jit
+def replaced(t, i: gl.constexpr, v):
+    """Tuple ``t`` with entry ``i`` replaced by ``v`` (registers carried in a tuple, one
+    entry renewed at a time)."""
+    out = ()
+    for j in gl.static_range(len(t)):
+        if j == i:
+            out = out + (v,)
+        else:
+            out = out + (t[j],)
+    return out

@@ -14,7 +14,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from .compat import Buffer, bundle, partition_sync, tma_io
+from .compat import Buffer, bundle, partition_sync, replaced, tma_io
 from .config import (
     BK,
     BM,
@@ -205,18 +205,6 @@ def _words_as_bf16(w, a_layout: gl.constexpr):
 
 
 @gluon.jit
-def _replaced(t, i: gl.constexpr, v):
-    """Tuple ``t`` with entry ``i`` replaced by ``v``."""
-    out = ()
-    for j in gl.static_range(len(t)):
-        if j == i:
-            out = out + (v,)
-        else:
-            out = out + (t[j],)
-    return out
-
-
-@gluon.jit
 def _take_latent_chunk(lat, a_regs, n, kb: gl.constexpr, WG: gl.constexpr,
                       NWG: gl.constexpr, STEP: gl.constexpr = 1):
     """This group's rows of latent chunk ``kb`` (of the run's ``n``-th tile), loaded into
@@ -237,9 +225,9 @@ def _take_latent_chunk(lat, a_regs, n, kb: gl.constexpr, WG: gl.constexpr,
     partition_sync()
     lat.release(n, kb)
     if STEP == 1:
-        a_regs = _replaced(a_regs, kb, fresh)
+        a_regs = replaced(a_regs, kb, fresh)
     else:
-        a_regs = _replaced(_replaced(a_regs, 2 * kb, widen_pairs(first)), 2 * kb + 1,
+        a_regs = replaced(replaced(a_regs, 2 * kb, widen_pairs(first)), 2 * kb + 1,
                            widen_pairs(second))
     return a_regs
 
