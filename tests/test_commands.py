@@ -113,10 +113,12 @@ def test_absorbed_bounds_compiles_each_side_for_sm90():
     assert r.returncode == 0, r.stderr[-3000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert [(x["cache"], x["parts"]) for x in rows] == [
-        (c, p) for c in ("fp8", "bf16") for p in ("all", "dots", "gather")], rows
-    # The dots' side runs every wgmma of the kernel, the gather's none; nothing spills.
+        *(("fp8", p) for p in ("all", "dots", "gather", "unwidened")),
+        *(("bf16", p) for p in ("all", "dots", "gather"))], rows
+    # The dots' side and the unwidened kernel run every wgmma of the kernel, the gather's
+    # none; nothing spills.
     assert {x["parts"]: x["wgmma"] for x in rows if x["cache"] == "fp8"} == {
-        "all": 68, "dots": 68, "gather": 0}, rows
+        "all": 68, "dots": 68, "gather": 0, "unwidened": 68}, rows
     assert all(x["spill_bytes"] == 0 for x in rows), rows
     off = _run(["-m", "mla_kernels.lab.diagnostics.absorbed_bounds"], interpret=False,
                timeout=300)
