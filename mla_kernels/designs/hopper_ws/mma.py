@@ -228,7 +228,7 @@ def _take_latent_chunk(lat, a_regs, n, kb: gl.constexpr, WG: gl.constexpr,
         a_regs = replaced(a_regs, kb, fresh)
     else:
         a_regs = replaced(replaced(a_regs, 2 * kb, widen_pairs(first)), 2 * kb + 1,
-                           widen_pairs(second))
+                          widen_pairs(second))
     return a_regs
 
 

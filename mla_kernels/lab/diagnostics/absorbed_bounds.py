@@ -1,5 +1,6 @@
 """Which side bounds the absorbed attention's Gluon kernel (``context/absorbed_hopper.py``):
-its launch timed whole and each side alone, on the plan ``plan_absorbed`` makes.
+its launch timed whole, each side alone and (fp8) unwidened, on the plan ``plan_absorbed``
+makes.
 
 - ``all``: the kernel as the call runs it (partial outputs and LSE; the merge apart);
 - ``dots``: the two warpgroups' scores, softmax and P V over every key tile, their stages
@@ -126,5 +127,5 @@ def _arguments(ap) -> None:
 
 if __name__ == "__main__":
     check_or_measure(__doc__, ROWS, check, measure_all,
-                     "compile the three launches for sm_90 and print their resources",
+                     "compile each launch for sm_90 and print its resources",
                      _arguments)
