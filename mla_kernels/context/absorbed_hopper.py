@@ -61,7 +61,9 @@ STAGES = gl.constexpr(2)  # key tiles in shared memory
 KV_C_DIM = 512  # the latent's width, the value's
 PE_DIM = 64  # the rope's
 NC = gl.constexpr((KV_C_DIM + PE_DIM) // 64)  # chunks of a query or key row: 8 latent, 1 rope
-NV = gl.constexpr(KV_C_DIM // 64 // 2)  # value chunks each warpgroup accumulates
+NL = gl.constexpr(KV_C_DIM // 64)  # latent chunks of a key row
+NV = gl.constexpr(NL // 2)  # value chunks each warpgroup accumulates
+VW = gl.constexpr(NV * 64)  # the output columns each warpgroup accumulates
 # The tiles as the plan records them (rows, keys, warps launched, key tiles in flight).
 BLOCKING = Blocking(BM.value, BN.value, 12, STAGES.value)
 # The right warpgroup's and the loader's registers a thread. The loader holds a tile of fp8
@@ -128,11 +130,11 @@ class Sink:
 
 
 @gluon.constexpr_function
-def _acc_layout(num_warps):
-    """A warpgroup's [64 x 64] float32 wgmma accumulator (bf16 operands: K 16 an
-    instruction): the scores' and each output chunk's."""
+def _acc_layout(num_warps, cols):
+    """A warpgroup's [64 x cols] float32 wgmma accumulator (bf16 operands: K 16 an
+    instruction): the scores' (BN columns) and its half of the output's (VW)."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                     instr_shape=[16, 64, 16])
+                                     instr_shape=[16, cols, 16])
 
 
 @gluon.constexpr_function
@@ -203,7 +205,7 @@ def _gather_bf16(work, sh, src, rows, cols):
         # A stage's first fill waits on the phase before the barrier's first: it passes.
         mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
         for c in gl.static_range(NC):
-            cp_async.load(sh.kv.index(s * NC + c), _chunk_ptrs(base, cols, c),
+            cp_async.load(_chunk(sh, s, c), _chunk_ptrs(base, cols, c),
                           mask=kok[:, None])
         async_copy.mbarrier_arrive(sh.kv_ready.index(s), increment_count=False)
 
@@ -234,7 +236,7 @@ def _gather_fp8(work, sh, src, rows, cols, WIDEN: gl.constexpr):
         blk = _block_ids(work, src, rows, j + 2)
         mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
         for c in gl.static_range(NC):
-            _store_widened(sh.kv.index(s * NC + c), xs[c], WIDEN)
+            _store_widened(_chunk(sh, s, c), xs[c], WIDEN)
             xs = replaced(xs, c, _load_chunk(w, cols, kok, c))
         publish_slot(sh.kv_ready.index(s))
 
@@ -263,45 +265,54 @@ def _loader(work, sh, src, WIDEN: gl.constexpr):
 
 
 @gluon.jit
-def _add_pv(sh, s, o0, o1, o2, o3, alpha, V0: gl.constexpr):
-    """o0..o3 (value columns [V0, V0 + 4) x CW) rescaled by ``alpha`` and P V added, P and the
-    value chunks from shared memory; returns them with the wgmma retired."""
-    p = sh.p
-    o0 = warpgroup_mma(p, sh.kv.index(s * NC + V0 + 0), o0 * alpha[:, None], is_async=True)
-    o1 = warpgroup_mma(p, sh.kv.index(s * NC + V0 + 1), o1 * alpha[:, None], is_async=True)
-    o2 = warpgroup_mma(p, sh.kv.index(s * NC + V0 + 2), o2 * alpha[:, None], is_async=True)
-    o3 = warpgroup_mma(p, sh.kv.index(s * NC + V0 + 3), o3 * alpha[:, None], is_async=True)
-    return warpgroup_mma_wait(num_outstanding=0, deps=(o0, o1, o2, o3))
+def _chunk(sh, s, c: gl.constexpr):
+    """Chunk ``c`` of key stage ``s``. The stages' latent chunks come first, each stage's NL
+    in a row, then the stages' rope chunks: a stage's values lie whole in shared memory."""
+    if c < NL:
+        return sh.kv.index(s * NL + c)
+    else:
+        return sh.kv.index(STAGES * NL + s)
 
 
 @gluon.jit
-def _store_out(sink, work, o0, o1, o2, o3, l_i, V0: gl.constexpr, num_warps: gl.constexpr):
-    """Value columns [V0, V0 + 4) x CW of the split's output, divided by the softmax sums (0
-    where the split saw no key) and times the output's factor."""
-    acc_layout: gl.constexpr = _acc_layout(num_warps)
+def _values(sh, s, V0: gl.constexpr):
+    """Value chunks [V0, V0 + NV) of stage ``s`` as one [BN, VW] operand. A swizzled tile
+    wider than its 128-byte swizzle lies in shared memory as its 64-column blocks one after
+    the other, as a stage's chunks do; one N = VW wgmma a k-step reads P once, where NV of
+    N = 64 read it NV times (shared memory's bandwidth is what the dots share with the
+    loader)."""
+    layout: gl.constexpr = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16,
+                                                rank=2)
+    halves = smem.reinterpret(sh.kv, gl.bfloat16, [STAGES * 2, BN, VW], layout)
+    return halves.index(s * 2 + V0 // NV)
+
+
+@gluon.jit
+def _store_out(sink, work, o, l_i, V0: gl.constexpr, num_warps: gl.constexpr):
+    """Value columns [V0 x CW, V0 x CW + VW) of the split's output, divided by the softmax
+    sums (0 where the split saw no key) and times the output's factor."""
+    acc_layout: gl.constexpr = _acc_layout(num_warps, VW)
     rows = work.row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
-    cols = gl.arange(0, CW, layout=gl.SliceLayout(0, acc_layout))
+    cols = gl.arange(0, VW, layout=gl.SliceLayout(0, acc_layout))
     inv = sink.o_scale / gl.where(l_i > 0, l_i, 1.0)
-    ptr = sink.part_o_ptr + rows.to(gl.int64)[:, None] * (2 * NV * CW) + V0 * CW + cols[None, :]
-    mask = (rows < work.n_rows)[:, None]
-    gl.store(ptr + 0 * CW, o0 * inv[:, None], mask=mask)
-    gl.store(ptr + 1 * CW, o1 * inv[:, None], mask=mask)
-    gl.store(ptr + 2 * CW, o2 * inv[:, None], mask=mask)
-    gl.store(ptr + 3 * CW, o3 * inv[:, None], mask=mask)
+    base = sink.part_o_ptr + rows.to(gl.int64) * (2 * VW) + V0 * CW
+    gl.store(base[:, None] + cols[None, :], o * inv[:, None],
+             mask=(rows < work.n_rows)[:, None])
 
 
 @gluon.jit
 def _left(work, sh, sink, num_warps: gl.constexpr):
     """Scores, online softmax, P and the rescale factor handed over, the first half of the
     output; at the end the sums handed over, and the LSE."""
-    acc_layout: gl.constexpr = _acc_layout(num_warps)
+    acc_layout: gl.constexpr = _acc_layout(num_warps, BN)
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
+    o_layout: gl.constexpr = _acc_layout(num_warps, VW)
+    # P as the A operand in registers (two consecutive keys a register): this warpgroup's
+    # P V reads no P from shared memory.
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     m_i = gl.full([BM], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BM], gl.float32, row_layout)
-    o0 = gl.zeros([BM, CW], gl.float32, acc_layout)
-    o1 = o0
-    o2 = o0
-    o3 = o0
+    o = gl.zeros([BM, VW], gl.float32, o_layout)
     key_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     mbarrier.wait(sh.q_ready, 0)
     for j in range(work.n_tiles):
@@ -310,7 +321,7 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
         fence_async_shared()  # a bf16 tile's cp.async writes, for wgmma's reads
         sc = gl.zeros([BM, BN], gl.float32, acc_layout)
         for c in gl.static_range(NC):
-            sc = warpgroup_mma(sh.q.index(c), sh.kv.index(s * NC + c).permute((1, 0)), sc,
+            sc = warpgroup_mma(sh.q.index(c), _chunk(sh, s, c).permute((1, 0)), sc,
                                is_async=True)
         sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
         keys = work.k0 + j * BN + key_cols
@@ -321,18 +332,23 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
         l_i = l_i * alpha + gl.sum(p, 1)
         m_i = m_new
         # P and alpha's buffers are free once the right warpgroup has used the last ones.
+        p = p.to(gl.bfloat16)
         mbarrier.wait(sh.p_empty, (j & 1) ^ 1)
-        sh.p.store(p.to(gl.bfloat16))
+        sh.p.store(p)
         sh.rows.store(alpha)
         publish_slot(sh.p_ready)
-        o0, o1, o2, o3 = _add_pv(sh, s, o0, o1, o2, o3, alpha, 0)
+        pa = gl.convert_layout(p, p_layout)
+        alpha = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+        o = warpgroup_mma(pa, _values(sh, s, 0), o * alpha[:, None], is_async=True)
+        o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
         mbarrier.arrive(sh.kv_empty.index(s), count=1)
     # The sums, once the right warpgroup has read the last factor.
     mbarrier.wait(sh.p_empty, (work.n_tiles & 1) ^ 1)
     sh.rows.store(l_i)
     partition_sync()
     mbarrier.arrive(sh.sums_ready, count=1)
-    _store_out(sink, work, o0, o1, o2, o3, l_i, 0, num_warps)
+    _store_out(sink, work, o, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 0,
+               num_warps)
     rows = work.row0 + gl.arange(0, BM, layout=row_layout)
     safe = gl.where(l_i > 0, l_i, 1.0)
     gl.store(sink.part_lse_ptr + rows,
@@ -343,24 +359,22 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
 @gluon.jit
 def _right(work, sh, sink, num_warps: gl.constexpr):
     """The second half of the output, from the left warpgroup's P and factors."""
-    acc_layout: gl.constexpr = _acc_layout(num_warps)
+    acc_layout: gl.constexpr = _acc_layout(num_warps, VW)
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
-    o0 = gl.zeros([BM, CW], gl.float32, acc_layout)
-    o1 = o0
-    o2 = o0
-    o3 = o0
+    o = gl.zeros([BM, VW], gl.float32, acc_layout)
     for j in range(work.n_tiles):
         s = j % STAGES
         mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
         mbarrier.wait(sh.p_ready, j & 1)
         fence_async_shared()
         alpha = sh.rows.load(row_layout)
-        o0, o1, o2, o3 = _add_pv(sh, s, o0, o1, o2, o3, alpha, NV)
+        o = warpgroup_mma(sh.p, _values(sh, s, NV), o * alpha[:, None], is_async=True)
+        o = warpgroup_mma_wait(num_outstanding=0, deps=(o,))
         mbarrier.arrive(sh.p_empty, count=1)
         mbarrier.arrive(sh.kv_empty.index(s), count=1)
     mbarrier.wait(sh.sums_ready, 0)
     l_i = sh.rows.load(row_layout)
-    _store_out(sink, work, o0, o1, o2, o3, l_i, NV, num_warps)
+    _store_out(sink, work, o, l_i, NV, num_warps)
 
 
 # What a launch runs (``PARTS``): the kernel's work, one side of it with a partner that only

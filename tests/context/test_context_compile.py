@@ -89,17 +89,20 @@ def test_attention_dots_are_wgmma(reports):
         assert reports[case]["wgmma"] > 0 and reports[case]["mma_sync"] == 0, reports[case]
 
 
+HOPPER_WGMMA = 9 * 4 + 2 * 4
+
+
 def test_hopper_absorbed_kernel_fits_its_partitions(reports):
-    # Three partitions of four warps (left and right warpgroups, the loader); 68 wgmma
-    # instructions: a key tile's 17 dots of K = 64 (the scores' 9 chunks, 4 value chunks a
-    # warpgroup), 4 bf16 instructions of K = 16 each; no spills at the partitions' register
-    # counts (absorbed_hopper.WORKER_REGS); the query tile, two key tiles and P within the
-    # shared memory.
+    # Three partitions of four warps (left and right warpgroups, the loader); a key tile's
+    # wgmma: the scores' 9 chunks of K = 64 at N = 64 and each warpgroup's P V at N = 256,
+    # 4 bf16 instructions of K = 16 each (HOPPER_WGMMA); no spills at the partitions'
+    # register counts (absorbed_hopper.WORKER_REGS); the query tile, two key tiles and P
+    # within the shared memory.
     for cache in ("fp8", "bf16"):
         r = reports[f"latent_hopper_{cache}"]
         assert r["kernel"] == "absorbed_hopper_kernel", r
         assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
-        assert r["wgmma"] == 68 and r["mma_sync"] == 0, r
+        assert r["wgmma"] == HOPPER_WGMMA and r["mma_sync"] == 0, r
         assert 9 * 8192 + 2 * 9 * 8192 + 8192 <= r["shared_bytes"] <= HOPPER_SMEM, r
 
 
@@ -111,8 +114,8 @@ def test_hopper_absorbed_kernel_sides_alone(reports):
     unwidened = reports["latent_hopper_fp8_unwidened"]
     for cache in ("fp8", "bf16"):
         dots, gather = (reports[f"latent_hopper_{cache}_{side}"] for side in ("dots", "gather"))
-        assert dots["wgmma"] == 68 and gather["wgmma"] == 0, (dots, gather)
-        assert unwidened["wgmma"] == 68, unwidened
+        assert dots["wgmma"] == HOPPER_WGMMA and gather["wgmma"] == 0, (dots, gather)
+        assert unwidened["wgmma"] == HOPPER_WGMMA, unwidened
         for r in (dots, gather, unwidened):
             assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
             assert r["shared_bytes"] <= HOPPER_SMEM, r
