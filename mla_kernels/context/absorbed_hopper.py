@@ -64,6 +64,7 @@ NC = gl.constexpr((KV_C_DIM + PE_DIM) // 64)  # chunks of a query or key row: 8 
 NL = gl.constexpr(KV_C_DIM // 64)  # latent chunks of a key row
 NV = gl.constexpr(NL // 2)  # value chunks each warpgroup accumulates
 VW = gl.constexpr(NV * 64)  # the output columns each warpgroup accumulates
+Q_REGS = gl.constexpr(1)  # query chunks the left warpgroup holds in registers
 # The tiles as the plan records them (rows, keys, warps launched, key tiles in flight).
 BLOCKING = Blocking(BM.value, BN.value, 12, STAGES.value)
 # The right warpgroup's and the loader's registers a thread. The loader holds a tile of fp8
@@ -315,24 +316,37 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
     o = gl.zeros([BM, VW], gl.float32, o_layout)
     key_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     mbarrier.wait(sh.q_ready, 0)
+    # The query tile's last Q_REGS chunks (the rope's) as A operands in registers for the
+    # whole split: the scores' wgmma read them from no shared memory. Two spill under 3.9.
+    q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout,
+                                                 k_width=2)
+    q_regs = ()
+    for c in gl.static_range(NC - Q_REGS, NC):
+        q_regs = q_regs + (sh.q.index(c).load(q_layout),)
     for j in range(work.n_tiles):
         s = j % STAGES
         mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
         fence_async_shared()  # a bf16 tile's cp.async writes, for wgmma's reads
         sc = gl.zeros([BM, BN], gl.float32, acc_layout)
         for c in gl.static_range(NC):
-            sc = warpgroup_mma(sh.q.index(c), _chunk(sh, s, c).permute((1, 0)), sc,
-                               is_async=True)
+            if c < NC - Q_REGS:
+                sc = warpgroup_mma(sh.q.index(c), _chunk(sh, s, c).permute((1, 0)), sc,
+                                   is_async=True)
+            else:
+                sc = warpgroup_mma(q_regs[c - (NC - Q_REGS)],
+                                   _chunk(sh, s, c).permute((1, 0)), sc, is_async=True)
         sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
-        keys = work.k0 + j * BN + key_cols
-        sc = gl.where((keys < work.k1)[None, :], sc * sink.qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(sc, 1))
+        if (j + 1) * BN > work.k1 - work.k0:  # the split's last tile passes its end
+            keys = work.k0 + j * BN + key_cols
+            sc = gl.where((keys < work.k1)[None, :], sc, float("-inf"))
+        # The scale (> 0) after the row maxima, and in one multiply-add with the shift.
+        m_new = gl.maximum(m_i, gl.max(sc, 1) * sink.qk_scale)
         alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(sc - m_new[:, None])
+        p = gl.exp2(sc * sink.qk_scale - m_new[:, None])
         l_i = l_i * alpha + gl.sum(p, 1)
         m_i = m_new
-        # P and alpha's buffers are free once the right warpgroup has used the last ones.
         p = p.to(gl.bfloat16)
+        # P and alpha's buffers are free once the right warpgroup has used the last ones.
         mbarrier.wait(sh.p_empty, (j & 1) ^ 1)
         sh.p.store(p)
         sh.rows.store(alpha)
