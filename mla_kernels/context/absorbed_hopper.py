@@ -14,12 +14,15 @@ dots in turn in one program of 8 warps at 255 registers, far from the path's flo
 - the **left** warpgroup (the default partition) scores the tile (S = Q K^T, K = 576 over nine
   64-column chunks), runs the online softmax, hands P and the rows' rescale factor to the
   right warpgroup through shared memory, and accumulates the output's first 256 columns
-  (O += P V, V being the tile's first 512 columns);
+  (O += P V, V being the tile's first 512 columns) from P in its registers;
 - the **right** warpgroup accumulates the other 256 columns from the same P.
 
 A 64 x 512 float32 output is 256 registers a thread for one warpgroup, more than it has;
 split in two it is 128 each, and the scores are computed once. Shared memory: the query tile
-72 KB, two key tiles 144 KB, P 8 KB (225 KB of the 227 KB a program may take).
+72 KB, two key tiles 144 KB, P 8 KB (225 KB of the 227 KB a program may take). The dots read
+their operands there, and its bandwidth is shared with the loader's stores: so each
+warpgroup's P V is one N = 256 wgmma a k-step (P read once, not once per 64 columns), and
+the left warpgroup keeps P and the query tile's rope chunk in registers.
 
 Restricted to what it was written for: a latent of 512 values and a rope of 64 (Kimi-K3,
 DeepSeek-V3, GLM-5), bf16 queries, an fp8 (scaled) or bf16 cache; ``supports`` says so and
