@@ -12,20 +12,17 @@ dots in turn in one program of 8 warps at 255 registers, far from the path's flo
   A bf16 cache goes by cp.async; an fp8 one through registers, as words of four values
   widened exactly by integer arithmetic, the next tile's words in flight;
 - the **left** warpgroup (the default partition) scores the tile (S = Q K^T, K = 576 over nine
-  64-column chunks), runs the online softmax, hands P (over the tile's rope chunk, which
-  the scores no longer need) and the rows' rescale factor to the right warpgroup, and
-  accumulates the output's first 256 columns (O += P V, V being the tile's first 512
-  columns) from P in its registers;
-- the **right** warpgroup accumulates the other 256 columns from the same P, up to a tile
-  behind: its P V of one tile runs under the left warpgroup's softmax of the next, where
-  the tensor cores would otherwise idle.
+  64-column chunks), runs the online softmax, hands P and the rows' rescale factor to the
+  right warpgroup through shared memory, and accumulates the output's first 256 columns
+  (O += P V, V being the tile's first 512 columns) from P in its registers;
+- the **right** warpgroup accumulates the other 256 columns from the same P.
 
 A 64 x 512 float32 output is 256 registers a thread for one warpgroup, more than it has;
 split in two it is 128 each, and the scores are computed once. Shared memory: the query tile
-72 KB, two key tiles 144 KB (217 KB of the 227 KB a program may take). The dots read their
-operands there, and its bandwidth is shared with the loader's stores: so each warpgroup's
-P V is one N = 256 wgmma a k-step (P read once, not once per 64 columns), and the left
-warpgroup keeps P and the query tile's rope chunk in registers.
+72 KB, two key tiles 144 KB, P 8 KB (225 KB of the 227 KB a program may take). The dots read
+their operands there, and its bandwidth is shared with the loader's stores: so each
+warpgroup's P V is one N = 256 wgmma a k-step (P read once, not once per 64 columns), and
+the left warpgroup keeps P and the query tile's rope chunk in registers.
 
 Restricted to what it was written for: a latent of 512 values and a rope of 64 (Kimi-K3,
 DeepSeek-V3, GLM-5), bf16 queries, an fp8 (scaled) or bf16 cache; ``supports`` says so and
@@ -94,18 +91,19 @@ class Split:
 @bundle
 class Shared:
     """The partitions' shared memory and barriers: the query tile's chunks, the key tiles'
-    (STAGES x NC chunks; once scored, a tile's P takes its rope chunk's place), three row
-    vectors (each tile's rescale factor by the tile's parity; at the end the softmax
-    sums), and the hand-overs: the query tile loaded, a key tile loaded / freed by both
-    warpgroups, a tile's P and factor published (by parity), the sums written."""
+    (STAGES x NC chunks), P [BM, BN] bf16 and a row vector (each tile's rescale factor, at
+    the end the softmax sums), and the hand-overs: the query tile loaded, a key tile loaded /
+    freed by both warpgroups, P written / read, the sums written."""
 
     q: Buffer
     kv: Buffer
+    p: Buffer
     rows: Buffer
     q_ready: Buffer
     kv_ready: Buffer
     kv_empty: Buffer
-    published: Buffer
+    p_ready: Buffer
+    p_empty: Buffer
     sums_ready: Buffer
 
 
@@ -351,19 +349,19 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
         l_i = l_i * alpha + gl.sum(p, 1)
         m_i = m_new
         p = p.to(gl.bfloat16)
-        # P over the tile's rope chunk (the scores are done with it) and the factor by the
-        # tile's parity: the right warpgroup may lag a tile behind, taking tile j's P V
-        # under this warpgroup's next softmax. Both stay until the right warpgroup frees
-        # the stage, which the tile two on waits for.
-        _chunk(sh, s, NL).store(p)
-        sh.rows.index(j % 2).store(alpha)
-        publish_slot(sh.published.index(j % 2))
+        # P and alpha's buffers are free once the right warpgroup has used the last ones.
+        mbarrier.wait(sh.p_empty, (j & 1) ^ 1)
+        sh.p.store(p)
+        sh.rows.store(alpha)
+        publish_slot(sh.p_ready)
         pa = gl.convert_layout(p, p_layout)
         alpha = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
         o = warpgroup_mma(pa, _values(sh, s, 0), o * alpha[:, None], is_async=True)
         o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
         mbarrier.arrive(sh.kv_empty.index(s), count=1)
-    sh.rows.index(2).store(l_i)
+    # The sums, once the right warpgroup has read the last factor.
+    mbarrier.wait(sh.p_empty, (work.n_tiles & 1) ^ 1)
+    sh.rows.store(l_i)
     partition_sync()
     mbarrier.arrive(sh.sums_ready, count=1)
     _store_out(sink, work, o, gl.convert_layout(l_i, gl.SliceLayout(1, o_layout)), 0,
@@ -384,15 +382,15 @@ def _right(work, sh, sink, num_warps: gl.constexpr):
     for j in range(work.n_tiles):
         s = j % STAGES
         mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
-        mbarrier.wait(sh.published.index(j % 2), (j // 2) & 1)
+        mbarrier.wait(sh.p_ready, j & 1)
         fence_async_shared()
-        alpha = sh.rows.index(j % 2).load(row_layout)
-        o = warpgroup_mma(_chunk(sh, s, NL), _values(sh, s, NV), o * alpha[:, None],
-                          is_async=True)
+        alpha = sh.rows.load(row_layout)
+        o = warpgroup_mma(sh.p, _values(sh, s, NV), o * alpha[:, None], is_async=True)
         o = warpgroup_mma_wait(num_outstanding=0, deps=(o,))
+        mbarrier.arrive(sh.p_empty, count=1)
         mbarrier.arrive(sh.kv_empty.index(s), count=1)
     mbarrier.wait(sh.sums_ready, 0)
-    l_i = sh.rows.index(2).load(row_layout)
+    l_i = sh.rows.load(row_layout)
     _store_out(sink, work, o, l_i, NV, num_warps)
 
 
@@ -483,23 +481,25 @@ def absorbed_hopper_kernel(
     bar: gl.constexpr = mbarrier.MBarrierLayout()
     q = gl.allocate_shared_memory(gl.bfloat16, [NC, BM, CW], chunk)
     kv = gl.allocate_shared_memory(gl.bfloat16, [STAGES * NC, BN, CW], chunk)
-    rows = gl.allocate_shared_memory(gl.float32, [3, BM],
+    p = gl.allocate_shared_memory(gl.bfloat16, [BM, BN], chunk)
+    rows = gl.allocate_shared_memory(gl.float32, [BM],
                                      gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     q_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
-    published = gl.allocate_shared_memory(gl.int64, [2, 1], bar)
+    p_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
+    p_empty = gl.allocate_shared_memory(gl.int64, [1], bar)
     sums_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
     mbarrier.init(q_ready, count=1)
-    mbarrier.init(published.index(0), count=1)
-    mbarrier.init(published.index(1), count=1)
+    mbarrier.init(p_ready, count=1)
+    mbarrier.init(p_empty, count=1)
     mbarrier.init(sums_ready, count=1)
     for s in gl.static_range(STAGES):
         # Loaded through registers (fp8): one arrival; by cp.async (bf16): each loader
         # thread's, as its copies land.
         mbarrier.init(kv_ready.index(s), count=1 if HAS_K_SCALE else LOADER_THREADS)
         mbarrier.init(kv_empty.index(s), count=2)  # freed by both warpgroups
-    sh = Shared(q, kv, rows, q_ready, kv_ready, kv_empty, published, sums_ready)
+    sh = Shared(q, kv, p, rows, q_ready, kv_ready, kv_empty, p_ready, p_empty, sums_ready)
     src = Source(q_ptr, cache_ptr, block_ids_ptr, stride_block, stride_slot, BLOCK_SIZE,
                  HAS_K_SCALE)
     sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,

@@ -96,14 +96,14 @@ def test_hopper_absorbed_kernel_fits_its_partitions(reports):
     # Three partitions of four warps (left and right warpgroups, the loader); a key tile's
     # wgmma: the scores' 9 chunks of K = 64 at N = 64 and each warpgroup's P V at N = 256,
     # 4 bf16 instructions of K = 16 each (HOPPER_WGMMA); no spills at the partitions'
-    # register counts (absorbed_hopper.WORKER_REGS); the query tile and two key tiles (P
-    # takes a scored tile's rope chunk) within the shared memory.
+    # register counts (absorbed_hopper.WORKER_REGS); the query tile, two key tiles and P
+    # within the shared memory.
     for cache in ("fp8", "bf16"):
         r = reports[f"latent_hopper_{cache}"]
         assert r["kernel"] == "absorbed_hopper_kernel", r
         assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
         assert r["wgmma"] == HOPPER_WGMMA and r["mma_sync"] == 0, r
-        assert 9 * 8192 + 2 * 9 * 8192 <= r["shared_bytes"] <= HOPPER_SMEM, r
+        assert 9 * 8192 + 2 * 9 * 8192 + 8192 <= r["shared_bytes"] <= HOPPER_SMEM, r
 
 
 def test_hopper_absorbed_kernel_sides_alone(reports):
