@@ -25,7 +25,15 @@ from ..core.devices import device_spec
 from ..core.formats import FP8_BLOCK, dequantize_weight, is_block_scale
 from ..designs.jit import dot_acc
 from . import absorbed_hopper, checks
-from .attention import LOG2E, MAX_SPLITS, Blocking, fewest_waves, keys_per_split, split_count
+from .attention import (
+    LOG2E,
+    MAX_SPLITS,
+    Blocking,
+    check_blocking,
+    fewest_waves,
+    keys_per_split,
+    split_count,
+)
 from .expanded import head_dims
 from .kernels import load_two_parts, online_step, split_start, store_partial
 from .merge import merge_parts
@@ -49,24 +57,6 @@ KERNELS = ("portable", "hopper")
 # faster over the crossover map's grid, data/exploration/h100/*-absorbed-hopper/), the
 # portable one elsewhere and wherever a blocking is given (its tiles are the portable's).
 KERNEL_CHOICES = ("auto", *KERNELS)
-# What ``plan_absorbed(blocking=...)`` accepts: the tiles the kernel's dots and shared
-# memory allow on the GPUs the repository runs on.
-BLOCK_M = (16, 32, 64, 128)
-BLOCK_N = (16, 32, 64, 128)
-WARPS = (4, 8)
-STAGES = (1, 2, 3, 4)
-
-
-def check_blocking(blocking) -> Blocking:
-    """A caller's blocking for the absorbed kernel, or a ValueError naming the field."""
-    if not isinstance(blocking, Blocking):
-        raise checks.fail("blocking", "a context.attention.Blocking", type(blocking).__name__)
-    for field, allowed in (("block_m", BLOCK_M), ("block_n", BLOCK_N), ("num_warps", WARPS),
-                           ("num_stages", STAGES)):
-        value = getattr(blocking, field)
-        if type(value) is not int or value not in allowed:
-            raise checks.fail(f"blocking.{field}", f"one of {allowed}", repr(value))
-    return blocking
 
 
 class AbsorbedWeights(NamedTuple):

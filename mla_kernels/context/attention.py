@@ -44,6 +44,26 @@ class Blocking:
     num_stages: int | None = None
 
 
+# What a caller's blocking may hold (``plan_absorbed``'s and ``plan_expanded``'s): the tiles
+# the kernels' dots and shared memory allow on the GPUs the repository runs on.
+BLOCK_M = (16, 32, 64, 128)
+BLOCK_N = (16, 32, 64, 128)
+WARPS = (4, 8)
+STAGES = (1, 2, 3, 4)
+
+
+def check_blocking(blocking) -> Blocking:
+    """A caller's blocking, or a ValueError naming the field."""
+    if not isinstance(blocking, Blocking):
+        raise checks.fail("blocking", "a context.attention.Blocking", type(blocking).__name__)
+    for field, allowed in (("block_m", BLOCK_M), ("block_n", BLOCK_N), ("num_warps", WARPS),
+                           ("num_stages", STAGES)):
+        value = getattr(blocking, field)
+        if type(value) is not int or value not in allowed:
+            raise checks.fail(f"blocking.{field}", f"one of {allowed}", repr(value))
+    return blocking
+
+
 def expanded_blocking(n_queries: int) -> Blocking:
     # 64-row tiles for the tensor cores' full-width instructions once there are enough
     # queries; 16 (the smallest dot) otherwise.
@@ -129,12 +149,13 @@ def prefix_attention_kernel(
 
 def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_scale,
                   n_keys: int, sm_scale: float, splits: int, part_o: torch.Tensor,
-                  part_lse: torch.Tensor) -> None:
+                  part_lse: torch.Tensor, blocking: Blocking | None = None) -> None:
     """The split attention's launch: ``splits`` partials into part_o [>= splits, n, H, DV]
-    (float32) and part_lse [>= splits, n, H]. No checks (the entry points' launch path)."""
+    (float32) and part_lse [>= splits, n, H], on ``blocking``'s tiles (None:
+    ``expanded_blocking``'s). No checks (the entry points' launch path)."""
     n, h, dk = q.shape
     dv = v.shape[-1]
-    blk = expanded_blocking(n)
+    blk = blocking or expanded_blocking(n)
     da = 1 << (dk.bit_length() - 1)  # the largest power of two in the head dim, then the rest
     db = dk - da
     kv_fp8 = k.dtype == checks.FP8
@@ -145,12 +166,13 @@ def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_
         q.stride(0), k.stride(0), v.stride(0), part_o[0].numel(), part_lse[0].numel(),
         DA=da, DB=db, DV=dv, BDA=da, BDB=max(16, triton.next_power_of_2(max(db, 1))),
         BDV=max(16, triton.next_power_of_2(dv)), BM=blk.block_m, BN=blk.block_n,
-        KV_FP8=kv_fp8, num_warps=blk.num_warps)
+        KV_FP8=kv_fp8, num_warps=blk.num_warps,
+        **({} if blk.num_stages is None else {"num_stages": blk.num_stages}))
 
 
-def default_splits(q: torch.Tensor, n_keys: int) -> int:
+def default_splits(q: torch.Tensor, n_keys: int, blocking: Blocking | None = None) -> int:
     n, h, _ = q.shape
-    blk = expanded_blocking(n)
+    blk = blocking or expanded_blocking(n)
     return split_count(triton.cdiv(n, blk.block_m) * h, n_keys, blk.block_n,
                        device_spec(q.device).compute_units)
 

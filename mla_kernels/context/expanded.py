@@ -20,7 +20,7 @@ from ..api import gather_kv_b_proj
 from ..core.formats import FP8_DTYPES, detect_weight_format
 from ..core.problem import GatherArgs, check_aliasing, check_arguments, validate_inputs
 from . import checks
-from .attention import MAX_SPLITS, default_splits, launch_prefix
+from .attention import MAX_SPLITS, Blocking, check_blocking, default_splits, launch_prefix
 from .merge import merge_parts
 
 KV_DTYPES = (torch.bfloat16, torch.float16, checks.FP8)
@@ -68,6 +68,7 @@ class ExpandedPlan:
     out: torch.Tensor
     lse: torch.Tensor
     index_tensors: list[torch.Tensor] = field(default_factory=list)
+    blocking: Blocking | None = None  # the attention's tiles (None: expanded_blocking's)
 
     @property
     def chunks(self) -> int:
@@ -91,7 +92,7 @@ class ExpandedPlan:
         a = self.chunk_args[j]
         launch_prefix(self.q, self.k_chunk, self.v_chunk, a.k_out_scale, a.v_out_scale,
                       self.chunk_tokens[j], self.sm_scale, self.splits[j], self.part_o,
-                      self.part_lse)
+                      self.part_lse, self.blocking)
         last = j == self.chunks - 1
         dest = self.out if last else self.running
         prev = (self.running, self.lse) if j > 0 else (None, None)
@@ -131,6 +132,7 @@ def plan_expanded(
     sm_scale: float | None = None,  # None: 1 / sqrt(nope + pe)
     num_splits: int | None = None,  # splits of each chunk's keys (None: to fill the device)
     variant: str = "auto",  # the expansion's design (mla_kernels.variant_names())
+    blocking: Blocking | None = None,  # the attention's tiles (None: expanded_blocking's)
     out: torch.Tensor | None = None,  # [n, H, v] q's dtype or float32
     lse: torch.Tensor | None = None,  # [n, H] float32
     validate: bool | None = None,  # read the page table and scales (default: interpreter only)
@@ -166,6 +168,8 @@ def plan_expanded(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits_asked)
     if type(variant) is not str:
         raise checks.fail("variant", "a design's name (mla_kernels.variant_names())", repr(variant))
+    if blocking is not None:
+        check_blocking(blocking)
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype, torch.float32))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
     # Every tensor the call reads: an output over a scale or the page table would change
@@ -195,7 +199,7 @@ def plan_expanded(
         if validate:
             validate_inputs(*a)
         chunk_args.append(a)
-    splits = [splits_asked or default_splits(q, ln) for ln in lens]
+    splits = [splits_asked or default_splits(q, ln, blocking) for ln in lens]
     part_o = torch.empty((max(splits), n, h, v), dtype=torch.float32, device=dev)
     part_lse = torch.empty((max(splits), n, h), dtype=torch.float32, device=dev)
     out = torch.empty((n, h, v), dtype=q.dtype, device=dev) if out is None else out
@@ -205,7 +209,7 @@ def plan_expanded(
         running = out if out.dtype == torch.float32 else torch.empty(
             (n, h, v), dtype=torch.float32, device=dev)
     return ExpandedPlan(q, chunk_args, lens, splits, scale, variant, k_chunk, v_chunk, part_o,
-                        part_lse, running, out, lse, index_tensors)
+                        part_lse, running, out, lse, index_tensors, blocking)
 
 
 def expand_and_attend(q, k_buffer, k_scale, kv_indptr, kv_indices, context_len, kv_proj_weight,

@@ -310,10 +310,12 @@ def test_the_reference_names_a_bad_argument(ci, device):
     (Blocking(64, 64, 8, None), r"blocking.num_stages: expected one of \(1, 2, 3, 4\), got None"),
     (Blocking(64, 64, 8, True), r"blocking.num_stages: expected one of \(1, 2, 3, 4\), got True"),
 ])
-def test_absorbed_blocking_names_the_bad_field(ci, blocking, message):
+@pytest.mark.parametrize("path", [absorbed_prefix_attention, expand_and_attend],
+                         ids=["absorbed", "expanded"])
+def test_blocking_names_the_bad_field(ci, blocking, message, path):
     bufs = outs(ci)
     with pytest.raises(ValueError, match=message):
-        absorbed_prefix_attention(*ci.args(), blocking=blocking, **bufs)
+        path(*ci.args(), blocking=blocking, **bufs)
     assert untouched(bufs)
 
 

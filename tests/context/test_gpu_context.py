@@ -81,6 +81,21 @@ def test_absorbed_tilings_at_scale(blocking, cache, seed):
     assert judge(errs, "bf16"), errs
 
 
+@pytest.mark.parametrize("blocking", [Blocking(128, 64, 8, 2), Blocking(128, 32, 8, 3),
+                                      Blocking(64, 64, 4, 3)], ids=str)
+def test_expanded_tilings_at_scale(blocking, seed):
+    # The expanded attention on the tiles scripts/prefix_tiles.py times, over a long
+    # context with a partial last key tile and split and a partial query tile (130 queries
+    # on 128-row tiles), against the reference; outputs poisoned first.
+    ci = build_context_inputs("kimi-k3-tp8", 20011, 130, cache_dtype="fp8", device="cuda",
+                              seed=seed)
+    plan = plan_expanded(*ci.args(), blocking=blocking)
+    plan.out.fill_(float("nan"))
+    out, lse = plan.run()
+    errs = attention_errors(out, lse, ci.reference())
+    assert judge(errs, "bf16"), f"seed {seed}: {errs}"
+
+
 @pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block"])
 def test_absorbed_plan_and_run_within_the_count_at_few_tokens(fmt, seed):
     # The map's first point: with 16 new tokens the run holds less than the weight's whole

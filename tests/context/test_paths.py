@@ -62,6 +62,33 @@ def test_expanded_in_chunks(prefix, chunk):
     assert held == expanded_peak_bytes(TWO, 6, 200, chunk_tokens=chunk, splits=2)
 
 
+@pytest.mark.parametrize("blocking", [Blocking(128, 64, 8, 2), Blocking(16, 32, 4, 3),
+                                      Blocking(32, 128, 4, 1)], ids=str)
+def test_expanded_tilings(prefix, blocking, monkeypatch):
+    # The attention on a caller's tiles (query rows past the 6 here, keys past a split's
+    # 100, a partial last key tile) against the reference, the outputs poisoned first; the
+    # launch takes those tiles.
+    from mla_kernels.context import attention
+
+    kernel, launched = attention.prefix_attention_kernel, []
+
+    class Recorder:
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                launched.append((kw["BM"], kw["BN"], kw["num_warps"], kw.get("num_stages")))
+                return kernel[grid](*args, **kw)
+            return launch
+
+    monkeypatch.setattr(attention, "prefix_attention_kernel", Recorder())
+    ci, ref = prefix
+    bufs = poisoned(ci)
+    plan = plan_expanded(*ci.args(), blocking=blocking, **bufs)
+    plan.run()
+    assert launched == [tuple(vars(blocking).values())], launched
+    errs = attention_errors(bufs["out"], bufs["lse"], ref)
+    assert judge(errs, "bf16"), errs
+
+
 def test_expanded_fp8_kv(prefix):
     ci, ref = prefix
     bufs = poisoned(ci, torch.float32)
