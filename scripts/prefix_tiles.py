@@ -1,37 +1,33 @@
 """The expanded path's attention (``context.attention.prefix_attention_kernel``) over
-candidate tilings, on the live GPU: prefix_tiles.csv, one row per (C, n, tiling) with the
-attention alone (its split launch and merge over the expanded K/V) and the whole path
-timed as CUDA graphs' replays (median, L2 flushed), each checked against the float32
-reference first, with the run's provenance and the attention's floor (reading the
-expanded K/V once) at the rates measured at the start.
+candidate tilings, on the live GPU: prefix_tiles.csv, one row per (K/V dtype, C, n, tiling)
+with the attention alone (its split launch and merge over the expanded K/V) and the whole
+path timed as CUDA graphs' replays (median, L2 flushed), each checked against the float32
+reference first, with the run's provenance and the attention's floor (the expanded K/V
+read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
 [--kv-dtypes bf16 fp8]. A tiling that does not compile or launch gets a row with its error."""
 import argparse
-import sys
+from functools import partial
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from mla_kernels.context import plan_expanded
 from mla_kernels.context.attention import Blocking, expanded_blocking
-from mla_kernels.lab.bench import measure_ceilings
-from mla_kernels.lab.context_checks import attention_errors, judge, worst
-from mla_kernels.lab.context_floors import Rates, expanded_floor
+from mla_kernels.lab import tilings
+from mla_kernels.lab.context_floors import expanded_floor
 from mla_kernels.lab.context_inputs import build_context_inputs
-from mla_kernels.lab.context_map import attention_rate
-from mla_kernels.lab.measurements import write_csv_atomic
-from mla_kernels.lab.provenance import provenance
-from mla_kernels.lab.timing import SHORT, graphed, measure
 
-SHAPE = "kimi-k3-tp8"
+SHAPE = tilings.SHAPE
 CHUNK = 32768  # the map's chunk of expanded tokens
 # The plan's own tiles (None: expanded_blocking's, stages left to the compiler), then
 # candidates; those of 128 rows read a head's keys once for 128 queries, not twice.
 CANDIDATES = [None, Blocking(64, 64, 4, 3), Blocking(64, 128, 8, 2), Blocking(128, 64, 8, 2),
               Blocking(128, 64, 8, 3), Blocking(128, 32, 8, 3), Blocking(128, 32, 4, 3),
               Blocking(128, 128, 8, 2)]
+SHOWN = ("kv_dtype", "ctx", "new_tokens", "tiles", "block_m", "block_n", "num_warps",
+         "num_stages", "correct", "attend_us", "run_us", "attend_fraction", "error")
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out", type=Path)
@@ -39,15 +35,10 @@ ap.add_argument("--points", nargs="+", default=["32000:128", "109440:128", "3200
                                                   "4096:512"])
 ap.add_argument("--kv-dtypes", nargs="+", choices=["bf16", "fp8"], default=["bf16"])
 a = ap.parse_args()
-if not torch.cuda.is_available():
-    sys.exit("prefix_tiles: needs a CUDA GPU; nothing was run")
-a.out.mkdir(parents=True, exist_ok=True)
-rates = Rates.measured(measure_ceilings(SHAPE), attention_rate())
-prov = provenance()
+rates, prov = tilings.start("prefix_tiles", a.out)
 rows = []
 for kv in a.kv_dtypes:
-    for point in a.points:
-        c, n = (int(x) for x in point.split(":"))
+    for c, n in tilings.points(a.points):
         ci = build_context_inputs(SHAPE, c, n, cache_dtype="fp8", weight_format="fp8_row",
                                   device="cuda", seed=0)
         ref = ci.reference()
@@ -61,26 +52,10 @@ for kv in a.kv_dtypes:
                    "block_m": blk.block_m, "block_n": blk.block_n, "num_warps": blk.num_warps,
                    "num_stages": blk.num_stages, "attend_floor_us": floor,
                    "floor_source": rates.source}
-            try:
-                plan = plan_expanded(*ci.args(), chunk_tokens=CHUNK, blocking=given, **extra)
-                plan.out.fill_(float("nan"))
-                out, lse = plan.run()
-                errs = attention_errors(out, lse, ref)
-                attend = measure(graphed(plan.attend), SHORT)
-                whole = measure(graphed(plan.run), SHORT)
-                row.update(splits=plan.splits[0], correct=judge(errs, kv), max_err=worst(errs),
-                           attend_us=attend.median_us, attend_reps=attend.reps,
-                           run_us=whole.median_us, run_reps=whole.reps,
-                           attend_fraction=floor / attend.median_us, error="")
-            except Exception as e:  # a tiling past the shared memory or registers: its row says so
-                row.update(correct=False, error=f"{type(e).__name__}: {str(e)[:160]}")
-                torch.cuda.synchronize()
-            rows.append(row)
-            print({k: row.get(k) for k in ("kv_dtype", "ctx", "new_tokens", "tiles", "block_m",
-                                           "block_n", "num_warps", "num_stages", "correct",
-                                           "attend_us", "run_us", "attend_fraction",
-                                           "error")}, flush=True)
-            write_csv_atomic(pd.DataFrame(rows), a.out / "prefix_tiles.csv")
+            tilings.try_candidate(row, partial(plan_expanded, *ci.args(), chunk_tokens=CHUNK,
+                                               blocking=given, **extra), ref, kv,
+                                  ("attend_fraction", floor, "attend_us"))
+            tilings.keep(rows, row, a.out / "prefix_tiles.csv", SHOWN)
         del ci, ref
         torch.cuda.empty_cache()
 print(a.out / "prefix_tiles.csv")
