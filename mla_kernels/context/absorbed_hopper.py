@@ -320,7 +320,8 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
     key_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, acc_layout))
     mbarrier.wait(sh.q_ready, 0)
     # The query tile's last Q_REGS chunks (the rope's) as A operands in registers for the
-    # whole split: the scores' wgmma read them from no shared memory. Two spill under 3.9.
+    # whole split: the scores' wgmma read them from no shared memory (a second chunk spills
+    # under triton 3.9).
     q_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout,
                                                  k_width=2)
     q_regs = ()
