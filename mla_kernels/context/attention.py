@@ -125,22 +125,21 @@ def prefix_attention_kernel(
     if KV_FP8:
         scale = scale * tl.load(k_scale_ptr)
     k0, k1, m_i, l_i, acc = split_start(split, keys_per_split, n_keys, BM, BDV)
-    # The loop's bound is an argument, not a loaded or program-derived value (the
-    # interpreter refuses those as bounds); tiles past the split's end are skipped.
-    for j in range(0, keys_per_split, BN):
-        if k0 + j < k1:
-            keys = k0 + j + tl.arange(0, BN)
-            kok = keys < k1
-            k_base = k_ptr + keys.to(tl.int64)[None, :] * stride_k_row + head * (DA + DB)
-            kt_a = tl.load(k_base + da[:, None], mask=kok[None, :] & (da[:, None] < DA), other=0.0)
-            kt_b = tl.load(k_base + DA + db[:, None], mask=kok[None, :] & (db[:, None] < DB),
-                           other=0.0)
-            s = dot_acc(q_a, kt_a.to(dt), tl.zeros([BM, BN], tl.float32))
-            s = dot_acc(q_b, kt_b.to(dt), s)
-            p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
-            v = tl.load(v_ptr + keys.to(tl.int64)[:, None] * stride_v_row + head * DV
-                        + dv[None, :], mask=kok[:, None] & (dv[None, :] < DV), other=0.0)
-            acc = dot_acc(p.to(dt), v.to(dt), acc)
+    # The split's own bounds, not a guard in the loop's body, so the compiler can pipeline
+    # the next tile's loads under this one's dots (``num_stages`` of the launch).
+    for j in tl.range(k0, k1, BN):
+        keys = j + tl.arange(0, BN)
+        kok = keys < k1
+        k_base = k_ptr + keys.to(tl.int64)[None, :] * stride_k_row + head * (DA + DB)
+        kt_a = tl.load(k_base + da[:, None], mask=kok[None, :] & (da[:, None] < DA), other=0.0)
+        kt_b = tl.load(k_base + DA + db[:, None], mask=kok[None, :] & (db[:, None] < DB),
+                       other=0.0)
+        s = dot_acc(q_a, kt_a.to(dt), tl.zeros([BM, BN], tl.float32))
+        s = dot_acc(q_b, kt_b.to(dt), s)
+        p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
+        v = tl.load(v_ptr + keys.to(tl.int64)[:, None] * stride_v_row + head * DV
+                    + dv[None, :], mask=kok[:, None] & (dv[None, :] < DV), other=0.0)
+        acc = dot_acc(p.to(dt), v.to(dt), acc)
     if KV_FP8:
         acc = acc * tl.load(v_scale_ptr)
     store_partial(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
