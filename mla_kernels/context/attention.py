@@ -65,9 +65,12 @@ def check_blocking(blocking) -> Blocking:
 
 
 def expanded_blocking(n_queries: int) -> Blocking:
-    # 64-row tiles for the tensor cores' full-width instructions once there are enough
-    # queries; 16 (the smallest dot) otherwise.
-    return Blocking(64, 64, 4) if n_queries >= 64 else Blocking(16, 64, 4)
+    # From 128 queries, 128-row tiles read a head's keys once for all of them, 32 keys a
+    # step three deep (the fastest measured; scripts/prefix_tiles.py); 64-row tiles for the
+    # tensor cores' full-width instructions below that; 16 (the smallest dot) for fewer.
+    if n_queries >= 128:
+        return Blocking(128, 32, 8, 3)
+    return Blocking(64, 64, 4, 3) if n_queries >= 64 else Blocking(16, 64, 4)
 
 
 def split_count(programs: int, n_keys: int, block_n: int, compute_units: int) -> int:
