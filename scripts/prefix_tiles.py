@@ -23,9 +23,10 @@ SHAPE = tilings.SHAPE
 CHUNK = 32768  # the map's chunk of expanded tokens
 # The plan's own tiles (None: expanded_blocking's), then
 # candidates; those of 128 rows read a head's keys once for 128 queries, not twice.
-CANDIDATES = [None, Blocking(64, 64, 4, 2), Blocking(64, 64, 4, 3), Blocking(64, 128, 8, 2),
-              Blocking(128, 64, 8, 2), Blocking(128, 64, 8, 3), Blocking(128, 32, 8, 3),
-              Blocking(128, 32, 8, 4), Blocking(128, 128, 8, 2)]
+CANDIDATES = [None, Blocking(64, 32, 4, 3), Blocking(64, 64, 4, 2), Blocking(64, 64, 4, 3),
+              Blocking(64, 128, 8, 2), Blocking(128, 64, 8, 2), Blocking(128, 64, 8, 3),
+              Blocking(128, 32, 8, 2), Blocking(128, 32, 8, 3), Blocking(128, 32, 8, 4),
+              Blocking(128, 128, 8, 2)]
 SHOWN = ("kv_dtype", "ctx", "new_tokens", "tiles", "block_m", "block_n", "num_warps",
          "num_stages", "correct", "attend_us", "run_us", "attend_fraction", "error")
 
