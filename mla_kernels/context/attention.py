@@ -65,12 +65,13 @@ def check_blocking(blocking) -> Blocking:
 
 
 def expanded_blocking(n_queries: int) -> Blocking:
-    # From 128 queries, 128-row tiles read a head's keys once for all of them, 32 keys a
-    # step three deep (the fastest measured; scripts/prefix_tiles.py); 64-row tiles for the
-    # tensor cores' full-width instructions below that; 16 (the smallest dot) for fewer.
-    if n_queries >= 128:
-        return Blocking(128, 32, 8, 3)
-    return Blocking(64, 64, 4, 3) if n_queries >= 64 else Blocking(16, 64, 4)
+    # The fastest of scripts/prefix_tiles.py's candidates on Hopper: with many queries,
+    # 128-row tiles (a head's keys read once for 128 of them; measured at 512 and 2048,
+    # slower at 128: the switch at 256 is between the two); 64 rows, 32 keys a step, from
+    # 64 queries, where two programs share an SM; 16 rows (the smallest dot) below that.
+    if n_queries >= 256:
+        return Blocking(128, 64, 8, 3)
+    return Blocking(64, 32, 4, 3) if n_queries >= 64 else Blocking(16, 64, 4)
 
 
 def split_count(programs: int, n_keys: int, block_n: int, compute_units: int) -> int:
