@@ -6,7 +6,8 @@ reference first, with the run's provenance and the attention's floor (the expand
 read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
-[--kv-dtypes bf16 fp8]. A tiling that does not compile or launch gets a row with its error."""
+[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES ...]. A tiling that does not compile or
+launch gets a row with its error."""
 import argparse
 from functools import partial
 from pathlib import Path
@@ -35,7 +36,10 @@ ap.add_argument("out", type=Path)
 ap.add_argument("--points", nargs="+", default=["32000:128", "109440:128", "32000:2048",
                                                   "4096:512"])
 ap.add_argument("--kv-dtypes", nargs="+", choices=["bf16", "fp8"], default=["bf16"])
+ap.add_argument("--tiles", nargs="+", metavar="M,N,WARPS,STAGES",
+                help="candidates instead of the list above (the plan's own tiles still first)")
 a = ap.parse_args()
+candidates = [None, *tilings.blockings(a.tiles)] if a.tiles else CANDIDATES
 rates, prov = tilings.start("prefix_tiles", a.out)
 rows = []
 for kv in a.kv_dtypes:
@@ -45,7 +49,7 @@ for kv in a.kv_dtypes:
         ref = ci.reference()
         floor = expanded_floor(SHAPE, c, n, "fp8", "fp8_row", rates, kv)["attend_floor_us"]
         extra = ci.fp8_scales() if kv == "fp8" else {}
-        for given in CANDIDATES:
+        for given in candidates:
             blk = given or expanded_blocking(n)
             row = {**prov, "model": SHAPE, "cache_dtype": "fp8", "weight_format": "fp8_row",
                    "kv_dtype": kv, "block_size": 1, "ctx": c, "new_tokens": n,

@@ -36,6 +36,20 @@ def points(specs: Iterable[str]) -> list[tuple[int, int]]:
     return [tuple(int(x) for x in spec.split(":")) for spec in specs]
 
 
+def blockings(specs: Iterable[str]) -> list:
+    """A ``context.attention.Blocking`` of each "block_m,block_n,num_warps,num_stages",
+    checked as a plan checks it (a ValueError naming the field)."""
+    from ..context.attention import Blocking, check_blocking
+
+    out = []
+    for spec in specs:
+        parts = spec.split(",")
+        if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
+            raise ValueError(f"tiles: expected block_m,block_n,num_warps,num_stages, got {spec!r}")
+        out.append(check_blocking(Blocking(*(int(p) for p in parts))))
+    return out
+
+
 def try_candidate(row: dict, make_plan: Callable[[], object], ref, kv_format: str,
                   fraction: tuple[str, float, str]) -> dict:
     """``row`` with the plan's check against ``ref`` (its outputs poisoned first), its
