@@ -15,7 +15,18 @@ import triton.language as tl
 from ..designs.jit import cast_out
 from . import checks
 
-MERGE_ROWS = 32  # rows a merge program covers
+MERGE_ROWS = 32  # the most rows a merge program covers
+# Programs a merge aims for: each walks every part of its rows in turn, so with few rows
+# (n x H = 1536 at n = 128) tiles of 32 rows left most SMs idle and the merge waited on
+# memory one part at a time.
+MERGE_PROGRAMS = 512
+
+
+def merge_rows(rows: int) -> int:
+    """Rows a merge program covers: a power of two from 2 to MERGE_ROWS, the most that
+    still gives MERGE_PROGRAMS programs."""
+    per = triton.next_power_of_2(max(1, -(-rows // MERGE_PROGRAMS)))
+    return max(2, min(MERGE_ROWS, per))
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -72,11 +83,12 @@ def merge_parts(part_o: torch.Tensor, part_lse: torch.Tensor, n_parts: int, out:
     if rows == 0:
         return
     has_prev = prev_o is not None
-    merge_kernel[(triton.cdiv(rows, MERGE_ROWS),)](
+    br = merge_rows(rows)
+    merge_kernel[(triton.cdiv(rows, br),)](
         part_o, part_lse, prev_o if has_prev else out, prev_lse if has_prev else out_lse,
         out, out_lse, rows, n_parts, part_o[0].numel() if n_parts else 0,
         part_lse[0].numel() if n_parts else 0,
-        D=d, BD=triton.next_power_of_2(d), BR=MERGE_ROWS, HAS_PREV=has_prev, num_warps=4)
+        D=d, BD=triton.next_power_of_2(d), BR=br, HAS_PREV=has_prev, num_warps=4)
 
 
 def merge_attention(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,

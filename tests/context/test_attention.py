@@ -138,3 +138,28 @@ def test_fewest_waves_keeps_the_last_wave_whole(programs, splits, want):
     assert got == want
     assert 1 <= got <= splits
     assert math.ceil(programs * got / 132) / got <= math.ceil(programs * splits / 132) / splits
+
+
+@pytest.mark.parametrize("rows", [7, 1536, 6145, 24579])
+def test_merge_of_many_parts_at_each_row_tiling(rows, device, seed):
+    # Row counts whose merge programs cover 2, 4, 16 and 32 rows (``merge_rows``), the last
+    # tile short; five parts, one row seen by no part (0 and -inf), the output poisoned.
+    from mla_kernels.context.merge import merge_parts, merge_rows
+
+    g = torch.Generator().manual_seed(seed)
+    parts, d = 5, 128
+    part_o = (torch.randn(parts, rows, d, generator=g) * 2).to(device)
+    part_lse = (torch.randn(parts, rows, generator=g) * 3).to(device)
+    part_lse[:, rows // 2] = -math.inf
+    part_lse[1, :rows // 3] = -math.inf  # a part that saw none of these rows' keys
+    out = torch.full((rows, d), float("nan"), device=device)
+    out_lse = torch.full((rows,), float("nan"), device=device)
+    merge_parts(part_o, part_lse, parts, out, out_lse)
+    lse = part_lse.cpu().logsumexp(0)
+    w = torch.nan_to_num((part_lse.cpu() - lse).exp())
+    expect = (w[..., None] * part_o.cpu()).sum(0)
+    seen = torch.isfinite(lse)
+    assert merge_rows(rows) in (2, 4, 16, 32)
+    assert torch.allclose(out.cpu()[seen], expect[seen], atol=1e-4, rtol=1e-4), seed
+    assert torch.allclose(out_lse.cpu()[seen], lse[seen], atol=1e-5), seed
+    assert bool((out.cpu()[~seen] == 0).all()) and bool((out_lse.cpu()[~seen] == -math.inf).all())
