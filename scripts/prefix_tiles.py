@@ -22,8 +22,8 @@ from mla_kernels.lab.context_inputs import build_context_inputs
 
 SHAPE = tilings.SHAPE
 CHUNK = 32768  # the map's chunk of expanded tokens
-# The plan's own tiles (None: expanded_blocking's), then
-# candidates; those of 128 rows read a head's keys once for 128 queries, not twice.
+# The plan's own tiles (None: expanded_blocking's), then candidates; those of 128 rows read
+# a head's keys once for 128 queries, not twice.
 CANDIDATES = [None, Blocking(64, 32, 4, 3), Blocking(64, 64, 4, 2), Blocking(64, 64, 4, 3),
               Blocking(64, 128, 8, 2), Blocking(128, 64, 8, 2), Blocking(128, 64, 8, 3),
               Blocking(128, 32, 8, 2), Blocking(128, 32, 8, 3), Blocking(128, 32, 8, 4),

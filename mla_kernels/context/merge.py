@@ -20,6 +20,7 @@ MERGE_ROWS = 32  # the most rows a merge program covers
 # (n x H = 1536 at n = 128) tiles of 32 rows left most SMs idle and the merge waited on
 # memory one part at a time.
 MERGE_PROGRAMS = 512
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def merge_rows(rows: int) -> int:
@@ -27,7 +28,6 @@ def merge_rows(rows: int) -> int:
     still gives MERGE_PROGRAMS programs."""
     per = triton.next_power_of_2(max(1, -(-rows // MERGE_PROGRAMS)))
     return max(2, min(MERGE_ROWS, per))
-OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 @triton.jit
