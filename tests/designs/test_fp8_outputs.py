@@ -2,9 +2,13 @@
 ``reference.quantize_e4m3``: the float32 value / scale rounded to the nearest e4m3 value
 (ties to even), magnitudes past 448 and infinities saturated to +-448, NaN kept.
 
-The kernels multiply by the scale's float32 reciprocal, so a value may land one e4m3 step
-from the rule (rarely): random inputs are held to an exact share and at most one step;
-inputs whose values and scales are exact (powers of two) are held to the rule bit for bit.
+The kernels multiply by the scale's float32 reciprocal and take their dots in their own
+order, so a value may land one e4m3 step from the rule, but only across a tie (a midpoint
+between two e4m3 values) that lies within that arithmetic's error of the reference: every
+other value is held to the rule exactly (``assert_by_the_rule``). Near-ties are not rare:
+a scale set from a bf16 maximum over 448 puts many rope copies within a float32 ulp of
+one. Inputs whose values and scales are exact (powers of two) are held to the rule bit
+for bit.
 """
 
 import pytest
@@ -16,11 +20,11 @@ import mla_kernels as mk
 from mla_kernels.core.devices import DEVICES, INTERPRETER
 from mla_kernels.core.formats import WEIGHT_FORMATS
 from mla_kernels.core.problem import check_arguments
-from mla_kernels.core.reference import E4M3_MAX, e4m3_steps, quantize_e4m3
+from mla_kernels.core.reference import E4M3_MAX, quantize_e4m3
 from mla_kernels.core.shapes import MLAShape
 from mla_kernels.designs import resolve
 from mla_kernels.designs.jit import cast_out, e4m3_codes
-from mla_kernels.lab.checks import Expected, check_outputs, check_variants
+from mla_kernels.lab.checks import TOLERANCES, Expected, check_outputs, check_variants
 from mla_kernels.lab.occupancy import problem_for
 
 FP8 = torch.float8_e4m3fn
@@ -54,20 +58,49 @@ def rule_of(inp, ref: Expected) -> tuple[torch.Tensor, torch.Tensor]:
     return quantize_e4m3(ref.k, inp.k_out_scale), quantize_e4m3(ref.v, inp.v_out_scale)
 
 
-def assert_by_the_rule(inp, ref: Expected, what: str, share: float = 0.999) -> None:
-    """The written rows against the rule applied to the reference: at least ``share`` of
-    the values exact, none more than one e4m3 step off; the spare rows still NaN."""
+# The float32 arithmetic's error, as a share of the value: the quotient by the reciprocal
+# (two roundings) and the reference's own rounding to float32, with room.
+QUOTIENT_ERROR = 2.0**-21
+
+
+def dot_error(inp) -> float:
+    """The dot's error as a share of |latent| @ |W|^T: on the CPU the interpreter's float32
+    sums of exact products (at most K terms' rounding, and the scales' products); on a GPU
+    the tolerance the checks grant its tensor cores."""
+    if inp.k_prefix.device.type == "cpu":
+        return (SMALL.kv_c_dim + 8) * 2.0**-24
+    return TOLERANCES[inp.weight_format]
+
+
+def off_the_rule(out: torch.Tensor, ref: torch.Tensor, mag: torch.Tensor, scale: torch.Tensor,
+                 dot_err: float) -> torch.Tensor:
+    """Where ``out`` breaks the rule: a value is right if it is the rule applied to the
+    reference, or applied anywhere within the arithmetic's error of it (which reaches a
+    neighbour only across a tie that close). True where neither holds."""
+    r = ref.float().reshape(out.shape)
+    e = QUOTIENT_ERROR * r.abs() + dot_err * mag.float().reshape(out.shape)
+    lo, hi = (quantize_e4m3(x, scale).float() for x in (r - e, r + e))
+    o = out.float()
+    return ~((o == quantize_e4m3(r, scale).float()) | ((o >= lo) & (o <= hi)))
+
+
+def assert_by_the_rule(inp, ref: Expected, what: str) -> None:
+    """The written rows against the rule applied to the reference, value by value (see the
+    module's note); the spare rows still NaN."""
     t = inp.total_tokens
     assert inp.k_prefix.dtype == FP8 and inp.v_prefix.dtype == FP8
-    for name, out, q in (("k_prefix", inp.k_prefix, rule_of(inp, ref)[0]),
-                         ("v_prefix", inp.v_prefix, rule_of(inp, ref)[1])):
+    err = dot_error(inp)
+    for name, out, r, mag, s in (("k_prefix", inp.k_prefix, ref.k, ref.k_mag, inp.k_out_scale),
+                                 ("v_prefix", inp.v_prefix, ref.v, ref.v_mag, inp.v_out_scale)):
         got = out[:t]
         assert not bool(torch.isnan(got.float()).any()), f"{what}: {name} holds NaN"
-        steps = e4m3_steps(got, q.reshape(got.shape))
-        exact = float((steps == 0).float().mean()) if steps.numel() else 1.0
-        worst = int(steps.max()) if steps.numel() else 0
-        assert exact >= share and worst <= 1, (
-            f"{what}: {name} exact share {exact:.5f} (want >= {share}), max steps {worst}")
+        bad = off_the_rule(got, r, mag, s, err)
+        if bool(bad.any()):
+            at = tuple(int(i) for i in bad.nonzero()[0])
+            pytest.fail(f"{what}: {name} breaks the rule at {int(bad.sum())} of {bad.numel()} "
+                        f"values, first {at}: stored {got[at].float().item()!r}, the rule "
+                        f"{quantize_e4m3(r.reshape(got.shape)[at], s).float().item()!r}, "
+                        f"reference / scale {(r.reshape(got.shape)[at] / s).item()!r}")
         assert bool(torch.isnan(out[t:].float()).all()), f"{what}: a spare row of {name} written"
 
 
@@ -90,7 +123,6 @@ def test_fp8_outputs_follow_the_rule(fmt, cache, block_size, device, seed):
                                 "test_the_checks_accept_the_rule_s_own_outputs)")
         if device == "cpu":  # the interpreter's float32 dot: the rule but for the reciprocal
             assert_by_the_rule(inp, ref, what)
-            assert res["fp8_exact_share"] >= 0.999 and res["fp8_max_steps"] <= 1, res
     # One jit body, the same arguments: serial and chunked store the same bytes, every row.
     for a, b in zip(outs["serial"], outs["chunked"], strict=True):
         assert torch.equal(a, b), "serial and chunked differ with FP8 outputs"
@@ -139,11 +171,11 @@ def test_rope_columns_take_k_s_scale(device, seed):
     inp.v_out_scale.copy_(inp.k_out_scale * 3)
     nope, t = SMALL.qk_nope_dim, inp.total_tokens
     ref = f64_expected(inp)
-    want = quantize_e4m3(ref.k[..., nope:], inp.k_out_scale)
     for variant, config in RUNS:
         run(inp, variant, config)
-        steps = e4m3_steps(inp.k_prefix[:t, :, nope:], want)
-        assert float((steps == 0).float().mean()) >= 0.999 and int(steps.max()) <= 1, variant
+        bad = off_the_rule(inp.k_prefix[:t, :, nope:], ref.k[..., nope:], ref.k_mag[..., nope:],
+                           inp.k_out_scale, dot_error(inp))
+        assert not bool(bad.any()), f"{variant}: {int(bad.sum())} rope values off the rule"
 
 
 # ------------------------------------------------------------------ saturation
