@@ -74,6 +74,12 @@ def batches_for(batch: str, contexts: Sequence[int], ragged_contexts: Sequence[i
 DRAWN_COLUMNS = ("median_us", "roof_fraction")
 
 
+def text(col: pd.Series) -> pd.Series:
+    """A column as strings, "" where missing: a column read from a CSV with nothing in it is
+    float64, which takes no string fill."""
+    return col.astype(object).where(col.notna(), "").astype(str)
+
+
 def read_measurement_csv(path: Path, root: Path, named: bool = False) -> pd.DataFrame | None:
     """One CSV under a data folder, checked: the frame when it is a measurement CSV, None
     for another table. A ValueError names the file (from ``root``), and the row and column
@@ -95,7 +101,7 @@ def read_measurement_csv(path: Path, root: Path, named: bool = False) -> pd.Data
     if missing:
         raise ValueError(f"{rel}: expected the columns {missing} of a measurement CSV, got "
                          f"none")
-    errors = (df["error"].fillna("").astype(str).str.len() > 0 if "error" in df.columns
+    errors = (text(df["error"]).str.len() > 0 if "error" in df.columns
               else pd.Series(False, index=df.index))
     for col in DRAWN_COLUMNS:
         if col not in df.columns:
@@ -559,7 +565,7 @@ def run_over_run(rows: pd.DataFrame, previous: pd.DataFrame | None,
 
     def medians(d: pd.DataFrame) -> pd.Series:
         d = d[(d["timing"] == timing) & d["median_us"].notna()].copy()
-        d["config"] = d["config"].fillna("").astype(str) if "config" in d else ""
+        d["config"] = text(d["config"]) if "config" in d else ""
         d["out_dtype"] = out_dtypes(d)
         return d.groupby(key)["median_us"].median()
 
