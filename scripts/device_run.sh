@@ -17,6 +17,8 @@ Steps (default: run):
   tests      the GPU tests' quick tier (-m smoke, in TESTS_SHARDS processes): pytest_gpu.log
   tests-all  the whole GPU test suite: pytest_gpu_all.log
   ab         this tree against AB_OLD=<label>=<path> (ab_timing.csv)
+  context    the context path: its map (lab.context_map: context_map.csv, context_map_log.txt)
+             and the context layer's GPU tests (pytest_gpu_context.log), each within the limit
 The tree's package files must match provenance-manifest.json's <commit> (written in the
 checkout by `python -m mla_kernels.lab.provenance --manifest`). Results land in DIR (default
 reports/device_run/). --plan prints each step's expected seconds, from the latest committed
@@ -28,14 +30,14 @@ EOF
   exit 2
 }
 set -uo pipefail
-STEPS="run precompile mma matrix budget report host tests tests-all ab"
+STEPS="run precompile mma matrix budget report host tests tests-all ab context"
 RUN_STEPS="precompile mma matrix budget report host"
 limit() {  # a step's time limit, seconds
   local v="${1^^}_TIMEOUT"; v=${v//-/_}
   local d
   case $1 in
     install) d=120 ;; precompile) d=180 ;; mma) d=60 ;; matrix) d=300 ;; budget) d=60 ;; report) d=240 ;;
-    host) d=150 ;; tests) d=240 ;; tests-all) d=580 ;; ab) d=300 ;; *) d=0 ;;
+    host) d=150 ;; tests) d=240 ;; tests-all) d=580 ;; ab) d=300 ;; context) d=300 ;; *) d=0 ;;
   esac
   echo "${!v:-$d}"
 }
@@ -170,6 +172,13 @@ for step in $(expand $steps); do
     tests)      run_sharded "$lim" "$out/pytest_gpu.log" ;;
     tests-all)  timeout "$lim" python3 -m pytest -q -p no:cacheprovider ${TESTS_K:+-k "$TESTS_K"} \
                   tests/designs tests/call tests/core/test_validation.py tests/lab/test_checks.py 2>&1 | tee "$out/pytest_gpu_all.log" | tail -12 ;;
+    context)    rm -f "$out/context_map.csv"
+                timeout "$lim" python3 -m mla_kernels.lab.context_map --out "$out" \
+                  > "$out/context_map_log.txt" 2>&1
+                rc=$?; tail -4 "$out/context_map_log.txt"
+                timeout "$lim" python3 -m pytest -q -p no:cacheprovider tests/context/test_gpu_context.py \
+                  tests/context/test_attention.py > "$out/pytest_gpu_context.log" 2>&1
+                r=$?; tail -2 "$out/pytest_gpu_context.log"; (exit $((rc > r ? rc : r))) ;;
     ab)         timeout "$lim" python3 scripts/ab_timing.py "$out/ab_timing.csv" \
                   --tree "$AB_OLD" --tree "$sha=." ${AB_POINTS:+--points $AB_POINTS} 2>&1 | tail -40 ;;
   esac
