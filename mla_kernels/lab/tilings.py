@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..context.attention import Blocking, check_blocking
 from .bench import measure_ceilings
 from .context_checks import attention_errors, judge, worst
 from .context_floors import Rates
@@ -36,11 +37,9 @@ def points(specs: Iterable[str]) -> list[tuple[int, int]]:
     return [tuple(int(x) for x in spec.split(":")) for spec in specs]
 
 
-def blockings(specs: Iterable[str]) -> list:
+def blockings(specs: Iterable[str]) -> list[Blocking]:
     """A ``context.attention.Blocking`` of each "block_m,block_n,num_warps,num_stages",
     checked as a plan checks it (a ValueError naming the field)."""
-    from ..context.attention import Blocking, check_blocking
-
     out = []
     for spec in specs:
         parts = spec.split(",")
