@@ -100,6 +100,38 @@ def test_program_runs_and_ring_depth(programs, stages, device, seed):
     run_and_check(inp, "hopper_ws", config=HopperWSConfig(ring_depth=stages, programs=programs))
 
 
+# The gather paths whose first tile the guessed block ids serve: the fp8 tile's, the latent
+# widener's (a bf16 weight over an fp8 cache), the bf16 tile's, and two groups'.
+GUESS_PATHS = [("fp8_row", "fp8", HopperWSConfig()), ("bf16", "fp8", HopperWSConfig()),
+               ("fp8_row", "bf16", HopperWSConfig()),
+               ("fp8_row", "fp8", HopperWSConfig(mma_groups=2, ring_depth=6,
+                                                 latent_in_registers=True))]
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("contexts", "block_size", "spare_indices"), [
+    ([4096], 1, 0),  # every row's guess holds (a share of one tile a program)
+    ([32000], 1, 0),  # every row's guess holds (runs over many tiles)
+    ([1000, 0, 300, 7], 1, 0),  # several sequences, page 1: the guess holds
+    ([100], 1, 0),  # one partial tile
+    ([4096], 1, 3),  # a table a little longer than the batch: the guessed tiles are others
+    ([4096], 1, 5000),  # a table more than twice the batch: guessed runs of other shapes
+    ([37, 0, 300, 129, 1], 16, 0),  # part-filled pages: wrong from the second sequence
+], ids=["one-4096", "one-32000", "several-page1", "partial", "longer-table", "long-table",
+        "page16"])
+@pytest.mark.parametrize(("fmt", "cache", "config"), GUESS_PATHS,
+                         ids=["fp8", "widener", "bf16_cache", "registers"])
+def test_early_block_ids_match_reference(contexts, block_size, spare_indices, fmt, cache, config,
+                                         device, seed):
+    # A guessed block id is kept only where its index proves right: where the guess is wrong
+    # the entries it read are other tokens' block ids (in range), so keeping one would show.
+    inp = mk.build_inputs(KIMI, contexts, block_size=block_size, cache_dtype=cache,
+                          weight_format=fmt, device=device, seed=seed,
+                          spare_indices=spare_indices)
+    run_and_check(inp, "hopper_ws", config=replace(config, early_block_ids=True))
+
+
 def _lockstep_cases() -> dict[int, tuple[int, int]]:
     """For each run granule the kernel can choose for 256 items a tile (DeepSeek-V3 TP1),
     and for none, the smallest (tiles, programs) that choose it."""
@@ -506,10 +538,11 @@ def test_config_fields_checked():
                 dict(latent_in_registers=1), dict(latent_in_registers="yes"), dict(pingpong=2),
                 dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1),
                 dict(staging_buffers=0), dict(staging_buffers=3),
-                dict(mxfp4_widening="once"), dict(mxfp4_widening=True)):
+                dict(mxfp4_widening="once"), dict(mxfp4_widening=True),
+                dict(early_block_ids=1), dict(early_block_ids="yes")):
         with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
                                              "|pingpong|spare_latent_chunks|mxfp4_widening"
-                                             "|staging_buffers)"
+                                             "|staging_buffers|early_block_ids)"
                                              ": expected"):
             HopperWSConfig(**bad)
 

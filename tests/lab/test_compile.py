@@ -455,3 +455,34 @@ def test_hopper_ws_overlapped_launch_compiles_for_sm90():
             allowed = [] if r["prefetch"] == "none" else [
                 "cp.async.bulk.prefetch.L2", "tt.load cg"]
             assert r["before"] == allowed, r
+
+
+_GUESS = textwrap.dedent(r"""
+    import json, re
+    from mla_kernels.designs.hopper_ws import HopperWSConfig
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel, ptxas_report
+    from mla_kernels.lab.inputs import build_inputs
+    from mla_kernels.lab.occupancy import problem_for
+
+    for fmt, cache in (("fp8_row", "fp8"), ("bf16", "fp8"), ("fp8_row", "bf16")):
+        for on in (False, True):
+            inp = build_inputs("kimi-k3-tp8", [300], cache_dtype=cache, weight_format=fmt)
+            prob = problem_for("kimi-k3-tp8", [300], cache, fmt, 1)
+            _, kernel = compile_main_kernel("hopper_ws", inp, prob,
+                                            HopperWSConfig(early_block_ids=on), HOPPER, 90)
+            print(json.dumps({"path": [fmt, cache], "on": on,
+                              "loads": len(re.findall(r"= tt\.load ", kernel.asm["ttgir"])),
+                              **ptxas_report(kernel.asm["ptx"], 90)}), flush=True)
+""")
+
+
+def test_hopper_ws_early_block_ids_compile_for_sm90():
+    # On each gather path (the fp8 tile's, the latent widener's, the bf16 tile's) the first
+    # tile's block ids read at guessed indices are one load more (the guess; the first
+    # tile's read becomes that of the rows it missed), at no cost in spills.
+    rows = _child_rows(_GUESS)
+    assert len(rows) == 6
+    for off, on in zip(rows[::2], rows[1::2], strict=True):
+        assert (off["path"], off["on"], on["on"]) == (on["path"], False, True)
+        assert on["loads"] == off["loads"] + 1, (off, on)
+        assert on["spill_bytes"] == off["spill_bytes"] == 0, (off, on)

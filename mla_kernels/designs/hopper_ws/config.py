@@ -102,8 +102,13 @@ class HopperWSConfig(DesignConfig):
     page table's block ids (``"table"``), its latent rows (``"latent"``, the block ids
     with them), its weight (``"weight"``), the block ids and the weight (``"table+weight"``)
     or the rows and the weight (``"inputs"``) into L2 before that kernel has finished
-    (prefetch.py), or nothing (``"none"``). What each option bought, and
-    where ``auto`` sets them: README.md."""
+    (prefetch.py), or nothing (``"none"``); ``early_block_ids``: the gather reads its first
+    tile's block ids beside the batch's offsets, at indices guessed as if the page table
+    held the batch's pages exactly and each sequence's pages began at its first token's
+    page (right for page 1 and a table sized to the batch), each row's guess checked and
+    the wrong ones read again (``schedule.Cache.first_tile``), instead of after the
+    offsets. What each option bought,
+    and where ``auto`` sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None
@@ -115,10 +120,11 @@ class HopperWSConfig(DesignConfig):
     mxfp4_widening: str = "call"
     overlap_launch: bool = True
     prefetch: str = "none"
+    early_block_ids: bool = False
 
     _rules = {"ring_depth": int_in(2, MAX_RING_DEPTH), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
               "spare_latent_chunks": int_in(0, 3), "staging_buffers": optional(int_in(1, 2)),
               "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag(),
-              "prefetch": choice(PREFETCH_KINDS)}
+              "prefetch": choice(PREFETCH_KINDS), "early_block_ids": flag()}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

@@ -50,10 +50,10 @@ def _latent_copier(items, cache, tile_bufs, k_out_ptr, rope_inv):
                                                [GATHER_WARPS, 1], [1, 0])
     NK: gl.constexpr = KV_C // BK
     index = cache.batch_index(items, lat_layout)
-    total, start, end, first_tile, last_tile = items.span()
+    total, start, end, first_tile, last_tile, rows, tmask = cache.first_tile(items, lat_layout,
+                                                                             index)
     k_cols = gl.arange(0, LK, layout=gl.SliceLayout(0, lat_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
-    rows, tmask = cache.tile_rows(items, total, first_tile, lat_layout, index)
     for tile in range(first_tile, last_tile):
         n = tile - first_tile
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
@@ -122,11 +122,9 @@ def _slice_load(k32, words, rw, tmask, j: gl.constexpr, NS: gl.constexpr):
 
 
 @gluon.jit
-def _tile_words(items, cache, k32, words, total, tile, NS: gl.constexpr, layout: gl.constexpr,
-                index):
-    """A tile's row offsets in words, its row mask and its 8 slices' loads (stand-ins past
-    NS), all issued at once: the row offsets first (dependent index loads)."""
-    rows, tmask = cache.tile_rows(items, total, tile, layout, index)
+def _tile_words(k32, words, rows, tmask, NS: gl.constexpr):
+    """A tile's row offsets (``rows``: ``Cache.tile_rows``'s) in words, its row mask and its
+    8 slices' loads (stand-ins past NS), all issued at once."""
     # Rows start at multiples of 4 bytes (kv_c + pe is a multiple of 64).
     rw = rows // 4
     return (rw, tmask, _slice_load(k32, words, rw, tmask, 0, NS),
@@ -176,9 +174,9 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv):
     index = cache.batch_index(items, word_layout)
     k_scale = gl.load(cache.k_scale_ptr)
     rope_factor = k_scale * rope_inv
-    total, start, end, first_tile, last_tile = items.span()
-    rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
-        items, cache, k32, words, total, first_tile, NS, word_layout, index)
+    total, start, end, first_tile, last_tile, rows, tmask = cache.first_tile(items, word_layout,
+                                                                             index)
+    rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(k32, words, rows, tmask, NS)
     for tile in range(first_tile, last_tile):
         n = tile - first_tile
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
@@ -192,5 +190,5 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv):
         pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
         _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, rope_factor, total, tile, start, end,
                     pe_cols, pe_layout)
-        rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(
-            items, cache, k32, words, total, tile + 1, NS, word_layout, index)
+        next_rows, tmask = cache.tile_rows(items, total, tile + 1, word_layout, index)
+        rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(k32, words, next_rows, tmask, NS)

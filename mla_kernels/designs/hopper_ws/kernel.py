@@ -30,7 +30,8 @@ def hopper_ws_kernel(
     LAT_REGS: gl.constexpr, PAIRS: gl.constexpr, OUT_FP8: gl.constexpr,
     LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
     STAGING: gl.constexpr, PREFETCH_TABLE: gl.constexpr, PREFETCH_LATENT: gl.constexpr,
-    ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr, num_warps: gl.constexpr,
+    ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr, GUESS_IDS: gl.constexpr,
+    num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -146,7 +147,7 @@ def hopper_ws_kernel(
     p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS, HEADS, WHOLE),
                 Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
                       stride_slot, num_blocks, num_indices, BLOCK_SIZE, SEARCH_STEPS,
-                      CACHE_FP8),
+                      CACHE_FP8, GUESS_IDS),
                 w_desc, w_ptr, ws_ptr, WK, SCALE, WS_LD,
                 WeightRing(w_ring, w_ready, w_empty, info, STAGES, MX_WIDENED), packed,
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),

@@ -275,7 +275,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   PDL=config.overlap_launch, launch_pdl=config.overlap_launch,
                   PREFETCH_TABLE="table" in prefetch, PREFETCH_LATENT="latent" in prefetch,
                   ROW_BYTES=(prob.kv_c_dim + prob.pe_dim) * t.k_buffer.element_size(),
-                  W_BYTES=w_bytes,
+                  W_BYTES=w_bytes, GUESS_IDS=config.early_block_ids,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
                   maxnreg=168 if groups == 1 and not mx_in else 128)
     has_ws = ws is not None

@@ -58,7 +58,12 @@ class Items:
 
     @gluon.jit
     def run(self):
-        """(tokens, first item, end item) of this program.
+        """(tokens, first item, end item) of this program (``run_of`` the batch's tokens)."""
+        return self.run_of(gl.load(self.cs_ptr + self.batch))
+
+    @gluon.jit
+    def run_of(self, total):
+        """(``total``, first item, end item) of this program in a batch of ``total`` tokens.
 
         With at least two programs per token tile, each program takes an equal share of one
         tile's items, so none gathers two tiles in a row (short contexts: the programs left
@@ -73,7 +78,6 @@ class Items:
         # Runs are split in units of UNIT items; per tile UNITS of them.
         UNIT: gl.constexpr = 2 if self.PAIRS else 1
         UNITS: gl.constexpr = self.PER_TILE // UNIT
-        total = gl.load(self.cs_ptr + self.batch)
         n_tiles = gl.cdiv(total, BM)
         pid = gl.program_id(0)
         nprog = gl.num_programs(0)
@@ -107,8 +111,13 @@ class Items:
     @gluon.jit
     def span(self):
         """(tokens, the run's items [start, end), its token tiles [first, last))."""
+        return self.span_of(gl.load(self.cs_ptr + self.batch))
+
+    @gluon.jit
+    def span_of(self, total):
+        """``span`` in a batch of ``total`` tokens."""
         ITEMS_PER_TILE: gl.constexpr = self.PER_TILE
-        total, start, end = self.run()
+        total, start, end = self.run_of(total)
         first_tile = start // ITEMS_PER_TILE
         last_tile = (end + ITEMS_PER_TILE - 1) // ITEMS_PER_TILE
         if end == start:
@@ -175,6 +184,7 @@ class Cache:
     BLOCK_SIZE: gl.constexpr
     SEARCH_STEPS: gl.constexpr  # binary-search steps over the batch's cs
     FP8: gl.constexpr
+    GUESS: gl.constexpr  # the first tile's block ids read at guessed indices (first_tile)
 
     @gluon.jit
     def batch_index(self, items, layout: gl.constexpr, EARLY: gl.constexpr = False):
@@ -192,6 +202,74 @@ class Cache:
             return gl.load(items.cs_ptr + i), gl.load(self.kv_indptr_ptr + i)
 
     @gluon.jit
+    def first_tile(self, items, layout: gl.constexpr, index):
+        """The program's span (``Items.span``), and its first tile's row offsets and row mask
+        (``tile_rows``). With GUESS, that tile's block ids are read beside the batch's token
+        count instead of after it (``_guess``): a trip to memory fewer before the first
+        rows are gathered wherever the guess holds, one more load where it does not."""
+        if self.GUESS:
+            g_idx, g_blk, g_ok = self._guess(items, layout)
+        total, start, end, first, last = items.span()
+        if self.GUESS:
+            first_block, t, tmask = self._tile_index(items, total, first, layout, index)
+            idx = first_block + t // self.BLOCK_SIZE
+            hit = g_ok & (idx == g_idx)
+            # A row whose index into the page table was guessed keeps the block id read
+            # there; the others are read now.
+            blk = gl.where(hit, g_blk, gl.load(self.kv_indices_ptr + idx,
+                                               mask=tmask & ~hit, other=0))
+            gl.device_assert((blk >= 0) & (blk < self.num_blocks),
+                             "kv_indices: block id out of range")
+            rows = self._row_offsets(blk, t)
+        else:
+            rows, tmask = self.tile_rows(items, total, first, layout, index)
+        return total, start, end, first, last, rows, tmask
+
+    @gluon.jit
+    def _guess(self, items, layout: gl.constexpr):
+        """The page table's entries for the program's first tile, read before the batch's
+        token count is known, at indices guessed as if the table held the batch's pages
+        exactly (num_indices x BLOCK_SIZE tokens: a page-1 table sized to the batch) and each
+        sequence's pages began at its first token's page (kv_indptr x BLOCK_SIZE == cs: so
+        for page 1, where a sequence has a page a token, and for full pages). (indices,
+        block ids, which were read): every index lies in the table, so the loads are safe
+        whatever the guess; ``first_tile`` keeps only the rows whose index proves to be
+        the guessed one."""
+        total = self.num_indices * self.BLOCK_SIZE
+        _, _, _, first, _ = items.span_of(total)
+        r = tile_row0(first, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+        ok = (r >= 0) & (r < total)  # (a table of 2^31 tokens or more: none read)
+        idx = r // self.BLOCK_SIZE
+        return idx, gl.load(self.kv_indices_ptr + idx, mask=ok, other=0), ok
+
+    @gluon.jit
+    def _tile_index(self, items, total, tile, layout: gl.constexpr, index):
+        """For each row of token tile ``tile``: its sequence's first index into the page
+        table, its offset from its sequence's start, and whether it holds a token
+        (``tile_rows``)."""
+        SEARCH_STEPS: gl.constexpr = self.SEARCH_STEPS
+        cs_ptr = items.cs_ptr
+        r = tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
+        tmask = r < total
+        if (1 << SEARCH_STEPS) <= BM:
+            cs_v, ip_v = index
+            lo = find_sequence(cs_ptr, r, items.batch, SEARCH_STEPS, cs_v)
+            t = r - gl.gather(cs_v, lo, 0)
+            first_block = gl.gather(ip_v, lo, 0)
+        else:
+            lo = find_sequence(cs_ptr, r, items.batch, SEARCH_STEPS)
+            t = r - gl.load(cs_ptr + lo)
+            first_block = gl.load(self.kv_indptr_ptr + lo)
+        return first_block, t, tmask
+
+    @gluon.jit
+    def _row_offsets(self, blk, t):
+        """Element offsets of the latent rows at block ids ``blk``, slots ``t`` mod the page
+        (64-bit: block id x stride overflows 32 bits on large caches)."""
+        return (blk.to(gl.int64) * self.stride_block
+                + (t % self.BLOCK_SIZE).to(gl.int64) * self.stride_slot)
+
+    @gluon.jit
     def tile_rows(self, items, total, tile, layout: gl.constexpr, index,
                   EARLY: gl.constexpr = False):
         """Element offsets of the latent rows of token tile ``tile`` (64-bit: block id x
@@ -204,35 +282,22 @@ class Cache:
         registers): the page table may still be being written, so its values are read from
         L2 alone and each is clamped into its tensor's bounds: the offsets then lie in the
         cache whatever was read, and a row that holds a token may be a wrong one."""
-        SEARCH_STEPS: gl.constexpr = self.SEARCH_STEPS
-        BLOCK_SIZE: gl.constexpr = self.BLOCK_SIZE
-        cs_ptr = items.cs_ptr
-        r = tile_row0(tile, total) + gl.arange(0, BM, layout=gl.SliceLayout(1, layout))
-        tmask = r < total
-        if (1 << SEARCH_STEPS) <= BM:
-            cs_v, ip_v = index
-            lo = find_sequence(cs_ptr, r, items.batch, SEARCH_STEPS, cs_v)
-            t = r - gl.gather(cs_v, lo, 0)
-            first_block = gl.gather(ip_v, lo, 0)
-        else:
-            gl.static_assert(not EARLY, "early row offsets: a batch searched in registers only")
-            lo = find_sequence(cs_ptr, r, items.batch, SEARCH_STEPS)
-            t = r - gl.load(cs_ptr + lo)
-            first_block = gl.load(self.kv_indptr_ptr + lo)
+        gl.static_assert(not EARLY or (1 << self.SEARCH_STEPS) <= BM,
+                         "early row offsets: a batch searched in registers only")
+        first_block, t, tmask = self._tile_index(items, total, tile, layout, index)
         if EARLY:
             t = gl.maximum(t, 0)
-            at = gl.minimum(gl.maximum(first_block + t // BLOCK_SIZE, 0), self.num_indices - 1)
+            at = gl.minimum(gl.maximum(first_block + t // self.BLOCK_SIZE, 0),
+                            self.num_indices - 1)
             blk = gl.load(self.kv_indices_ptr + at, mask=tmask & (at >= 0), other=0,
                           cache_modifier=".cg")
             blk = gl.minimum(gl.maximum(blk, 0), self.num_blocks - 1)
         else:
-            blk = gl.load(self.kv_indices_ptr + first_block + t // BLOCK_SIZE, mask=tmask,
+            blk = gl.load(self.kv_indices_ptr + first_block + t // self.BLOCK_SIZE, mask=tmask,
                           other=0)
             gl.device_assert((blk >= 0) & (blk < self.num_blocks),
                              "kv_indices: block id out of range")
-        rows = (blk.to(gl.int64) * self.stride_block
-                + (t % BLOCK_SIZE).to(gl.int64) * self.stride_slot)
-        return rows, tmask
+        return self._row_offsets(blk, t), tmask
 
 
 def lockstep_granule(items_per_tile: int, n_tiles: int, programs: int, unit: int = 1) -> int:
