@@ -10,6 +10,10 @@ cache: every one of them, an fp8 or MXFP4 weight widened to a bf16 copy ahead of
 (weight_widening)."""
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
 
 import pytest
@@ -130,6 +134,34 @@ def test_early_block_ids_match_reference(contexts, block_size, spare_indices, fm
                           weight_format=fmt, device=device, seed=seed,
                           spare_indices=spare_indices)
     run_and_check(inp, "hopper_ws", config=replace(config, early_block_ids=True))
+
+
+@pytest.mark.gpu
+@hopper
+def test_early_block_ids_take_no_spare_entry_for_a_block_id(seed):
+    # 100 tokens, a table of 128 entries: the guess reads the whole first tile's, the spare
+    # ones holding no block id (-1, 10^7). A row past the tokens must not keep its guessed
+    # entry, which device asserts (debug) would stop; the tokens' rows are right. In a child
+    # process: an assert would end the CUDA context.
+    code = textwrap.dedent(f"""
+        import torch, mla_kernels as mk
+        from mla_kernels.designs.hopper_ws import HopperWSConfig
+        from mla_kernels.lab.checks import check_outputs
+        inp = mk.build_inputs("{KIMI}", [100], block_size=1, device="cuda", seed={seed},
+                              spare_indices=28)
+        inp.kv_indices[100::2] = -1
+        inp.kv_indices[101::2] = 10**7
+        inp.poison_outputs()
+        mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws", debug=True,
+                            config=HopperWSConfig(early_block_ids=True))
+        torch.cuda.synchronize()
+        res = check_outputs(inp)
+        print("OK" if res["correct"] and res["spare_rows_untouched"] else f"WRONG {{res}}")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, env=dict(os.environ, TRITON_INTERPRET="0"))
+    assert out.returncode == 0 and out.stdout.strip().endswith("OK"), (
+        out.stdout + out.stderr[-2000:])
 
 
 def _lockstep_cases() -> dict[int, tuple[int, int]]:

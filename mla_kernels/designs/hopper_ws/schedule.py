@@ -213,9 +213,10 @@ class Cache:
         if self.GUESS:
             first_block, t, tmask = self._tile_index(items, total, first, layout, index)
             idx = first_block + t // self.BLOCK_SIZE
-            hit = g_ok & (idx == g_idx)
-            # A row whose index into the page table was guessed keeps the block id read
-            # there; the others are read now.
+            # A row holding a token whose index into the page table was guessed keeps the
+            # block id read there; the others are read now (a row past the tokens reads
+            # none, as in tile_rows: its guessed entry may be a spare one, holding anything).
+            hit = g_ok & tmask & (idx == g_idx)
             blk = gl.where(hit, g_blk, gl.load(self.kv_indices_ptr + idx,
                                                mask=tmask & ~hit, other=0))
             gl.device_assert((blk >= 0) & (blk < self.num_blocks),
