@@ -123,11 +123,11 @@ def _slice_load(k32, words, rw, tmask, j: gl.constexpr, NS: gl.constexpr):
 
 @gluon.jit
 def _tile_words(k32, words, rows, tmask, NS: gl.constexpr):
-    """A tile's row offsets (``rows``: ``Cache.tile_rows``'s) in words, its row mask and its
-    8 slices' loads (stand-ins past NS), all issued at once."""
+    """A tile's row offsets (``rows``, masked by ``tmask``: ``Cache.tile_rows``'s) in words,
+    and its 8 slices' loads (stand-ins past NS), all issued at once."""
     # Rows start at multiples of 4 bytes (kv_c + pe is a multiple of 64).
     rw = rows // 4
-    return (rw, tmask, _slice_load(k32, words, rw, tmask, 0, NS),
+    return (rw, _slice_load(k32, words, rw, tmask, 0, NS),
             _slice_load(k32, words, rw, tmask, 1, NS), _slice_load(k32, words, rw, tmask, 2, NS),
             _slice_load(k32, words, rw, tmask, 3, NS), _slice_load(k32, words, rw, tmask, 4, NS),
             _slice_load(k32, words, rw, tmask, 5, NS), _slice_load(k32, words, rw, tmask, 6, NS),
@@ -176,7 +176,7 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv):
     rope_factor = k_scale * rope_inv
     total, start, end, first_tile, last_tile, rows, tmask = cache.first_tile(items, word_layout,
                                                                              index)
-    rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(k32, words, rows, tmask, NS)
+    rw, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(k32, words, rows, tmask, NS)
     for tile in range(first_tile, last_tile):
         n = tile - first_tile
         # A buffer's first fill waits on the phase before the barrier's first: it passes.
@@ -191,4 +191,4 @@ def _latent_widener(items, cache, tile_bufs, k_out_ptr, rope_inv):
         _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, rope_factor, total, tile, start, end,
                     pe_cols, pe_layout)
         next_rows, tmask = cache.tile_rows(items, total, tile + 1, word_layout, index)
-        rw, tmask, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(k32, words, next_rows, tmask, NS)
+        rw, x0, x1, x2, x3, x4, x5, x6, x7 = _tile_words(k32, words, next_rows, tmask, NS)
