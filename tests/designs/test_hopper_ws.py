@@ -164,6 +164,40 @@ def test_early_block_ids_take_no_spare_entry_for_a_block_id(seed):
         out.stdout + out.stderr[-2000:])
 
 
+# The paths whose full tiles' rope the run may store at a tile's start: the fp8 tile's
+# with two staging buffers, two groups with the latent in registers (one buffer, each
+# group its half of the rows), per-block scales (two row halves), FP8 outputs (the rope
+# over k_out_scale), a bf16 weight widened into two groups' registers, MXFP4 widened once.
+ROPE_PATHS = [("fp8_row", None, HopperWSConfig()),
+              ("fp8_row", None, HopperWSConfig(mma_groups=2, ring_depth=6,
+                                               latent_in_registers=True)),
+              ("fp8_block", None, HopperWSConfig()),
+              ("fp8_row", torch.float8_e4m3fn, HopperWSConfig()),
+              ("bf16", None, HopperWSConfig(mma_groups=2, ring_depth=6,
+                                            latent_in_registers=True)),
+              ("mxfp4", None, HopperWSConfig())]
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("shape", "contexts", "programs"), [
+    (KIMI, [4096], None),  # programs share each tile: a run of 6 items, 3 heads' rope
+    (KIMI, [32000], None),  # runs over several tiles, starting and ending mid-tile
+    (KIMI, [1000, 0, 300, 7], 5),  # runs mid-tile and mid-head, the last tile shifted back
+    (KIMI, [100], None),  # one partial tile: its rope stored with the items, as before
+    ("deepseek-v3-tp1", [700], None),  # 128 heads a tile
+], ids=["kimi-4096", "kimi-32000", "kimi-several-5-programs", "kimi-partial", "deepseek-tp1"])
+@pytest.mark.parametrize(("fmt", "out", "config"), ROPE_PATHS,
+                         ids=["fp8", "registers", "block", "fp8_out", "bf16_registers", "mxfp4"])
+def test_rope_ahead_matches_reference(shape, contexts, programs, fmt, out, config, device,
+                                      seed):
+    # Poisoned outputs show a head whose rope no run stored; a rope stored into another
+    # head's or tile's rows shows as a wrong value there.
+    inp = mk.build_inputs(shape, contexts, block_size=1, cache_dtype="fp8", weight_format=fmt,
+                          device=device, seed=seed, out_dtype=out or torch.bfloat16)
+    run_and_check(inp, "hopper_ws", config=replace(config, rope_ahead=True, programs=programs))
+
+
 def _lockstep_cases() -> dict[int, tuple[int, int]]:
     """For each run granule the kernel can choose for 256 items a tile (DeepSeek-V3 TP1),
     and for none, the smallest (tiles, programs) that choose it."""
@@ -419,6 +453,12 @@ def test_pingpong_program_runs_and_ring_depth(programs, stages, device, seed):
     # Prefetches come before the overlapped launch's wait: none without it.
     ("fp8_row", "fp8", "bf16", HopperWSConfig(overlap_launch=False, prefetch="latent"),
      "prefetch"),
+    # The rope stored at a tile's start: not where the gather warps store it (a bf16 tile:
+    # a bf16 weight, any weight over a bf16 cache), nor where one ping-pong group stages it.
+    ("bf16", "fp8", "bf16", HopperWSConfig(rope_ahead=True), "rope_ahead"),
+    ("fp8_row", "bf16", "bf16", HopperWSConfig(rope_ahead=True), "rope_ahead"),
+    ("fp8_row", "fp8", "fp8", HopperWSConfig(mma_groups=2, pingpong=True, ring_depth=6,
+                                             rope_ahead=True), "rope_ahead"),
 ])
 def test_pingpong_refused_where_it_does_not_apply(fmt, cache, out, config, field):
     # Refused when the launch is prepared, before anything is written.
@@ -571,10 +611,11 @@ def test_config_fields_checked():
                 dict(spare_latent_chunks=4), dict(spare_latent_chunks=-1),
                 dict(staging_buffers=0), dict(staging_buffers=3),
                 dict(mxfp4_widening="once"), dict(mxfp4_widening=True),
-                dict(early_block_ids=1), dict(early_block_ids="yes")):
+                dict(early_block_ids=1), dict(early_block_ids="yes"),
+                dict(rope_ahead=1), dict(rope_ahead="yes")):
         with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
                                              "|pingpong|spare_latent_chunks|mxfp4_widening"
-                                             "|staging_buffers|early_block_ids)"
+                                             "|staging_buffers|early_block_ids|rope_ahead)"
                                              ": expected"):
             HopperWSConfig(**bad)
 

@@ -171,6 +171,15 @@ def test_pingpong_refused():
                           DEVICES["H200"])
 
 
+def test_rope_ahead_refused():
+    # These heads' rope leaves with the item piece where a head's K-nope begins.
+    inp = mk.build_inputs(GLM, [10], cache_dtype="fp8", weight_format="fp8_row")
+    with pytest.raises(ValueError, match=r"config\.rope_ahead: expected False here \(heads of "
+                                         r"192 K-nope and 256 V columns .*\), got True"):
+        HOPPER_WS.prepare(_prob(shape=GLM), inp.args(), None, HopperWSConfig(rope_ahead=True),
+                          DEVICES["H200"])
+
+
 @pytest.mark.parametrize("out", [torch.bfloat16, torch.float8_e4m3fn])
 @pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block", "bf16", "mxfp4"])
 @pytest.mark.parametrize("cache", ["fp8", "bf16"])

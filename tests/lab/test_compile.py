@@ -486,3 +486,50 @@ def test_hopper_ws_early_block_ids_compile_for_sm90():
         assert (off["path"], off["on"], on["on"]) == (on["path"], False, True)
         assert on["loads"] == off["loads"] + 1, (off, on)
         assert on["spill_bytes"] == off["spill_bytes"] == 0, (off, on)
+
+
+_ROPE = textwrap.dedent(r"""
+    import json, re
+    import torch
+    from mla_kernels.designs.hopper_ws import HopperWSConfig
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel, ptxas_report
+    from mla_kernels.lab.inputs import build_inputs
+    from mla_kernels.lab.occupancy import problem_for
+
+    two = dict(mma_groups=2, ring_depth=6, latent_in_registers=True)
+    for fmt, out, kw in (("fp8_row", "bf16", {}), ("fp8_block", "bf16", {}),
+                         ("fp8_row", "fp8", {}), ("fp8_row", "bf16", two)):
+        dtype = torch.float8_e4m3fn if out == "fp8" else torch.bfloat16
+        for on in (False, True):
+            inp = build_inputs("kimi-k3-tp8", [300], weight_format=fmt, out_dtype=dtype)
+            prob = problem_for("kimi-k3-tp8", [300], "fp8", fmt, 1, out_dtype=dtype)
+            _, kernel = compile_main_kernel("hopper_ws", inp, prob,
+                                            HopperWSConfig(rope_ahead=on, **kw), HOPPER, 90)
+            # Each rope store's enclosing region: the op that opens the nearest line above
+            # it indented less.
+            lines = kernel.asm["ttgir"].splitlines()
+            parents = []
+            for i, line in enumerate(lines):
+                if "async_tma_copy_local_to_global %pe_desc" in line:
+                    depth = len(line) - len(line.lstrip())
+                    up = next(u for u in reversed(lines[:i])
+                              if u.strip() and len(u) - len(u.lstrip()) < depth)
+                    parents.append(re.search(r"\b[a-z_]+\.[a-z_.]+", up).group())
+            print(json.dumps({"path": [fmt, out, bool(kw)], "on": on, "parents": parents,
+                              **ptxas_report(kernel.asm["ptx"], 90)}), flush=True)
+""")
+
+
+def test_hopper_ws_rope_ahead_compiles_for_sm90():
+    # The rope stored at a tile's start (the fp8 tile's paths: per-row and per-block scales,
+    # FP8 outputs, two groups with the latent in registers) costs no spills, and the rope's
+    # store moves from a K-nope item's branch into a loop over heads.
+    rows = _child_rows(_ROPE)
+    assert len(rows) == 8
+    for off, on in zip(rows[::2], rows[1::2], strict=True):
+        assert (off["path"], off["on"], on["on"]) == (on["path"], False, True)
+        assert on["spill_bytes"] <= off["spill_bytes"], (off, on)
+        if not off["path"][2]:
+            assert on["spill_bytes"] == 0, on
+        assert off["parents"] and set(off["parents"]) == {"scf.if"}, off
+        assert len(on["parents"]) == len(off["parents"]) and set(on["parents"]) == {"scf.for"}, on

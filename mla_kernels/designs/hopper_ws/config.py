@@ -107,7 +107,9 @@ class HopperWSConfig(DesignConfig):
     held the batch's pages exactly and each sequence's pages began at its first token's
     page (right for page 1 and a table sized to the batch), each row's guess checked and
     the wrong ones read again (``schedule.Cache.first_tile``), instead of after the
-    offsets. What each option bought,
+    offsets; ``rope_ahead``: at each full tile's start, once its rope is staged, the rope
+    of every head whose K-nope item the run holds in that tile is stored at once, not with
+    that item (heads of whole items, an fp8 latent tile, not pingpong). What each option bought,
     and where ``auto`` sets them: README.md."""
 
     ring_depth: int = 4
@@ -121,10 +123,12 @@ class HopperWSConfig(DesignConfig):
     overlap_launch: bool = True
     prefetch: str = "none"
     early_block_ids: bool = False
+    rope_ahead: bool = False
 
     _rules = {"ring_depth": int_in(2, MAX_RING_DEPTH), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
               "spare_latent_chunks": int_in(0, 3), "staging_buffers": optional(int_in(1, 2)),
               "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag(),
-              "prefetch": choice(PREFETCH_KINDS), "early_block_ids": flag()}
+              "prefetch": choice(PREFETCH_KINDS), "early_block_ids": flag(),
+              "rope_ahead": flag()}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

@@ -31,7 +31,7 @@ def hopper_ws_kernel(
     LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
     STAGING: gl.constexpr, PREFETCH_TABLE: gl.constexpr, PREFETCH_LATENT: gl.constexpr,
     ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr, GUESS_IDS: gl.constexpr,
-    num_warps: gl.constexpr,
+    ROPE_AHEAD: gl.constexpr, num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -152,7 +152,7 @@ def hopper_ws_kernel(
                 WeightRing(w_ring, w_ready, w_empty, info, STAGES, MX_WIDENED), packed,
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),
                 Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
-                        ko_scale_ptr, vo_scale_ptr, OUT_FP8), turns)
+                        ko_scale_ptr, vo_scale_ptr, OUT_FP8, ROPE_AHEAD), turns)
     # Launched overlapped (PDL): the setup above reads no global memory. The kernel before
     # may still be writing anything this call reads (the cache, its indices, the weight:
     # the widening kernel writes a widened copy), so the partitions start once it has

@@ -383,11 +383,12 @@ def _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK: gl.constex
 
 
 @gluon.jit
-def _stage_rope(lat, out, grp, item):
+def _stage_rope(items, lat, out, grp, item, start, end):
     """At a tile's first item: wait for its rope (cp.async, generic proxy; fenced for the
     async proxy's wgmma and TMA), and for a full tile stage it x k_scale in the output's rope
-    buffer, freeing the rope's slot for the next tile. A partial tile's rope is stored from
-    ``pe`` with its K-nope items (``_store_item``)."""
+    buffer, freeing the rope's slot for the next tile; with ROPE_AHEAD store it there and
+    then into every head whose K-nope item of this tile lies in the run [start, end). A
+    partial tile's rope is stored from ``pe`` with its K-nope items (``_store_item``)."""
     out_ty: gl.constexpr = out.k_ptr.dtype.element_ty
     mbarrier.wait(lat.rope_ready(), (item.tiles_seen - 1) & 1)
     fence_async_shared()
@@ -397,6 +398,15 @@ def _stage_rope(lat, out, grp, item):
         grp.pe_dst.store(pe.to(out_ty))
         fence_async_shared()
         mbarrier.arrive(lat.rope_empty(), count=1)  # the next tile's rope may land
+        if out.ROPE_AHEAD:
+            # The rope needs no product: its bytes leave while the first item multiplies,
+            # so a short context's write stream starts an item sooner.
+            KROW: gl.constexpr = items.NOPE + items.PE
+            base = (item.it // items.PER_TILE) * items.PER_TILE
+            h_end = gl.minimum(items.first_head_from(end - base), items.HEADS)
+            for h in range(items.first_head_from(gl.maximum(start - base, 0)), h_end):
+                tma_io.store(out.pe_desc, [item.row0 + grp.R0, h * KROW + items.NOPE],
+                             grp.pe_dst)
 
 
 @gluon.jit
@@ -441,8 +451,10 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
     # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
     # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done,
     # and so with a ping-pong group's own one (issued an item of the other group ago).
-    # A bf16 tile's K items store no rope (the gather warps do): one store an item. Items of
-    # two pieces store two each, and the rope where a head's K-nope begins in one.
+    # A bf16 tile's K items store no rope (the gather warps do), nor with ROPE_AHEAD (the
+    # tile's start stores it: groups older than the last item's, so waited for with the
+    # others): one store an item. Items of two pieces store two each, and the rope where a
+    # head's K-nope begins in one.
     if not item.full or out.bufs.shape[0] == 1 or grp.OWN_BUF >= 0:
         tma.store_wait(0)
     elif not WHOLE:
@@ -452,7 +464,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
             tma.store_wait(3)
         else:
             tma.store_wait(2)
-    elif item.half == 0 or LAT16:
+    elif item.half == 0 or LAT16 or out.ROPE_AHEAD:
         tma.store_wait(1)
     else:
         tma.store_wait(2)
@@ -475,7 +487,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
                 else:
                     tma_io.store(out.v_desc, [row0 + R0, ph * V + col], src)
         elif item.half == 0:
-            if not LAT16:
+            if not LAT16 and not out.ROPE_AHEAD:
                 tma_io.store(out.pe_desc, [row0 + R0, head * KROW + NOPE], grp.pe_dst)
             tma_io.store(out.k_desc, [row0 + R0, head * KROW], buf)
         else:
@@ -620,7 +632,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         # A bf16 tile's rope is the gather warps' (_store_rope); a ping-pong run's, the
         # K-nope group's.
         if item.first and not LAT16 and (not PAIRS or WG == 0):
-            _stage_rope(lat, out, grp, item)
+            _stage_rope(items, lat, out, grp, item, start, end)
         w_row = items.weight_row(it)
         if COL_FACTOR:
             # The item's pieces may be K's and V's: a factor a column.

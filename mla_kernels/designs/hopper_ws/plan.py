@@ -228,6 +228,12 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
         # A bf16 latent tile (128 KB) leaves room for four weight slots.
         raise ValueError("config.ring_depth: expected 2 to 4 with a bf16 latent tile (a bf16 "
                          f"weight, or any weight over a bf16 cache), got {config.ring_depth}")
+    if config.rope_ahead and (lat16 or pingpong or not whole):
+        why = ("a bf16 latent tile's rope is the gather warps'" if lat16 else
+               "a ping-pong run stages its rope in one group" if pingpong else
+               f"heads of {prob.nope_dim} K-nope and {prob.v_dim} V columns store their "
+               "rope with an item's piece")
+        raise ValueError(f"config.rope_ahead: expected False here ({why}), got True")
     # Rows of one TMA store: a group's share of a tile, or with pingpong the whole tile.
     srows = TILE if pingpong else TILE // groups
     # Columns of one store: an item, or one of its two pieces (heads of other widths).
@@ -276,6 +282,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   PREFETCH_TABLE="table" in prefetch, PREFETCH_LATENT="latent" in prefetch,
                   ROW_BYTES=(prob.kv_c_dim + prob.pe_dim) * t.k_buffer.element_size(),
                   W_BYTES=w_bytes, GUESS_IDS=config.early_block_ids,
+                  ROPE_AHEAD=config.rope_ahead,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
                   maxnreg=168 if groups == 1 and not mx_in else 128)
     has_ws = ws is not None

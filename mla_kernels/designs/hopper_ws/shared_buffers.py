@@ -222,8 +222,9 @@ class LatentTile:
 @bundle
 class Outputs:
     """k_out and v_out: their pointers and TMA descriptors (K-nope blocks, the rope, V
-    blocks), the shared buffers items are staged in (one or two, and the rope's), and with
-    FP8 outputs their scales' pointers (stand-ins otherwise, never read)."""
+    blocks), the shared buffers items are staged in (one or two, and the rope's), with
+    FP8 outputs their scales' pointers (stand-ins otherwise, never read), and ROPE_AHEAD:
+    whether a full tile's rope is stored at its start rather than with each K-nope item."""
 
     k_ptr: gl.tensor
     v_ptr: gl.tensor
@@ -235,6 +236,7 @@ class Outputs:
     k_scale_ptr: gl.tensor
     v_scale_ptr: gl.tensor
     FP8: gl.constexpr
+    ROPE_AHEAD: gl.constexpr
 
     @gluon.jit
     def k_inverse(self):
