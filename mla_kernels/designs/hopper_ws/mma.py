@@ -388,10 +388,12 @@ def _stage_rope(items, lat, out, grp, item, start, end):
     async proxy's wgmma and TMA), and for a full tile stage it x k_scale in the output's rope
     buffer, freeing the rope's slot for the next tile; with ROPE_AHEAD store it there and
     then into every head whose K-nope item of this tile lies in the run [start, end). A
-    partial tile's rope is stored from ``pe`` with its K-nope items (``_store_item``)."""
+    partial tile's rope is stored from ``pe`` with its K-nope items (``_store_item``).
+    Returns the count of rope stores issued."""
     out_ty: gl.constexpr = out.k_ptr.dtype.element_ty
     mbarrier.wait(lat.rope_ready(), (item.tiles_seen - 1) & 1)
     fence_async_shared()
+    issued = gl.to_tensor(0)
     if item.full:
         pe = grp.pe_src.load(grp.pe_layout).to(gl.float32) * grp.pe_scale
         tma.store_wait(0)  # the previous tile's rope stores have left its buffer
@@ -403,10 +405,24 @@ def _stage_rope(items, lat, out, grp, item, start, end):
             # so a short context's write stream starts an item sooner.
             KROW: gl.constexpr = items.NOPE + items.PE
             base = (item.it // items.PER_TILE) * items.PER_TILE
+            h0 = items.first_head_from(gl.maximum(start - base, 0))
             h_end = gl.minimum(items.first_head_from(end - base), items.HEADS)
-            for h in range(items.first_head_from(gl.maximum(start - base, 0)), h_end):
+            for h in range(h0, h_end):
                 tma_io.store(out.pe_desc, [item.row0 + grp.R0, h * KROW + items.NOPE],
                              grp.pe_dst)
+            issued = gl.maximum(h_end - h0, 0)
+    return issued
+
+
+@gluon.jit
+def _store_wait_newest(n, CAP: gl.constexpr):
+    """``tma.store_wait`` for a count known at run time: all but the newest min(n, CAP) bulk
+    groups done (a count past CAP waits for more than it must, never for less)."""
+    if n >= CAP:
+        tma.store_wait(CAP)
+    for k in gl.static_range(CAP):
+        if n == k:
+            tma.store_wait(k)
 
 
 @gluon.jit
@@ -422,10 +438,12 @@ def _store_rope_rows(out, grp, row0, head, KROW: gl.constexpr, NOPE: gl.constexp
 
 
 @gluon.jit
-def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.constexpr):
+def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, fresh,
+                HALVES: gl.constexpr):
     """Stage an item's output (``out_t``; with HALVES its top half, ``out_b`` the bottom) in
     a staging buffer and store it: by TMA for a full tile (a K item with its
-    tile's rope), else row-masked from the buffer. Heads of other widths than whole items
+    tile's rope, but with ROPE_AHEAD, where ``fresh`` rope stores were issued since the
+    buffer's last item), else row-masked from the buffer. Heads of other widths than whole items
     (GLM-5's) store each item as two pieces (``Items.piece``), the rope with the piece where
     a head's K-nope begins. Returns the count of items staged."""
     NOPE: gl.constexpr = items.NOPE
@@ -451,11 +469,16 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
     # partial tile (a batch under BM tokens: the only tile) issues none and waits for all.
     # With one buffer (a bf16 tile, or a ring past 4) the last item's stores must be done,
     # and so with a ping-pong group's own one (issued an item of the other group ago).
-    # A bf16 tile's K items store no rope (the gather warps do), nor with ROPE_AHEAD (the
-    # tile's start stores it: groups older than the last item's, so waited for with the
-    # others): one store an item. Items of two pieces store two each, and the rope where a
-    # head's K-nope begins in one.
-    if not item.full or out.bufs.shape[0] == 1 or grp.OWN_BUF >= 0:
+    # A bf16 tile's K items store no rope (the gather warps do): one store an item. Items of
+    # two pieces store two each, and the rope where a head's K-nope begins in one.
+    # With ROPE_AHEAD (heads of whole items, not pingpong) the tile's start stored its rope:
+    # those stores may still be pending, but not the buffer's last item's.
+    if out.ROPE_AHEAD:
+        if item.full:
+            _store_wait_newest(fresh + out.bufs.shape[0] - 1, 16)
+        else:
+            tma.store_wait(0)
+    elif not item.full or out.bufs.shape[0] == 1 or grp.OWN_BUF >= 0:
         tma.store_wait(0)
     elif not WHOLE:
         if LAT16:
@@ -464,7 +487,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES: gl.cons
             tma.store_wait(3)
         else:
             tma.store_wait(2)
-    elif item.half == 0 or LAT16 or out.ROPE_AHEAD:
+    elif item.half == 0 or LAT16:
         tma.store_wait(1)
     else:
         tma.store_wait(2)
@@ -621,6 +644,8 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     c = 0  # weight chunks consumed
     n_tma = 0  # items staged: picks the staging buffer
     tiles_seen = 0
+    fresh = 0  # ROPE_AHEAD: rope stores issued at the current tile's start
+    tile_it = start  # ... and that tile's first item
     # A ping-pong group runs every other item of its run of whole heads: group 0 the K-nope
     # items, group 1 the V items, each item's chunks at its place in the weight stream.
     IT_STEP: gl.constexpr = 2 if PAIRS else 1
@@ -632,7 +657,10 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         # A bf16 tile's rope is the gather warps' (_store_rope); a ping-pong run's, the
         # K-nope group's.
         if item.first and not LAT16 and (not PAIRS or WG == 0):
-            _stage_rope(items, lat, out, grp, item, start, end)
+            issued = _stage_rope(items, lat, out, grp, item, start, end)
+            if out.ROPE_AHEAD:
+                fresh = issued
+                tile_it = it
         w_row = items.weight_row(it)
         if COL_FACTOR:
             # The item's pieces may be K's and V's: a factor a column.
@@ -689,5 +717,10 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
             else:
                 out_t = (acc * factor).to(out_ty)
             out_b = out_t
-        n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, HALVES)
+        # The rope stores of the tile's start came after the staging buffer's last item
+        # only for the tile's first NBUF items.
+        newer = 0
+        if out.ROPE_AHEAD:
+            newer = gl.where(it - tile_it < out.bufs.shape[0], fresh, 0)
+        n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, newer, HALVES)
     tma.store_wait(0)
