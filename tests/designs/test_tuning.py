@@ -167,11 +167,11 @@ def test_a_device_the_table_names_keeps_its_own_entries(monkeypatch):
 
 
 @pytest.mark.parametrize(("rows", "groups", "prefetch"), [
-    (4096, 1, "weight"), (6143, 1, "weight"), (6144, 2, "weight"), (12288, 2, "weight"),
+    (4096, 1, "weight"), (5119, 1, "weight"), (5120, 2, "weight"), (12288, 2, "weight"),
     (16384, 2, "none"), (32000, 2, "none")])
-def test_fp8_per_row_takes_two_groups_from_6144_rows(rows, groups, prefetch):
+def test_fp8_per_row_takes_two_groups_from_5120_rows(rows, groups, prefetch):
     # fp8 per row over an fp8 cache with bf16 outputs: one group with the weight's prefetch
-    # below 6144 rows, two groups with it up to 16384, two groups from there.
+    # below 5120 rows, two groups with it up to 16384, two groups from there.
     prob = problem_for("kimi-k3-tp8", [rows], "fp8", "fp8_row", 1)
     design, cfg = resolve("auto", prob, DEVICES["H200"])
     assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", groups, prefetch)
