@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> None:
         ap.error(f"--configs: expected a JSON list of config mappings, got {a.configs!r}")
     if a.sequence < 0:
         ap.error(f"--sequence: expected a count of calls >= 0, got {a.sequence}")
+    # Designs with launch configs to search (auto resolves its own: it has none).
+    unknown = [d for d in a.designs if d not in SEARCH]
+    if unknown:
+        ap.error(f"--designs: expected designs among {sorted(SEARCH)}, got {unknown}")
 
     t0 = time.time()
     ceil = bench.measure_ceilings()
