@@ -177,3 +177,23 @@ def test_fp8_per_row_takes_two_groups_from_5120_rows(rows, groups, prefetch):
     assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", groups, prefetch)
     assert cfg.latent_in_registers == (groups == 2)
     assert cfg.ring_depth == (6 if groups == 2 else 4)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available()
+                    or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
+@pytest.mark.parametrize(("contexts", "block_size"), [
+    ([5120], 1), ([8192], 1), ([3000, 0, 4000, 9000], 16), ([16383], 64)])
+def test_auto_s_two_groups_below_16384_rows_match_reference(contexts, block_size, seed):
+    # The tier from 5120 rows on the GPU: two groups, the latent in registers and the
+    # weight's prefetch (its left-over programs at 5120 and 8192), outputs poisoned.
+    from test_kernels import run_and_check
+
+    import mla_kernels as mk
+
+    inp = mk.build_inputs("kimi-k3-tp8", contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format="fp8_row", device="cuda", seed=seed)
+    prob = problem_for("kimi-k3-tp8", contexts, "fp8", "fp8_row", block_size)
+    design, cfg = resolve("auto", prob, DEVICES["H200"])
+    assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", 2, "weight")
+    run_and_check(inp, "auto")
