@@ -19,7 +19,7 @@ from dataclasses import replace
 import pytest
 import torch
 import triton
-from test_kernels import run_and_check
+from test_kernels import hopper, run_and_check
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
@@ -41,14 +41,6 @@ from mla_kernels.designs.jit import SCALE_CODES
 from mla_kernels.lab.checks import check_outputs
 
 KIMI = "kimi-k3-tp8"
-
-
-def _hopper() -> bool:
-    return (torch.cuda.is_available() and not torch.version.hip
-            and torch.cuda.get_device_capability()[0] == 9)
-
-
-hopper = pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
 
 
 @pytest.mark.gpu

@@ -23,6 +23,11 @@ CACHES = ("bf16", "fp8")
 VARIANTS = ("serial", "chunked")
 ALL_VARIANTS = ("serial", "chunked", "tiled", "tiled_tma")
 
+# The tests of Hopper-only kernels (hopper_ws, the overlapped launch) run on an sm_90 GPU.
+hopper = pytest.mark.skipif(not (torch.cuda.is_available() and not torch.version.hip
+                                 and torch.cuda.get_device_capability()[0] == 9),
+                            reason="needs an sm_90 GPU")
+
 
 def run_and_check(inp, variant, **kw):
     inp.poison_outputs()

@@ -9,6 +9,7 @@ import pytest
 import torch
 import triton
 import triton.language as tl
+from test_kernels import hopper
 from triton.language.extra.cuda import gdc_launch_dependents
 
 import mla_kernels as mk
@@ -18,11 +19,6 @@ from mla_kernels.lab.diagnostics.spin import wait_ns
 
 KIMI = "kimi-k3-tp8"
 SPIN_NS = 200_000  # the writer's wait before its stores: far past the call's launch
-
-
-def _hopper() -> bool:
-    return (torch.cuda.is_available() and not torch.version.hip
-            and torch.cuda.get_device_capability()[0] == 9)
 
 
 @triton.jit
@@ -56,7 +52,7 @@ def _write_inputs(dst, src, last: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
+@hopper
 @pytest.mark.parametrize("last", ["k_buffer", "kv_indices", "kv_proj_weight"])
 @pytest.mark.parametrize(("fmt", "cache"), [("fp8_row", "fp8"), ("bf16", "fp8"),
                                           ("mxfp4", "fp8"), ("fp8_row", "bf16")])
@@ -110,7 +106,7 @@ GARBAGE = {"max": lambda n, g: torch.full((n,), 2 ** 31 - 1, dtype=torch.int32),
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not _hopper(), reason="needs an sm_90 GPU")
+@hopper
 @pytest.mark.parametrize("garbage", sorted(GARBAGE))
 @pytest.mark.parametrize("lengths", ["kept", "garbage"])
 @pytest.mark.parametrize("prefetch", ["inputs", "table+weight"])

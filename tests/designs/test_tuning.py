@@ -8,7 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from test_kernels import hopper, run_and_check
 
+import mla_kernels as mk
 from mla_kernels.core import tuning
 from mla_kernels.core.devices import DEVICES, DeviceSpec
 from mla_kernels.designs import DESIGNS, resolve
@@ -180,19 +182,15 @@ def test_fp8_per_row_takes_two_groups_from_5120_rows(rows, groups, prefetch):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available()
-                    or torch.cuda.get_device_capability() != (9, 0), reason="needs an sm_90 GPU")
+@hopper
 @pytest.mark.parametrize(("contexts", "block_size"), [
     ([5120], 1), ([8192], 1), ([3000, 0, 4000, 9000], 16), ([16383], 64)])
-def test_auto_s_two_groups_below_16384_rows_match_reference(contexts, block_size, seed):
+def test_auto_s_two_groups_below_16384_rows_match_reference(contexts, block_size, device,
+                                                            seed):
     # The tier from 5120 rows on the GPU: two groups, the latent in registers and the
     # weight's prefetch (its left-over programs at 5120 and 8192), outputs poisoned.
-    from test_kernels import run_and_check
-
-    import mla_kernels as mk
-
     inp = mk.build_inputs("kimi-k3-tp8", contexts, block_size=block_size, cache_dtype="fp8",
-                          weight_format="fp8_row", device="cuda", seed=seed)
+                          weight_format="fp8_row", device=device, seed=seed)
     prob = problem_for("kimi-k3-tp8", contexts, "fp8", "fp8_row", block_size)
     design, cfg = resolve("auto", prob, DEVICES["H200"])
     assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", 2, "weight")
