@@ -87,6 +87,14 @@ def prefetch_share(items, cache, w_ptr, TABLE: gl.constexpr, LATENT: gl.constexp
     if n_tiles * 2 <= nprog:
         parts, idle = short_split(n_tiles, nprog)
         if pid < idle:
+            # The bulk ranges first: they are asked for in a pass, while the latent rows
+            # take a trip to the block ids a tile, which would hold them back.
+            if W_BYTES > 0:
+                _pieces_to_l2(w_ptr.to(gl.pointer_type(gl.int8), bitcast=True),
+                              gl.to_tensor(W_BYTES).to(gl.int64), pid, idle, rows_layout)
+            if TABLE:
+                ids, nbytes = _table_bytes(items, cache, nprog)
+                _pieces_to_l2(ids, nbytes, pid, idle, rows_layout)
             # A batch searched in registers, as the gather's.
             if LATENT and (1 << cache.SEARCH_STEPS) <= BM:
                 index = cache.batch_index(items, layout, True)
@@ -95,9 +103,3 @@ def prefetch_share(items, cache, w_ptr, TABLE: gl.constexpr, LATENT: gl.constexp
                     rows, tmask = cache.tile_rows(items, total, tile, layout, index, True)
                     _to_l2(cache.k_ptr + rows, size,
                            tmask & (cache.num_indices > 0) & (cache.num_blocks > 0))
-            if TABLE:
-                ids, nbytes = _table_bytes(items, cache, nprog)
-                _pieces_to_l2(ids, nbytes, pid, idle, rows_layout)
-            if W_BYTES > 0:
-                _pieces_to_l2(w_ptr.to(gl.pointer_type(gl.int8), bitcast=True),
-                              gl.to_tensor(W_BYTES).to(gl.int64), pid, idle, rows_layout)
