@@ -102,7 +102,7 @@ def test_auto_resolves_to_a_design_that_runs_there(device):
 def test_auto_follows_the_tuning_table(monkeypatch):
     prob = occ.problem_for("kimi-k3-tp8", [100], "fp8", "fp8_row")
     design, cfg = resolve("auto", prob, DEVICES["H200"])
-    assert design.name == "hopper_ws" and cfg == HopperWSConfig(ring_depth=4, prefetch="weight")
+    assert design.name == "hopper_ws" and cfg == HopperWSConfig(ring_depth=4, prefetch="inputs")
     mx = occ.problem_for("kimi-k3-tp8", [100], "fp8", "mxfp4")
     design, cfg = resolve("auto", mx, DEVICES["H200"])
     assert (design.name, cfg) == ("hopper_ws", HopperWSConfig(ring_depth=4))

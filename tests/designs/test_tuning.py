@@ -169,16 +169,45 @@ def test_a_device_the_table_names_keeps_its_own_entries(monkeypatch):
 
 
 @pytest.mark.parametrize(("rows", "groups", "prefetch"), [
-    (4096, 1, "weight"), (5119, 1, "weight"), (5120, 2, "weight"), (12288, 2, "weight"),
-    (16384, 2, "none"), (32000, 2, "none")])
+    (2048, 1, "inputs"), (4096, 1, "inputs"), (5119, 1, "inputs"), (5120, 2, "weight"),
+    (12288, 2, "weight"), (16384, 2, "none"), (32000, 2, "none")])
 def test_fp8_per_row_takes_two_groups_from_5120_rows(rows, groups, prefetch):
-    # fp8 per row over an fp8 cache with bf16 outputs: one group with the weight's prefetch
-    # below 5120 rows, two groups with it up to 16384, two groups from there.
+    # fp8 per row over an fp8 cache with bf16 outputs: one group prefetching the weight and
+    # the latent rows below 5120 rows, two groups with the weight's prefetch up to 16384,
+    # two groups from there.
     prob = problem_for("kimi-k3-tp8", [rows], "fp8", "fp8_row", 1)
     design, cfg = resolve("auto", prob, DEVICES["H200"])
     assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", groups, prefetch)
     assert cfg.latent_in_registers == (groups == 2)
     assert cfg.ring_depth == (6 if groups == 2 else 4)
+
+
+@pytest.mark.parametrize(("rows", "prefetch"), [
+    (4096, "inputs"), (5119, "inputs"), (5120, "weight"), (32000, "weight")])
+def test_fp8_per_block_prefetches_the_latent_rows_below_5120_rows(rows, prefetch):
+    # fp8 per block over an fp8 cache with bf16 outputs: one group, a 4-deep ring, the
+    # weight and the latent rows prefetched below 5120 rows, the weight alone from there.
+    prob = problem_for("kimi-k3-tp8", [rows], "fp8", "fp8_block", 1)
+    design, cfg = resolve("auto", prob, DEVICES["H200"])
+    assert (design.name, cfg.mma_groups, cfg.ring_depth, cfg.prefetch) == (
+        "hopper_ws", 1, 4, prefetch)
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("fmt", "contexts", "block_size"), [
+    ("fp8_row", [4096], 1), ("fp8_row", [1000, 0, 3000], 16), ("fp8_block", [2048], 1),
+    ("fp8_block", [5119], 64)])
+def test_auto_s_input_prefetch_below_5120_rows_matches_reference(fmt, contexts, block_size,
+                                                                 device, seed):
+    # The tier below 5120 rows on the GPU: the left-over programs prefetch the weight and
+    # the latent rows before the overlapped launch's wait; outputs poisoned.
+    inp = mk.build_inputs("kimi-k3-tp8", contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format=fmt, device=device, seed=seed)
+    prob = problem_for("kimi-k3-tp8", contexts, "fp8", fmt, block_size)
+    design, cfg = resolve("auto", prob, DEVICES["H200"])
+    assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", 1, "inputs")
+    run_and_check(inp, "auto")
 
 
 @pytest.mark.gpu
