@@ -195,32 +195,21 @@ def test_fp8_per_block_prefetches_the_latent_rows_below_5120_rows(rows, prefetch
 
 @pytest.mark.gpu
 @hopper
-@pytest.mark.parametrize(("fmt", "contexts", "block_size"), [
-    ("fp8_row", [4096], 1), ("fp8_row", [1000, 0, 3000], 16), ("fp8_block", [2048], 1),
-    ("fp8_block", [5119], 64)])
-def test_auto_s_input_prefetch_below_5120_rows_matches_reference(fmt, contexts, block_size,
-                                                                 device, seed):
-    # The tier below 5120 rows on the GPU: the left-over programs prefetch the weight and
-    # the latent rows before the overlapped launch's wait; outputs poisoned.
+@pytest.mark.parametrize(("fmt", "contexts", "block_size", "groups", "prefetch"), [
+    # Below 5120 rows: the left-over programs prefetch the weight and the latent rows.
+    ("fp8_row", [4096], 1, 1, "inputs"), ("fp8_row", [1000, 0, 3000], 16, 1, "inputs"),
+    ("fp8_block", [2048], 1, 1, "inputs"), ("fp8_block", [5119], 64, 1, "inputs"),
+    # From 5120 rows to 16384: two groups, the latent in registers and the weight's prefetch
+    # (its left-over programs at 5120 and 8192).
+    ("fp8_row", [5120], 1, 2, "weight"), ("fp8_row", [8192], 1, 2, "weight"),
+    ("fp8_row", [3000, 0, 4000, 9000], 16, 2, "weight"), ("fp8_row", [16383], 64, 2, "weight"),
+])
+def test_auto_s_tiers_below_16384_rows_match_reference(fmt, contexts, block_size, groups,
+                                                       prefetch, device, seed):
+    # Each tier of auto's table below 16384 rows on the GPU, outputs poisoned.
     inp = mk.build_inputs("kimi-k3-tp8", contexts, block_size=block_size, cache_dtype="fp8",
                           weight_format=fmt, device=device, seed=seed)
     prob = problem_for("kimi-k3-tp8", contexts, "fp8", fmt, block_size)
     design, cfg = resolve("auto", prob, DEVICES["H200"])
-    assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", 1, "inputs")
-    run_and_check(inp, "auto")
-
-
-@pytest.mark.gpu
-@hopper
-@pytest.mark.parametrize(("contexts", "block_size"), [
-    ([5120], 1), ([8192], 1), ([3000, 0, 4000, 9000], 16), ([16383], 64)])
-def test_auto_s_two_groups_below_16384_rows_match_reference(contexts, block_size, device,
-                                                            seed):
-    # The tier from 5120 rows on the GPU: two groups, the latent in registers and the
-    # weight's prefetch (its left-over programs at 5120 and 8192), outputs poisoned.
-    inp = mk.build_inputs("kimi-k3-tp8", contexts, block_size=block_size, cache_dtype="fp8",
-                          weight_format="fp8_row", device=device, seed=seed)
-    prob = problem_for("kimi-k3-tp8", contexts, "fp8", "fp8_row", block_size)
-    design, cfg = resolve("auto", prob, DEVICES["H200"])
-    assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", 2, "weight")
+    assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", groups, prefetch)
     run_and_check(inp, "auto")
