@@ -8,6 +8,8 @@
 - ``launch_shape``: what a Gluon launch's shape (shared memory, partitions) costs, empty;
 - ``sequence_gaps``: a sequence of calls with idle gaps between them, against the SM clock;
 - ``trace_hopper_ws``: per-program timestamps of one hopper_ws launch (on a patched tree);
+- ``sequence_trace``: per-program timestamps of each call in a sequence of calls, and the
+  hand-over between them (on a tree patched with ``scripts/diag/hopper_ws_sequence_trace.patch``);
 - ``profile_hopper_ws``: one hopper_ws launch for Nsight Compute;
 - ``absorbed_bounds``: the absorbed attention's Gluon kernel whole and each side alone (its
   dots with no gather, its gather with no dots) and, over fp8, with its tiles unwidened.
@@ -15,5 +17,7 @@
 The diagnostic builds of hopper_ws (patches of the kernel as it was at the commit each names,
 and the shell scripts that timed them) are kept in the history, not in the tree: they apply
 to those commits only. ``git show b14c487:scripts/diag/`` lists them and
-``git show b14c487:scripts/diag/<name>`` prints one.
+``git show b14c487:scripts/diag/<name>`` prints one. The sequence trace's patch is the
+exception: it sits in ``scripts/diag/``, and ``sequence_trace --check`` (a CPU test) applies
+it to the tree and compiles the patched kernel, so it is kept current.
 """
