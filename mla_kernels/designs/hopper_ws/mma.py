@@ -438,11 +438,11 @@ def _store_rope_rows(out, grp, row0, head, KROW: gl.constexpr, NOPE: gl.constexp
 
 
 @gluon.jit
-def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, fresh,
+def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, newer,
                 HALVES: gl.constexpr):
     """Stage an item's output (``out_t``; with HALVES its top half, ``out_b`` the bottom) in
     a staging buffer and store it: by TMA for a full tile (a K item with its
-    tile's rope, but with ROPE_AHEAD, where ``fresh`` rope stores were issued since the
+    tile's rope, but with ROPE_AHEAD, where ``newer`` rope stores were issued since the
     buffer's last item), else row-masked from the buffer. Heads of other widths than whole items
     (GLM-5's) store each item as two pieces (``Items.piece``), the rope with the piece where
     a head's K-nope begins. Returns the count of items staged."""
@@ -475,7 +475,7 @@ def _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, fresh,
     # those stores may still be pending, but not the buffer's last item's.
     if out.ROPE_AHEAD:
         if item.full:
-            _store_wait_newest(fresh + out.bufs.shape[0] - 1, 16)
+            _store_wait_newest(newer + out.bufs.shape[0] - 1, 16)
         else:
             tma.store_wait(0)
     elif not item.full or out.bufs.shape[0] == 1 or grp.OWN_BUF >= 0:
