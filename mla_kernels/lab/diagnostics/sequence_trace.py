@@ -21,7 +21,8 @@ patched kernel for sm_90: the patch still applies, and its stamps add no spills.
 
 Rows: ``sequence_trace.csv``, one per (tokens, timing, call) with the moments below in µs
 (medians over the call's programs with items, unless named), and
-``sequence_trace_stamps.csv``, every program's stamps in ns after its replay's first.
+``sequence_trace_stamps.csv``, every program's stamps in ns after its replay's first (both
+with the run's provenance).
 """
 from __future__ import annotations
 
@@ -144,8 +145,8 @@ def trace_point(tokens: int, calls: int, clock: ClockLog, variant: str = "auto",
         for r in call_rows(stamps):
             rows.append(dict(base, timing=timing, per_call_us=per_call, sm_clock_mhz=mhz, **r))
         d = stamp_rows(stamps)
-        d.insert(0, "timing", timing)
-        d.insert(0, "tokens", tokens)
+        for col, v in reversed(list(dict(base, timing=timing).items())):
+            d.insert(0, col, v)
         raw.append(d)
         bufs.zero_()
     for s in sets:
