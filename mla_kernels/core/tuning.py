@@ -21,8 +21,8 @@ weights widened to a bf16 copy first: fastest at every length). fp8 per row over
 cache from 16384 rows: hopper_ws with two MMA groups, a 6-deep ring and the latent in
 registers, from the rounds in data/exploration/h200/2026-12-01-hopper-ws-fp8-row-rounds/ (timed at 4096,
 32000, 109440 tokens, 64 x 4096 and DeepSeek-V3 TP1; nothing between 4096 and 32000) and
-checked by the run data/h200/2026-12-01-4db5f2888635/, where auto runs it; from 5120 rows
-with the weight's prefetch, from an H100's round of 2026-12-06. The prefetches below from
+checked by the run data/h200/2026-12-01-4db5f2888635/, where auto runs it; from 4097 rows
+with the weight's prefetch, from H100 rounds of 2026-12-06. The prefetches below from
 an H100's rounds (2026-12-05 and 2026-12-06, named at the entries). tests/designs/test_tuning.py
 asserts that at every point of the latest committed run (now that one) and of the MXFP4
 runs, what this table picks is within 5% of the best design timed there.
@@ -41,22 +41,28 @@ TUNED: dict[tuple[str, str, str, object], object] = {
     # fp8 per row from 16384 rows: two MMA groups, a 6-deep ring, the latent in registers
     # (data/exploration/h200/2026-12-01-hopper-ws-fp8-row-rounds/: 3-8% under the default from 32000 tokens,
     # 2% over it at 4096; nothing timed between).
-    # From 5120 rows to 16384 the same with the weight's prefetch: 0.88-1.00 of one launch of
+    # From 4097 rows to 16384 the same with the weight's prefetch: 0.88-1.00 of one launch of
     # the config below and 0.89-0.95 of a call in a 61-call sequence at 5120-12288 tokens on
     # an H100 (data/exploration/h100/2026-12-06-9db83d80c243-two-groups-short/ and
-    # 2026-12-06-e2efdf002fe0-two-groups-4096/); at 4096, 1.01-1.03 of one launch.
+    # 2026-12-06-e2efdf002fe0-two-groups-4096/); at 4096, 1.01-1.03 of one launch. At 5000
+    # tokens 0.91 of the one-group config's call in the sequence, one launch within 1%
+    # (data/exploration/h100/2026-12-06-ded01171e1d0-sequence-trace/). From 4097 rows (33
+    # token tiles) to 5632 every program runs 8 items of one tile, three programs a tile,
+    # as at 5000; at 4096, 6 items, four a tile.
     # fp8 per block from 5120 rows: the programs a short context leaves without items
     # prefetch the weight into L2 first, 5-7% off one launch at 4096 tokens on an H100,
     # within 1.5% either way in a 61-call sequence (no program is left over from about
     # 8448 tokens, where it does nothing;
     # data/exploration/h100/2026-12-05-d1fa6daacdf0-prefetch-weight/).
-    # Below 5120 rows, both: the weight's bytes and then the latent rows. In a 61-call
-    # sequence 0.94-0.96 of the weight's alone at 4096 tokens (fp8 per row and per block), one
-    # launch within 1% of it, on an H100; at 8192 the rows cost one launch 5-6%
-    # (data/exploration/h100/2026-12-06-ddf545be20e9-prefetch-order/).
+    # Below those edges (4097 rows for fp8 per row, 5120 per block), both: the weight's bytes
+    # and then the latent rows. In a 61-call sequence 0.94-0.96 of the weight's alone at 4096
+    # tokens (fp8 per row and per block), one launch within 1% of it, on an H100; at 8192 the
+    # rows cost one launch 5-6% (data/exploration/h100/2026-12-06-ddf545be20e9-prefetch-order/).
+    # At 3072 tokens fp8 per row's two groups took 0.95 of this config's sequence call for
+    # one launch 1.5-2% slower (2026-12-06-ded01171e1d0-sequence-trace/): kept.
     ("H200", "fp8_row", "fp8", ANY): [
         (16384, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True}),
-        (5120, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True,
+        (4097, "hopper_ws", {"ring_depth": 6, "mma_groups": 2, "latent_in_registers": True,
                              "prefetch": "weight"}),
         (0, "hopper_ws", {"ring_depth": 4, "prefetch": "inputs"})],
     ("H200", "fp8_block", "fp8", ANY): [

@@ -169,12 +169,12 @@ def test_a_device_the_table_names_keeps_its_own_entries(monkeypatch):
 
 
 @pytest.mark.parametrize(("rows", "groups", "prefetch"), [
-    (2048, 1, "inputs"), (4096, 1, "inputs"), (5119, 1, "inputs"), (5120, 2, "weight"),
-    (12288, 2, "weight"), (16384, 2, "none"), (32000, 2, "none")])
-def test_fp8_per_row_takes_two_groups_from_5120_rows(rows, groups, prefetch):
+    (2048, 1, "inputs"), (4096, 1, "inputs"), (4097, 2, "weight"), (5000, 2, "weight"),
+    (5120, 2, "weight"), (12288, 2, "weight"), (16384, 2, "none"), (32000, 2, "none")])
+def test_fp8_per_row_takes_two_groups_from_4097_rows(rows, groups, prefetch):
     # fp8 per row over an fp8 cache with bf16 outputs: one group prefetching the weight and
-    # the latent rows below 5120 rows, two groups with the weight's prefetch up to 16384,
-    # two groups from there.
+    # the latent rows up to 4096 rows (four programs a token tile), two groups with the
+    # weight's prefetch up to 16384, two groups from there.
     prob = problem_for("kimi-k3-tp8", [rows], "fp8", "fp8_row", 1)
     design, cfg = resolve("auto", prob, DEVICES["H200"])
     assert (design.name, cfg.mma_groups, cfg.prefetch) == ("hopper_ws", groups, prefetch)
@@ -196,11 +196,14 @@ def test_fp8_per_block_prefetches_the_latent_rows_below_5120_rows(rows, prefetch
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize(("fmt", "contexts", "block_size", "groups", "prefetch"), [
-    # Below 5120 rows: the left-over programs prefetch the weight and the latent rows.
+    # Up to 4096 rows (fp8 per block: below 5120): the left-over programs prefetch the
+    # weight and the latent rows.
     ("fp8_row", [4096], 1, 1, "inputs"), ("fp8_row", [1000, 0, 3000], 16, 1, "inputs"),
     ("fp8_block", [2048], 1, 1, "inputs"), ("fp8_block", [5119], 64, 1, "inputs"),
-    # From 5120 rows to 16384: two groups, the latent in registers and the weight's prefetch
-    # (its left-over programs at 5120 and 8192).
+    # From 4097 rows to 16384: two groups, the latent in registers and the weight's prefetch
+    # (its left-over programs at 4097, 5120 and 8192; at 4097 the last tile is shifted back
+    # to end at the last token).
+    ("fp8_row", [4097], 1, 2, "weight"),
     ("fp8_row", [5120], 1, 2, "weight"), ("fp8_row", [8192], 1, 2, "weight"),
     ("fp8_row", [3000, 0, 4000, 9000], 16, 2, "weight"), ("fp8_row", [16383], 64, 2, "weight"),
 ])
