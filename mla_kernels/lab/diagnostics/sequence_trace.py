@@ -5,11 +5,10 @@ buffer of its call, on a tree with the diagnostic patch ``hopper_ws_sequence_tra
 applied (``diagnostics/__init__.py`` says where it is kept). One launch replayed alone from
 a graph (the L2 flushed before it) is stamped alongside.
 
-The question it answers: at 4096 tokens a call in a 61-call graph takes about 4 µs more
-than the time its writes take at the write-only fill rate plus its start-up chain after
-the overlapped launch's wait. Is that time the hand-over between grids (the previous
-grid's last store to this grid's wait returning), the start-up (the wait to the first
-store), or the items themselves?
+The question it answers: what a short context's call in a sequence spends beyond writing
+its outputs at the write-only fill rate: the hand-over between grids (the previous grid's
+last store to this grid's wait returning), the start-up (the wait to the first store), the
+items themselves, or the programs' uneven ends.
 
 Usage on the GPU, from the patched tree (``git apply scripts/diag/<patch>`` in a copy):
 
