@@ -6,6 +6,7 @@ Imported by the diagnostics beside it, each run as
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 DEFAULT_FOLDER = Path("reports/diag")  # inside the repository; git ignores reports/
@@ -17,6 +18,21 @@ def parser(doc: str, rows: str) -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=DEFAULT_FOLDER, metavar="FOLDER",
                     help=f"folder for {rows} (default {DEFAULT_FOLDER}/; created)")
+    return ap
+
+
+def sequence_parser(doc: str, rows: str, tokens: tuple[int, ...], variant_help: str,
+                    variants: tuple[str, ...] | None = None) -> argparse.ArgumentParser:
+    """``parser`` with the arguments of a diagnostic that times a sequence of calls: the
+    tokens of one sequence (default ``tokens``), ``--calls`` (61), ``--variant`` (auto; one
+    of ``variants`` where given) and ``--config`` (its config fields as JSON)."""
+    ap = parser(doc, rows)
+    ap.add_argument("tokens", nargs="*", type=int, default=list(tokens),
+                    help=f"tokens of one sequence (default {' '.join(map(str, tokens))})")
+    ap.add_argument("--calls", type=int, default=61, help="calls in the graph (default 61)")
+    ap.add_argument("--variant", default="auto", choices=variants, help=variant_help)
+    ap.add_argument("--config", type=json.loads, default=None,
+                    help="the variant's config fields as a JSON mapping (default: its own)")
     return ap
 
 

@@ -16,7 +16,6 @@ Usage on the H200: python3 -m mla_kernels.lab.diagnostics.sequence_gaps [--out F
 FOLDER/sequence_gaps.csv; FOLDER defaults to reports/diag/, which git ignores; ``--check``
 compiles the gap kernel for sm_90 on a machine with no GPU).
 """
-import json
 import time
 
 import pandas as pd
@@ -29,7 +28,7 @@ from .. import bench
 from ..clock import ClockLog
 from ..provenance import provenance
 from ..timing import FULL, graphed, measure
-from .command_line import parser, write_rows
+from .command_line import sequence_parser, write_rows
 from .spin import wait_ns
 
 SHAPE = "kimi-k3-tp8"
@@ -98,17 +97,11 @@ def check() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = parser(__doc__, "sequence_gaps.csv")
-    ap.add_argument("tokens", nargs="*", type=int, default=[4096, 32000],
-                    help="tokens of one sequence (default 4096 32000)")
-    ap.add_argument("--calls", type=int, default=61, help="calls in the graph (default 61)")
+    ap = sequence_parser(__doc__, "sequence_gaps.csv", (4096, 32000),
+                         "the design timed, by its name (default auto, which on any Hopper "
+                         "runs the H200's tuned entries)")
     ap.add_argument("--gaps", type=float, nargs="+", default=[0, 20, 100],
                     help="idle µs before each call (default 0 20 100)")
-    ap.add_argument("--variant", default="auto",
-                    help="the design timed, by its name (default auto, which on any "
-                         "Hopper runs the H200's tuned entries)")
-    ap.add_argument("--config", type=json.loads, default=None,
-                    help="the variant's config fields as a JSON mapping (default: its own)")
     ap.add_argument("--check", action="store_true",
                     help="compile the gap kernel for sm_90 and time nothing")
     a = ap.parse_args(argv)

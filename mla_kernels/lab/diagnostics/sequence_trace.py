@@ -43,7 +43,7 @@ from ..clock import ClockLog
 from ..provenance import provenance
 from ..repo_files import REPO_ROOT
 from ..timing import FULL, graphed, measure
-from .command_line import parser, write_rows
+from .command_line import sequence_parser, write_rows
 
 SHAPE = "kimi-k3-tp8"
 SLOTS = 8
@@ -197,14 +197,9 @@ def check() -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = parser(__doc__, "sequence_trace.csv")
-    ap.add_argument("tokens", nargs="*", type=int, default=[4096],
-                    help="tokens of one sequence (default 4096)")
-    ap.add_argument("--calls", type=int, default=61, help="calls in the graph (default 61)")
-    ap.add_argument("--variant", default="auto", choices=("auto", "hopper_ws"),
-                    help="the design traced (default auto; hopper_ws's programs stamp)")
-    ap.add_argument("--config", type=json.loads, default=None,
-                    help="the variant's config fields as a JSON mapping (default: its own)")
+    ap = sequence_parser(__doc__, "sequence_trace.csv", (4096,),
+                         "the design traced (default auto; hopper_ws's programs stamp)",
+                         ("auto", "hopper_ws"))
     ap.add_argument("--check", action="store_true",
                     help="apply the patch to a copy of the package and compile it for sm_90")
     a = ap.parse_args(argv)
