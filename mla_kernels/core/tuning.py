@@ -44,20 +44,22 @@ TUNED: dict[tuple[str, str, str, object], object] = {
     # From 4097 rows to 16384 the same with the weight's prefetch: 0.88-1.00 of one launch of
     # the config below and 0.89-0.95 of a call in a 61-call sequence at 5120-12288 tokens on
     # an H100 (data/exploration/h100/2026-12-06-9db83d80c243-two-groups-short/ and
-    # 2026-12-06-e2efdf002fe0-two-groups-4096/); at 4096, 1.01-1.03 of one launch. At 5000
-    # tokens 0.91 of the one-group config's call in the sequence, one launch within 1%
-    # (data/exploration/h100/2026-12-06-ded01171e1d0-sequence-trace/). From 4097 rows (33
-    # token tiles) to 5632 every program runs 8 items of one tile, three programs a tile,
-    # as at 5000; at 4096, 6 items, four a tile.
-    # fp8 per block from 5120 rows: the programs a short context leaves without items
+    # 2026-12-06-e2efdf002fe0-two-groups-4096/); at 4096, 1.01-1.03 of one launch. Of the
+    # one-group config's call in the sequence 0.91 at 5000 tokens, 0.92 at 4608 and 0.97-0.98
+    # at 4224, one launch within 1% (an H100 again: 2026-12-06-ded01171e1d0-sequence-trace/
+    # and 2026-12-06-534717da4fab-tier-4097/). From 4097 rows (33 token tiles) to 5632 every
+    # program runs 8 items of one tile, three programs a tile; at 4096, 6 items, four a tile.
+    # fp8 per block from 4097 rows: the programs a short context leaves without items
     # prefetch the weight into L2 first, 5-7% off one launch at 4096 tokens on an H100,
     # within 1.5% either way in a 61-call sequence (no program is left over from about
     # 8448 tokens, where it does nothing;
     # data/exploration/h100/2026-12-05-d1fa6daacdf0-prefetch-weight/).
-    # Below those edges (4097 rows for fp8 per row, 5120 per block), both: the weight's bytes
-    # and then the latent rows. In a 61-call sequence 0.94-0.96 of the weight's alone at 4096
-    # tokens (fp8 per row and per block), one launch within 1% of it, on an H100; at 8192 the
-    # rows cost one launch 5-6% (data/exploration/h100/2026-12-06-ddf545be20e9-prefetch-order/).
+    # Up to 4096 rows, both: the weight's bytes and then the latent rows. In a 61-call
+    # sequence 0.94-0.96 of the weight's alone at 4096 tokens (fp8 per row and per block), one
+    # launch within 1% of it, on an H100; at 8192 the rows cost one launch 5-6%
+    # (data/exploration/h100/2026-12-06-ddf545be20e9-prefetch-order/). From 4097 rows they
+    # cost it: fp8 per block's sequence call with the weight alone 0.98 of theirs at 4608
+    # and 5000 tokens, one launch within 2% (2026-12-06-534717da4fab-tier-4097/).
     # At 3072 tokens fp8 per row's two groups took 0.95 of this config's sequence call for
     # one launch 1.5-2% slower (2026-12-06-ded01171e1d0-sequence-trace/): kept.
     ("H200", "fp8_row", "fp8", ANY): [
@@ -66,7 +68,7 @@ TUNED: dict[tuple[str, str, str, object], object] = {
                              "prefetch": "weight"}),
         (0, "hopper_ws", {"ring_depth": 4, "prefetch": "inputs"})],
     ("H200", "fp8_block", "fp8", ANY): [
-        (5120, "hopper_ws", {"ring_depth": 4, "prefetch": "weight"}),
+        (4097, "hopper_ws", {"ring_depth": 4, "prefetch": "weight"}),
         (0, "hopper_ws", {"ring_depth": 4, "prefetch": "inputs"})],
     # An unscaled bf16 weight ("bf16:none"): two groups with the fp8 tile widened into their
     # registers once a tile, a 6-deep ring; 17-22% under the bf16 tile with bf16 outputs on

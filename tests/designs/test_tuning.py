@@ -183,10 +183,11 @@ def test_fp8_per_row_takes_two_groups_from_4097_rows(rows, groups, prefetch):
 
 
 @pytest.mark.parametrize(("rows", "prefetch"), [
-    (4096, "inputs"), (5119, "inputs"), (5120, "weight"), (32000, "weight")])
-def test_fp8_per_block_prefetches_the_latent_rows_below_5120_rows(rows, prefetch):
+    (2048, "inputs"), (4096, "inputs"), (4097, "weight"), (5120, "weight"),
+    (32000, "weight")])
+def test_fp8_per_block_prefetches_the_latent_rows_up_to_4096_rows(rows, prefetch):
     # fp8 per block over an fp8 cache with bf16 outputs: one group, a 4-deep ring, the
-    # weight and the latent rows prefetched below 5120 rows, the weight alone from there.
+    # weight and the latent rows prefetched up to 4096 rows, the weight alone from there.
     prob = problem_for("kimi-k3-tp8", [rows], "fp8", "fp8_block", 1)
     design, cfg = resolve("auto", prob, DEVICES["H200"])
     assert (design.name, cfg.mma_groups, cfg.ring_depth, cfg.prefetch) == (
@@ -196,10 +197,11 @@ def test_fp8_per_block_prefetches_the_latent_rows_below_5120_rows(rows, prefetch
 @pytest.mark.gpu
 @hopper
 @pytest.mark.parametrize(("fmt", "contexts", "block_size", "groups", "prefetch"), [
-    # Up to 4096 rows (fp8 per block: below 5120): the left-over programs prefetch the
-    # weight and the latent rows.
+    # Up to 4096 rows: the left-over programs prefetch the weight and the latent rows.
     ("fp8_row", [4096], 1, 1, "inputs"), ("fp8_row", [1000, 0, 3000], 16, 1, "inputs"),
-    ("fp8_block", [2048], 1, 1, "inputs"), ("fp8_block", [5119], 64, 1, "inputs"),
+    ("fp8_block", [2048], 1, 1, "inputs"), ("fp8_block", [1000, 3096], 64, 1, "inputs"),
+    # fp8 per block from 4097 rows: the weight alone.
+    ("fp8_block", [5119], 64, 1, "weight"),
     # From 4097 rows to 16384: two groups, the latent in registers and the weight's prefetch
     # (its left-over programs at 4097, 5120 and 8192; at 4097 the last tile is shifted back
     # to end at the last token).
