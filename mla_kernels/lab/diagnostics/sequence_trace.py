@@ -121,7 +121,9 @@ def trace_point(tokens: int, calls: int, clock: ClockLog, variant: str = "auto",
     plan = _patched_plan()
     pt = bench.Point(SHAPE, (tokens,), "fp8_row", "fp8", 1, (variant,))
     sets = bench.input_sets(pt, calls, seed=0)
-    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    # A buffer row per program launched: one per SM, or the config's own count.
+    programs = max(torch.cuda.get_device_properties(0).multi_processor_count,
+                   int((config or {}).get("programs") or 0))
     bufs = torch.zeros(calls, programs * SLOTS, dtype=torch.int64, device="cuda")
     for i, s in enumerate(sets):
         plan.TRACE[s.k_prefix.data_ptr()] = bufs[i]
