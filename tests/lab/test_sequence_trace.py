@@ -4,6 +4,7 @@ stamps."""
 
 import math
 
+import pandas as pd
 import pytest
 import torch
 
@@ -17,6 +18,7 @@ def _stamps(seed: int) -> tuple[torch.Tensor, dict]:
     offsets = {6: 300, 7: 900, 2: 2500, 3: 3400, 4: 9000, 5: 12000}  # ns after the wait
     handover = [0, 1500, 2300]
     stamps = torch.zeros(3, 4, st.SLOTS, dtype=torch.int64)
+    stamps[:, :, st.SM_SLOT] = torch.tensor([7, 3, 12, 1]) + 1  # each program's SM, plus one
     prev_end = 50_000
     for c in range(3):
         wait = prev_end + handover[c] + (0 if c else 7000)
@@ -64,11 +66,38 @@ def test_stamp_rows_keep_every_program_after_the_replay_s_first_stamp(seed):
     stamps, _ = _stamps(seed)
     df = st.stamp_rows(stamps)
     assert len(df) == 3 * 4
-    assert list(df.columns[:2]) == ["call", "program"]
-    values = df[[st.STAMPS[k] for k in range(st.SLOTS)]]
+    assert list(df.columns[:3]) == ["call", "program", "sm"]
+    assert df["sm"].tolist() == [7, 3, 12, 1] * 3  # as stamped, not shifted with the times
+    values = df[[st.STAMPS[k] for k in range(st.SM_SLOT)]]
     assert values.min().min() == 0  # the first stamp, and the unstamped slots
-    first = stamps[stamps != 0].min()
+    first = stamps[..., :st.SM_SLOT]
+    first = first[first != 0].min()
     assert int(values.iloc[5][st.STAMPS[5]]) == int(stamps[1, 1, 5] - first)
+
+
+def _ends(seed: int, by: str) -> pd.DataFrame:
+    """Stamp rows of 12 calls x 8 programs whose ends follow ``by`` ("sm" or "program") by
+    0-7 µs, plus noise of a tenth of that; the SM under each program id changes every call."""
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for call in range(12):
+        sms = torch.randperm(8, generator=g).tolist()
+        for prog in range(8):
+            sm = sms[prog]
+            lag = 1000 * (sm if by == "sm" else prog)
+            noise = int(torch.randint(0, 100, (1,), generator=g))
+            rows.append({"call": call, "program": prog, "sm": sm, st.STAMPS[1]: 10_000,
+                         st.STAMPS[5]: 90_000 + lag + noise})
+    return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("by", ["sm", "program"])
+def test_end_shares_name_what_the_ends_follow(seed, by):
+    shares = st.end_shares(_ends(seed, by))
+    other = "program" if by == "sm" else "sm"
+    assert shares[f"{by}_share"] > 0.98, (shares, f"seed {seed}")
+    assert shares[f"{other}_share"] < 0.5, (shares, f"seed {seed}")
+    assert 2.0 < shares["end_spread_us"] < 2.5, (shares, f"seed {seed}")  # sd of 0..7 µs
 
 
 @pytest.mark.slow
@@ -78,5 +107,6 @@ def test_the_patch_applies_and_the_patched_kernel_compiles_for_sm90():
         pytest.fail(f"{st.PATCH} is missing")
     rows = st.check()
     # One group: entry and wait (the default warps), four MMA stamps, two gatherer stamps;
-    # two groups stamp the MMA moments in each.
-    assert [(r["groups"], r["timer_reads"]) for r in rows] == [(1, 8), (2, 12)]
+    # two groups stamp the MMA moments in each. The SM once, at entry.
+    assert [(r["groups"], r["timer_reads"], r["sm_reads"]) for r in rows] == [(1, 8, 1),
+                                                                            (2, 12, 1)]

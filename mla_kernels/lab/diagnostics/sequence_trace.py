@@ -20,8 +20,9 @@ patched kernel for sm_90: the patch still applies, and its stamps add no spills.
 
 Rows: ``sequence_trace.csv``, one per (tokens, timing, call) with the moments below in µs
 (medians over the call's programs with items, unless named), and
-``sequence_trace_stamps.csv``, every program's stamps in ns after its replay's first (both
-with the run's provenance).
+``sequence_trace_stamps.csv``, every program's stamps in ns after its replay's first and the
+SM it ran on (both with the run's provenance). ``end_shares`` says how much of the spread of
+the programs' ends follows the program id, and how much the SM.
 """
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ from ..timing import FULL, graphed, measure
 from .command_line import sequence_parser, write_rows
 
 SHAPE = "kimi-k3-tp8"
-SLOTS = 8
+SLOTS = 9
+SM_SLOT = 8  # the program's SM, plus one (0: not stamped)
 PATCH = REPO_ROOT / "scripts" / "diag" / "hopper_ws_sequence_trace.patch"
 # Stamp slot -> the moment (the patch's order within a program).
 STAMPS = {
@@ -104,16 +106,35 @@ def call_rows(stamps: torch.Tensor) -> list[dict]:
 
 
 def stamp_rows(stamps: torch.Tensor) -> pd.DataFrame:
-    """Every program's stamps, in ns after the first stamp of the replay."""
-    s = stamps.clone()
+    """Every program's stamps, in ns after the first stamp of the replay, and its SM (-1: not
+    stamped)."""
+    s = stamps[..., :SM_SLOT].clone()
     t0 = s[s != 0].min()
     s[s != 0] -= t0
     calls, programs, _ = s.shape
-    df = pd.DataFrame(s.reshape(calls * programs, SLOTS).numpy(),
-                      columns=[STAMPS[k] for k in range(SLOTS)])
+    df = pd.DataFrame(s.reshape(calls * programs, SM_SLOT).numpy(),
+                      columns=[STAMPS[k] for k in range(SM_SLOT)])
+    df.insert(0, "sm", (stamps[..., SM_SLOT] - 1).reshape(-1).numpy())
     df.insert(0, "program", [p for _ in range(calls) for p in range(programs)])
     df.insert(0, "call", [c for c in range(calls) for _ in range(programs)])
     return df
+
+
+def end_shares(df: pd.DataFrame) -> dict:
+    """How much of the spread of the programs' ends (each program's last store drained, after
+    its call's median, over the calls after the first) the program id and the SM explain: the
+    share of its variance that each one's mean removes. A share near 1 for the SM says some
+    SMs finish their runs sooner than others in every call, which a static split by program
+    id can follow only where the SM under each program id stays the same."""
+    d = df[(df["call"] > 0) & (df[STAMPS[5]] != 0) & (df["sm"] >= 0)]
+    end = d[STAMPS[5]] - d[STAMPS[1]]
+    rel = end - end.groupby(d["call"]).transform("median")
+    var = float(rel.var(ddof=0))
+    out = dict(end_spread_us=float(rel.std(ddof=0)) / 1e3)
+    for key in ("program", "sm"):
+        left = rel - rel.groupby(d[key]).transform("mean")
+        out[f"{key}_share"] = 1 - float(left.var(ddof=0)) / var if var > 0 else float("nan")
+    return out
 
 
 def trace_point(tokens: int, calls: int, clock: ClockLog, variant: str = "auto",
@@ -169,7 +190,8 @@ for cfg in (HopperWSConfig(ring_depth=4, prefetch="inputs"),
     prob = problem_for("kimi-k3-tp8", [4096], "fp8", "fp8_row", 1)
     _, k = compile_main_kernel("hopper_ws", inp, prob, cfg, HOPPER, 90)
     print(json.dumps({"groups": cfg.mma_groups, "timer_reads": k.asm["ptx"].count("%globaltimer"),
-                      **ptxas_report(k.asm["ptx"], 90)}), flush=True)
+                      "sm_reads": k.asm["ptx"].count("%smid"), **ptxas_report(k.asm["ptx"], 90)}),
+          flush=True)
 """
 
 
@@ -194,7 +216,7 @@ def check() -> list[dict]:
     rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     for r in rows:
         print(f"sequence_trace: patched, {r['groups']} group(s): {r['timer_reads']} timer "
-              f"reads, {r['spill_bytes']} bytes spilled (sm_90)")
+              f"reads, {r['sm_reads']} SM id read(s), {r['spill_bytes']} bytes spilled (sm_90)")
     return rows
 
 
@@ -227,6 +249,13 @@ def main(argv: list[str] | None = None) -> None:
     # A sequence's calls after its first (which follows the L2 flush), and the lone launch.
     summary = df[(df["timing"] == "graph") | (df["call"] > 0)].groupby(["tokens", "timing"])[cols].median()
     print(summary.T.to_string(float_format=lambda v: f"{v:.2f}"))
+    for d in raw:
+        if d["call"].nunique() > 2:
+            shares = end_shares(d)
+            print(f"sequence_trace: {d['tokens'].iat[0]} tokens, {d['timing'].iat[0]}: the "
+                  f"programs' ends spread {shares['end_spread_us']:.2f} µs (sd), of which the "
+                  f"program id explains {shares['program_share']:.2f}, the SM "
+                  f"{shares['sm_share']:.2f}")
 
 
 if __name__ == "__main__":
