@@ -77,7 +77,7 @@ def test_stamp_rows_keep_every_program_after_the_replay_s_first_stamp(seed):
 
 def _ends(seed: int, by: str) -> pd.DataFrame:
     """Stamp rows of 12 calls x 8 programs whose ends follow ``by`` ("sm" or "program") by
-    0-7 µs, plus noise of a tenth of that; the SM under each program id changes every call."""
+    0-7 µs, plus up to 0.1 µs of noise; the SM under each program id changes every call."""
     g = torch.Generator().manual_seed(seed)
     rows = []
     for call in range(12):
