@@ -100,6 +100,48 @@ def keys_per_split(n_keys: int, splits: int, block_n: int) -> int:
 
 
 @triton.jit
+def load_key_rows(rows, keys_ok, C: tl.constexpr, BC: tl.constexpr, MASK_KEYS: tl.constexpr):
+    """A [keys, BC] tile of the rows starting at ``rows`` (pointers [keys, 1]): columns past
+    C (padding to a power of two) and, with MASK_KEYS, keys not ``keys_ok`` read as zeros.
+    A whole tile of a power-of-two head dim loads with no mask at all."""
+    cols = tl.arange(0, BC)
+    ptrs = rows + cols[None, :]
+    if MASK_KEYS:
+        if BC == C:
+            tile = tl.load(ptrs, mask=keys_ok[:, None], other=0.0)
+        else:
+            tile = tl.load(ptrs, mask=keys_ok[:, None] & (cols[None, :] < C), other=0.0)
+    else:
+        if BC == C:
+            tile = tl.load(ptrs)
+        else:
+            tile = tl.load(ptrs, mask=cols[None, :] < C, other=0.0)
+    return tile
+
+
+@triton.jit
+def key_tile_step(q_a, q_b, k_ptr, v_ptr, head, j, k1, scale, m_i, l_i, acc,
+                  stride_k_row, stride_v_row, DA: tl.constexpr, DB: tl.constexpr,
+                  DV: tl.constexpr, BDA: tl.constexpr, BDB: tl.constexpr, BDV: tl.constexpr,
+                  BN: tl.constexpr, MASK_KEYS: tl.constexpr):
+    """One tile of BN keys from key ``j`` (those at or past ``k1`` masked with MASK_KEYS):
+    the scores, one online-softmax step and the V product. K loads as rows, as it lies in
+    memory, and enters the dot transposed."""
+    dt = q_a.dtype
+    keys = j + tl.arange(0, BN)
+    kok = keys < k1
+    k_rows = k_ptr + keys.to(tl.int64)[:, None] * stride_k_row + head * (DA + DB)
+    k_a = load_key_rows(k_rows, kok, DA, BDA, MASK_KEYS)
+    k_b = load_key_rows(k_rows + DA, kok, DB, BDB, MASK_KEYS)
+    s = dot_acc(q_a, tl.trans(k_a.to(dt)), tl.zeros([q_a.shape[0], BN], tl.float32))
+    s = dot_acc(q_b, tl.trans(k_b.to(dt)), s)
+    p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
+    v = load_key_rows(v_ptr + keys.to(tl.int64)[:, None] * stride_v_row + head * DV,
+                      kok, DV, BDV, MASK_KEYS)
+    return m_i, l_i, dot_acc(p.to(dt), v.to(dt), acc)
+
+
+@triton.jit
 def prefix_attention_kernel(
     q_ptr, k_ptr, v_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, num_heads, qk_scale,
@@ -119,31 +161,24 @@ def prefix_attention_kernel(
     split = tl.program_id(2)
     rows = tile * BM + tl.arange(0, BM)
     rmask = rows < n_rows
-    da = tl.arange(0, BDA)
-    db = tl.arange(0, BDB)
-    dv = tl.arange(0, BDV)
     q_a, q_b = load_two_parts(q_ptr + rows.to(tl.int64)[:, None] * stride_q_row
                               + head * (DA + DB), rmask, DA, BDA, DB, BDB)
-    dt = q_ptr.dtype.element_ty
     scale = qk_scale
     if KV_FP8:
         scale = scale * tl.load(k_scale_ptr)
     k0, k1, m_i, l_i, acc = split_start(split, keys_per_split, n_keys, BM, BDV)
-    # The split's own bounds, not a guard in the loop's body, so the compiler can pipeline
-    # the next tile's loads under this one's dots (``num_stages`` of the launch).
-    for j in tl.range(k0, k1, BN):
-        keys = j + tl.arange(0, BN)
-        kok = keys < k1
-        k_base = k_ptr + keys.to(tl.int64)[None, :] * stride_k_row + head * (DA + DB)
-        kt_a = tl.load(k_base + da[:, None], mask=kok[None, :] & (da[:, None] < DA), other=0.0)
-        kt_b = tl.load(k_base + DA + db[:, None], mask=kok[None, :] & (db[:, None] < DB),
-                       other=0.0)
-        s = dot_acc(q_a, kt_a.to(dt), tl.zeros([BM, BN], tl.float32))
-        s = dot_acc(q_b, kt_b.to(dt), s)
-        p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
-        v = tl.load(v_ptr + keys.to(tl.int64)[:, None] * stride_v_row + head * DV
-                    + dv[None, :], mask=kok[:, None] & (dv[None, :] < DV), other=0.0)
-        acc = dot_acc(p.to(dt), v.to(dt), acc)
+    # The split's whole key tiles with no key mask, then its partial tile, if any: a mask in
+    # the loop's body made the compiler wait on each wgmma at some tilings, and the split's
+    # own bounds let it pipeline the next tile's loads under this one's dots.
+    k_whole = k0 + tl.maximum(k1 - k0, 0) // BN * BN
+    for j in tl.range(k0, k_whole, BN):
+        m_i, l_i, acc = key_tile_step(q_a, q_b, k_ptr, v_ptr, head, j, k1, scale, m_i, l_i, acc,
+                                      stride_k_row, stride_v_row, DA, DB, DV, BDA, BDB, BDV,
+                                      BN, False)
+    if k_whole < k1:
+        m_i, l_i, acc = key_tile_step(q_a, q_b, k_ptr, v_ptr, head, k_whole, k1, scale, m_i,
+                                      l_i, acc, stride_k_row, stride_v_row, DA, DB, DV, BDA,
+                                      BDB, BDV, BN, True)
     if KV_FP8:
         acc = acc * tl.load(v_scale_ptr)
     store_partial(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,

@@ -40,6 +40,17 @@ def test_bf16_matches_reference(n, c, splits, device, seed):
     assert judge(errs, "bf16"), errs
 
 
+@pytest.mark.parametrize(("c", "splits"), [(256, 2), (250, 3)])
+def test_head_dims_padded_to_a_power_of_two(c, splits, device, seed):
+    # Dk = 72 loads as 64 + 8 (padded to 16), Dv = 40 padded to 64: the padded columns are
+    # masked both in whole key tiles (256 keys) and in a split's partial tile (250).
+    q, k, v = draw(seed, 9, 2, c, device, dk=72, dv=40)
+    out, lse = poisoned(9, 2, 40, device)
+    prefix_attention(q, k, v, n_keys=c, num_splits=splits, out=out, lse=lse)
+    errs = attention_errors(out, lse, attention_reference(q, k, v, n_keys=c, chunk=64))
+    assert judge(errs, "bf16"), errs
+
+
 def test_fp8_kv_with_scales(device, seed):
     q, k, v = draw(seed, 9, 2, 200, device)
     ks = torch.tensor([k.float().abs().amax() / 448 * 3], device=device)  # scales far from 1
