@@ -65,12 +65,15 @@ def check_blocking(blocking) -> Blocking:
 
 
 def expanded_blocking(n_queries: int) -> Blocking:
-    # The fastest of scripts/prefix_tiles.py's candidates on Hopper: with many queries,
-    # 128-row tiles (a head's keys read once for 128 of them; measured at 512 and 2048,
-    # slower at 128: the switch at 256 is between the two); 64 rows, 32 keys a step, from
-    # 64 queries, where two programs share an SM; 16 rows (the smallest dot) below that.
+    # The fastest of scripts/prefix_tiles.py's candidates on Hopper: 128 rows of 64 keys on 8
+    # warps from 256 queries; 128 rows of 32 keys on 4 warps from 128 (a head's keys read
+    # once for 128 queries, two programs an SM; measured on the H200 at 128, slower at 64
+    # and 512); 64 rows of 32 keys from 64 queries, where two programs share an SM; 16 rows
+    # (the smallest dot) below that.
     if n_queries >= 256:
         return Blocking(128, 64, 8, 3)
+    if n_queries >= 128:
+        return Blocking(128, 32, 4, 3)
     return Blocking(64, 32, 4, 3) if n_queries >= 64 else Blocking(16, 64, 4)
 
 
