@@ -30,6 +30,7 @@ MAX_SPLITS = 64
 # more on the merge and the queries' loads than on the keys.
 MIN_TILES_PER_SPLIT = 4
 PROGRAMS_PER_UNIT = 2  # programs per SM (CU) a launch aims for
+LONG_KEYS = 16384  # from here 128 queries take 128-row tiles (``expanded_blocking``)
 
 
 @dataclass(frozen=True)
@@ -64,15 +65,18 @@ def check_blocking(blocking) -> Blocking:
     return blocking
 
 
-def expanded_blocking(n_queries: int) -> Blocking:
-    # The fastest of scripts/prefix_tiles.py's candidates on Hopper: 128 rows of 64 keys on 8
-    # warps from 256 queries; 128 rows of 32 keys on 4 warps from 128 (a head's keys read
-    # once for 128 queries, two programs an SM; measured on the H200 at 128, slower at 64
-    # and 512); 64 rows of 32 keys from 64 queries, where two programs share an SM; 16 rows
-    # (the smallest dot) below that.
+def expanded_blocking(n_queries: int, n_keys: int) -> Blocking:
+    """The attention's tiles for ``n_queries`` over ``n_keys`` keys (a chunk's, where the
+    expanded path attends chunk by chunk): the fastest of scripts/prefix_tiles.py's
+    candidates on Hopper."""
+    # 128 rows of 64 keys on 8 warps from 256 queries. From 128, 128 rows of 32 keys on 4
+    # warps over many keys (a head's keys read once for 128 queries: faster on the H200 at
+    # 32000 keys), 64 rows over few (faster on the H100 at 4096, where 128-row partials
+    # cost more than the keys; the switch lies between). 64 rows of 32 keys from 64
+    # queries, two programs an SM; 16 rows (the smallest dot) below that.
     if n_queries >= 256:
         return Blocking(128, 64, 8, 3)
-    if n_queries >= 128:
+    if n_queries >= 128 and n_keys >= LONG_KEYS:
         return Blocking(128, 32, 4, 3)
     return Blocking(64, 32, 4, 3) if n_queries >= 64 else Blocking(16, 64, 4)
 
@@ -196,7 +200,7 @@ def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_
     ``expanded_blocking``'s). No checks (the entry points' launch path)."""
     n, h, dk = q.shape
     dv = v.shape[-1]
-    blk = blocking or expanded_blocking(n)
+    blk = blocking or expanded_blocking(n, n_keys)
     da = 1 << (dk.bit_length() - 1)  # the largest power of two in the head dim, then the rest
     db = dk - da
     kv_fp8 = k.dtype == checks.FP8
@@ -213,7 +217,7 @@ def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_
 
 def default_splits(q: torch.Tensor, n_keys: int, blocking: Blocking | None = None) -> int:
     n, h, _ = q.shape
-    blk = blocking or expanded_blocking(n)
+    blk = blocking or expanded_blocking(n, n_keys)
     return split_count(triton.cdiv(n, blk.block_m) * h, n_keys, blk.block_n,
                        device_spec(q.device).compute_units)
 

@@ -124,8 +124,8 @@ def model_table(shape: str, contexts: Sequence[int], new_tokens: Sequence[int], 
         for n in new_tokens:
             ef = expanded_floor(shape, c, n, cache_dtype, weight_format, rates, kv_dtype)
             af = absorbed_floor(shape, c, n, cache_dtype, weight_format, rates)
-            eb, ab = expanded_blocking(n), absorbed_blocking(n * h, cache_dtype == "fp8")
             chunk = min(c, chunk_tokens or c)
+            eb, ab = expanded_blocking(n, chunk), absorbed_blocking(n * h, cache_dtype == "fp8")
             e_splits = split_count(math.ceil(n / eb.block_m) * h, chunk, eb.block_n, units)
             a_splits = split_count(math.ceil(n * h / ab.block_m), c, ab.block_n, units)
             kv = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16

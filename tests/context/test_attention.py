@@ -8,7 +8,14 @@ import pytest
 import torch
 
 from mla_kernels.context import attention_reference, merge_attention, prefix_attention
-from mla_kernels.context.attention import fewest_waves, keys_per_split, split_count
+from mla_kernels.context.attention import (
+    LONG_KEYS,
+    Blocking,
+    expanded_blocking,
+    fewest_waves,
+    keys_per_split,
+    split_count,
+)
 from mla_kernels.lab.context_checks import attention_errors, judge
 
 FP8 = torch.float8_e4m3fn
@@ -132,6 +139,16 @@ def test_split_rule():
     assert split_count(1, 100, 64, 132) == 1  # too few keys to split
     assert split_count(1, 10 ** 7, 64, 132) == 64  # at most MAX_SPLITS
     assert keys_per_split(150, 3, 64) == 64 and keys_per_split(260, 9, 64) == 64
+
+
+def test_tiles_follow_the_queries_and_the_keys():
+    # 128 queries take 128-row tiles over many keys only; 256 and more always do.
+    assert expanded_blocking(128, LONG_KEYS) == Blocking(128, 32, 4, 3)
+    assert expanded_blocking(255, 10 ** 6) == Blocking(128, 32, 4, 3)
+    assert expanded_blocking(128, LONG_KEYS - 1) == Blocking(64, 32, 4, 3)
+    assert expanded_blocking(127, 10 ** 6) == Blocking(64, 32, 4, 3)
+    assert expanded_blocking(256, 100) == Blocking(128, 64, 8, 3)
+    assert expanded_blocking(63, 10 ** 6).block_m == 16
 
 
 @pytest.mark.parametrize(("programs", "splits", "want"), [

@@ -96,6 +96,18 @@ def test_expanded_tilings_at_scale(blocking, seed):
     assert judge(errs, "bf16"), f"seed {seed}: {errs}"
 
 
+def test_expanded_chunks_on_different_tiles(seed):
+    # 130 queries over 20011 keys in chunks of 16384: the first chunk's attention takes
+    # 128-row tiles, the last (3627 keys) 64-row ones, each with its own split count.
+    ci = build_context_inputs("kimi-k3-tp8", 20011, 130, cache_dtype="fp8", device="cuda",
+                              seed=seed)
+    plan = plan_expanded(*ci.args(), chunk_tokens=16384)
+    plan.out.fill_(float("nan"))
+    out, lse = plan.run()
+    errs = attention_errors(out, lse, ci.reference())
+    assert judge(errs, "bf16"), f"seed {seed}: {errs}"
+
+
 @pytest.mark.parametrize("fmt", ["fp8_row", "fp8_block"])
 def test_absorbed_plan_and_run_within_the_count_at_few_tokens(fmt, seed):
     # The map's first point: with 16 new tokens the run holds less than the weight's whole
