@@ -50,6 +50,7 @@ for kv in a.kv_dtypes:
         floor = expanded_floor(SHAPE, c, n, "fp8", "fp8_row", rates, kv)["attend_floor_us"]
         extra = ci.fp8_scales() if kv == "fp8" else {}
         for given in candidates:
+            # The first chunk's tiles: a last chunk under LONG_KEYS may take other ones.
             blk = given or expanded_blocking(n, min(c, CHUNK))
             row = {**prov, "model": SHAPE, "cache_dtype": "fp8", "weight_format": "fp8_row",
                    "kv_dtype": kv, "block_size": 1, "ctx": c, "new_tokens": n,

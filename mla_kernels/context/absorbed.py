@@ -138,7 +138,7 @@ def latent_attention_kernel(
     dc = tl.arange(0, BKV)
     dp = tl.arange(0, BPE)
     q_c, q_pe = load_two_parts(q_ptr + rows.to(tl.int64)[:, None] * (KV_C + PE), rmask,
-                               KV_C, BKV, PE, BPE)
+                               KV_C, BKV, PE, BPE, True)
     dt = q_ptr.dtype.element_ty
     scale = qk_scale
     if HAS_K_SCALE:

@@ -21,7 +21,7 @@ import triton.language as tl
 from ..core.devices import device_spec
 from ..designs.jit import dot_acc
 from . import checks
-from .kernels import load_two_parts, online_step, split_start, store_partial
+from .kernels import load_rows, load_two_parts, online_step, split_start, store_partial
 from .merge import merge_parts
 
 LOG2E = 1.0 / math.log(2.0)
@@ -107,26 +107,6 @@ def keys_per_split(n_keys: int, splits: int, block_n: int) -> int:
 
 
 @triton.jit
-def load_key_rows(rows, keys_ok, C: tl.constexpr, BC: tl.constexpr, MASK_KEYS: tl.constexpr):
-    """A [keys, BC] tile of the rows starting at ``rows`` (pointers [keys, 1]): columns past
-    C (padding to a power of two) and, with MASK_KEYS, keys not ``keys_ok`` read as zeros.
-    A whole tile of a power-of-two head dim loads with no mask at all."""
-    cols = tl.arange(0, BC)
-    ptrs = rows + cols[None, :]
-    if MASK_KEYS:
-        if BC == C:
-            tile = tl.load(ptrs, mask=keys_ok[:, None], other=0.0)
-        else:
-            tile = tl.load(ptrs, mask=keys_ok[:, None] & (cols[None, :] < C), other=0.0)
-    else:
-        if BC == C:
-            tile = tl.load(ptrs)
-        else:
-            tile = tl.load(ptrs, mask=cols[None, :] < C, other=0.0)
-    return tile
-
-
-@triton.jit
 def key_tile_step(q_a, q_b, k_ptr, v_ptr, head, j, k1, scale, m_i, l_i, acc,
                   stride_k_row, stride_v_row, DA: tl.constexpr, DB: tl.constexpr,
                   DV: tl.constexpr, BDA: tl.constexpr, BDB: tl.constexpr, BDV: tl.constexpr,
@@ -138,13 +118,12 @@ def key_tile_step(q_a, q_b, k_ptr, v_ptr, head, j, k1, scale, m_i, l_i, acc,
     keys = j + tl.arange(0, BN)
     kok = keys < k1
     k_rows = k_ptr + keys.to(tl.int64)[:, None] * stride_k_row + head * (DA + DB)
-    k_a = load_key_rows(k_rows, kok, DA, BDA, MASK_KEYS)
-    k_b = load_key_rows(k_rows + DA, kok, DB, BDB, MASK_KEYS)
+    k_a, k_b = load_two_parts(k_rows, kok, DA, BDA, DB, BDB, MASK_KEYS)
     s = dot_acc(q_a, tl.trans(k_a.to(dt)), tl.zeros([q_a.shape[0], BN], tl.float32))
     s = dot_acc(q_b, tl.trans(k_b.to(dt)), s)
     p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
-    v = load_key_rows(v_ptr + keys.to(tl.int64)[:, None] * stride_v_row + head * DV,
-                      kok, DV, BDV, MASK_KEYS)
+    v = load_rows(v_ptr + keys.to(tl.int64)[:, None] * stride_v_row + head * DV, kok, DV,
+                  BDV, MASK_KEYS)
     return m_i, l_i, dot_acc(p.to(dt), v.to(dt), acc)
 
 
@@ -169,7 +148,7 @@ def prefix_attention_kernel(
     rows = tile * BM + tl.arange(0, BM)
     rmask = rows < n_rows
     q_a, q_b = load_two_parts(q_ptr + rows.to(tl.int64)[:, None] * stride_q_row
-                              + head * (DA + DB), rmask, DA, BDA, DB, BDB)
+                              + head * (DA + DB), rmask, DA, BDA, DB, BDB, True)
     scale = qk_scale
     if KV_FP8:
         scale = scale * tl.load(k_scale_ptr)

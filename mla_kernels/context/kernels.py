@@ -1,6 +1,7 @@
 """The jit helpers the context path's attention kernels share (each kernel lives in its
 home: ``attention.py`` over expanded K/V, ``absorbed.py`` over the paged latent, ``merge.py``
-the merge): a split's start, one key tile of online softmax, and its partial output and LSE.
+the merge): rows loaded with their columns padded, a split's start, one key tile of online
+softmax, and its partial output and LSE.
 
 Every attention program covers one split of the keys and writes a partial output,
 normalised by its own softmax sum, and that sum's log-sum-exp; ``merge.merge_kernel``
@@ -17,15 +18,32 @@ LN2 = tl.constexpr(0.6931471805599453)
 
 
 @triton.jit
-def load_two_parts(base, rmask, A: tl.constexpr, BA: tl.constexpr, B: tl.constexpr,
-                   BB: tl.constexpr):
-    """Rows at ``base`` (pointers [BM, 1]) as two column parts, [0, A) and [A, A + B), each
-    padded to a power of two (BA, BB) with zeros; masked rows read as zeros."""
-    ca = tl.arange(0, BA)
-    cb = tl.arange(0, BB)
-    a = tl.load(base + ca[None, :], mask=rmask[:, None] & (ca[None, :] < A), other=0.0)
-    b = tl.load(base + A + cb[None, :], mask=rmask[:, None] & (cb[None, :] < B), other=0.0)
-    return a, b
+def load_rows(rows, rows_ok, C: tl.constexpr, BC: tl.constexpr, MASK_ROWS: tl.constexpr):
+    """A [rows, BC] tile of the rows starting at ``rows`` (pointers [rows, 1]): columns past
+    C (padding to a power of two) and, with MASK_ROWS, rows not ``rows_ok`` read as zeros. A
+    tile of whole rows of a power-of-two width loads with no mask at all."""
+    cols = tl.arange(0, BC)
+    ptrs = rows + cols[None, :]
+    if MASK_ROWS:
+        if BC == C:
+            tile = tl.load(ptrs, mask=rows_ok[:, None], other=0.0)
+        else:
+            tile = tl.load(ptrs, mask=rows_ok[:, None] & (cols[None, :] < C), other=0.0)
+    else:
+        if BC == C:
+            tile = tl.load(ptrs)
+        else:
+            tile = tl.load(ptrs, mask=cols[None, :] < C, other=0.0)
+    return tile
+
+
+@triton.jit
+def load_two_parts(base, rows_ok, A: tl.constexpr, BA: tl.constexpr, B: tl.constexpr,
+                   BB: tl.constexpr, MASK_ROWS: tl.constexpr):
+    """Rows at ``base`` (pointers [rows, 1]) as two column parts, [0, A) and [A, A + B), each
+    by ``load_rows``."""
+    return (load_rows(base, rows_ok, A, BA, MASK_ROWS),
+            load_rows(base + A, rows_ok, B, BB, MASK_ROWS))
 
 
 @triton.jit
