@@ -47,8 +47,8 @@ from ..timing import FULL, graphed, measure
 from .command_line import sequence_parser, write_rows
 
 SHAPE = "kimi-k3-tp8"
-SLOTS = 9
-SM_SLOT = 8  # the program's SM, plus one (0: not stamped)
+SM_SLOT = 8  # the program's SM, plus one (0: not stamped); the time slots come before it
+SLOTS = SM_SLOT + 1
 PATCH = REPO_ROOT / "scripts" / "diag" / "hopper_ws_sequence_trace.patch"
 # Stamp slot -> the moment (the patch's order within a program).
 STAMPS = {
