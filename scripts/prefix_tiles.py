@@ -6,7 +6,7 @@ reference first, with the run's provenance and the attention's floor (the expand
 read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
-[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES ...]. A tiling that does not compile or
+[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES[,tma] ...]. A tiling that does not compile or
 launch gets a row with its error."""
 import argparse
 from functools import partial
@@ -29,14 +29,14 @@ CANDIDATES = [None, Blocking(64, 32, 4, 3), Blocking(64, 64, 4, 2), Blocking(64,
               Blocking(128, 32, 8, 2), Blocking(128, 32, 8, 3), Blocking(128, 32, 8, 4),
               Blocking(128, 128, 8, 2)]
 SHOWN = ("kv_dtype", "ctx", "new_tokens", "tiles", "block_m", "block_n", "num_warps",
-         "num_stages", "correct", "attend_us", "run_us", "attend_fraction", "error")
+         "num_stages", "tma", "correct", "attend_us", "run_us", "attend_fraction", "error")
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out", type=Path)
 ap.add_argument("--points", nargs="+", default=["32000:128", "109440:128", "32000:2048",
                                                   "4096:512"])
 ap.add_argument("--kv-dtypes", nargs="+", choices=["bf16", "fp8"], default=["bf16"])
-ap.add_argument("--tiles", nargs="+", metavar="M,N,WARPS,STAGES",
+ap.add_argument("--tiles", nargs="+", metavar="M,N,WARPS,STAGES[,tma]",
                 help="candidates instead of the list above (the plan's own tiles still first)")
 a = ap.parse_args()
 candidates = [None, *tilings.blockings(a.tiles)] if a.tiles else CANDIDATES
@@ -56,7 +56,7 @@ for kv in a.kv_dtypes:
                    "kv_dtype": kv, "block_size": 1, "ctx": c, "new_tokens": n,
                    "chunk_tokens": CHUNK, "tiles": "given" if given else "default",
                    "block_m": blk.block_m, "block_n": blk.block_n, "num_warps": blk.num_warps,
-                   "num_stages": blk.num_stages, "attend_floor_us": floor,
+                   "num_stages": blk.num_stages, "tma": blk.tma, "attend_floor_us": floor,
                    "floor_source": rates.source}
             tilings.try_candidate(row, partial(plan_expanded, *ci.args(), chunk_tokens=CHUNK,
                                                blocking=given, **extra), ref, kv,

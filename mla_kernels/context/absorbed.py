@@ -298,6 +298,9 @@ def plan_absorbed(
             raise checks.fail("blocking", f"None with kernel={kernel!r} (its tiles are fixed)",
                               blocking)
         check_blocking(blocking)
+        if blocking.tma:
+            raise checks.fail("blocking.tma", "False (the absorbed kernels read the cache by "
+                              "pointers)", True)
         kernel = "portable"
     elif kernel != "portable":  # "hopper" where it runs, or refused; "auto" the one that runs
         why = absorbed_hopper.supports(q, k_buffer)

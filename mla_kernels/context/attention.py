@@ -11,7 +11,7 @@ is in ``absorbed.py``; both share the split rule here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import torch
@@ -37,12 +37,15 @@ LONG_KEYS = 16384  # from here 128 queries take 128-row tiles (``expanded_blocki
 class Blocking:
     """A launch's tile sizes: ``block_m`` query rows and ``block_n`` keys per step, its warps,
     and the key tiles in flight (``num_stages``: the loop's software pipeline; None leaves
-    it to the compiler)."""
+    it to the compiler). ``tma``: the expanded attention reads K and V tiles through tensor
+    descriptors (the copy engine of Hopper and later) where they allow it
+    (``tma_allowed``), by pointers elsewhere; the absorbed kernels read by pointers only."""
 
     block_m: int
     block_n: int
     num_warps: int
     num_stages: int | None = None
+    tma: bool = False
 
 
 # What a caller's blocking may hold (``plan_absorbed``'s and ``plan_expanded``'s): the tiles
@@ -62,6 +65,8 @@ def check_blocking(blocking) -> Blocking:
         value = getattr(blocking, field)
         if type(value) is not int or value not in allowed:
             raise checks.fail(f"blocking.{field}", f"one of {allowed}", repr(value))
+    if type(blocking.tma) is not bool:
+        raise checks.fail("blocking.tma", "a bool", repr(blocking.tma))
     return blocking
 
 
@@ -107,38 +112,50 @@ def keys_per_split(n_keys: int, splits: int, block_n: int) -> int:
 
 
 @triton.jit
-def key_tile_step(q_a, q_b, k_ptr, v_ptr, head, j, k1, scale, m_i, l_i, acc,
+def key_tile_step(q_a, q_b, k_src, k_pe_src, v_src, head, j, k1, scale, m_i, l_i, acc,
                   stride_k_row, stride_v_row, DA: tl.constexpr, DB: tl.constexpr,
                   DV: tl.constexpr, BDA: tl.constexpr, BDB: tl.constexpr, BDV: tl.constexpr,
-                  BN: tl.constexpr, MASK_KEYS: tl.constexpr):
+                  BN: tl.constexpr, MASK_KEYS: tl.constexpr, TMA: tl.constexpr):
     """One tile of BN keys from key ``j`` (those at or past ``k1`` masked with MASK_KEYS):
     the scores, one online-softmax step and the V product. K loads as rows, as it lies in
-    memory, and enters the dot transposed."""
+    memory, and enters the dot transposed. With TMA the tiles come through descriptors
+    whose rows end at the context's last key (the copy engine fills rows past it with
+    zeros), so a tile needs no load mask: keys past ``k1`` within the context are real ones
+    of the next split, and their scores are masked."""
     dt = q_a.dtype
     keys = j + tl.arange(0, BN)
     kok = keys < k1
-    k_rows = k_ptr + keys.to(tl.int64)[:, None] * stride_k_row + head * (DA + DB)
-    k_a, k_b = load_two_parts(k_rows, kok, DA, BDA, DB, BDB, MASK_KEYS)
+    if TMA:
+        k_a = k_src.load([j, head * (DA + DB)])
+        k_b = k_pe_src.load([j, head * (DA + DB) + DA])
+    else:
+        k_rows = k_src + keys.to(tl.int64)[:, None] * stride_k_row + head * (DA + DB)
+        k_a, k_b = load_two_parts(k_rows, kok, DA, BDA, DB, BDB, MASK_KEYS)
     s = dot_acc(q_a, tl.trans(k_a.to(dt)), tl.zeros([q_a.shape[0], BN], tl.float32))
     s = dot_acc(q_b, tl.trans(k_b.to(dt)), s)
     p, m_i, l_i, acc = online_step(s * scale, kok, m_i, l_i, acc)
-    v = load_rows(v_ptr + keys.to(tl.int64)[:, None] * stride_v_row + head * DV, kok, DV,
-                  BDV, MASK_KEYS)
+    if TMA:
+        v = v_src.load([j, head * DV])
+    else:
+        v = load_rows(v_src + keys.to(tl.int64)[:, None] * stride_v_row + head * DV, kok, DV,
+                      BDV, MASK_KEYS)
     return m_i, l_i, dot_acc(p.to(dt), v.to(dt), acc)
 
 
 @triton.jit
 def prefix_attention_kernel(
-    q_ptr, k_ptr, v_ptr, k_scale_ptr, v_scale_ptr, part_o_ptr, part_lse_ptr,
+    q_ptr, k_src, k_pe_src, v_src, k_scale_ptr, v_scale_ptr, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, num_heads, qk_scale,
     stride_q_row, stride_k_row, stride_v_row, stride_part_o, stride_part_lse,
     DA: tl.constexpr, DB: tl.constexpr, DV: tl.constexpr,
     BDA: tl.constexpr, BDB: tl.constexpr, BDV: tl.constexpr,
-    BM: tl.constexpr, BN: tl.constexpr, KV_FP8: tl.constexpr,
+    BM: tl.constexpr, BN: tl.constexpr, KV_FP8: tl.constexpr, TMA: tl.constexpr,
 ):
     """Grid (query tile, head, split): BM queries of one head over the split's keys of
     expanded K [keys, H, DA + DB] and V [keys, H, DV]. A head dim that is no power of two
-    (192) is loaded as two parts, DA then DB (128 + 64).
+    (192) is loaded as two parts, DA then DB (128 + 64). K and V come as pointers
+    (``k_pe_src`` then unused), or with TMA as descriptors over K and V viewed as
+    [keys, H x dim]: K's two parts, [BN, DA] and [BN, DB] boxes, and V's [BN, DV].
 
     FP8 K/V are widened to the queries' dtype as they are loaded (exact), so the dots run
     there; the per-tensor scales are applied to the scores and to the output."""
@@ -158,17 +175,49 @@ def prefix_attention_kernel(
     # own bounds let it pipeline the next tile's loads under this one's dots.
     k_whole = k0 + tl.maximum(k1 - k0, 0) // BN * BN
     for j in tl.range(k0, k_whole, BN):
-        m_i, l_i, acc = key_tile_step(q_a, q_b, k_ptr, v_ptr, head, j, k1, scale, m_i, l_i, acc,
-                                      stride_k_row, stride_v_row, DA, DB, DV, BDA, BDB, BDV,
-                                      BN, False)
+        m_i, l_i, acc = key_tile_step(q_a, q_b, k_src, k_pe_src, v_src, head, j, k1, scale,
+                                      m_i, l_i, acc, stride_k_row, stride_v_row, DA, DB, DV,
+                                      BDA, BDB, BDV, BN, False, TMA)
     if k_whole < k1:
-        m_i, l_i, acc = key_tile_step(q_a, q_b, k_ptr, v_ptr, head, k_whole, k1, scale, m_i,
-                                      l_i, acc, stride_k_row, stride_v_row, DA, DB, DV, BDA,
-                                      BDB, BDV, BN, True)
+        m_i, l_i, acc = key_tile_step(q_a, q_b, k_src, k_pe_src, v_src, head, k_whole, k1,
+                                      scale, m_i, l_i, acc, stride_k_row, stride_v_row, DA,
+                                      DB, DV, BDA, BDB, BDV, BN, True, TMA)
     if KV_FP8:
         acc = acc * tl.load(v_scale_ptr)
     store_partial(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
                    rows * num_heads + head, rmask, acc, m_i, l_i, DV, BDV)
+
+
+def tma_allowed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
+    """Whether K and V can be read through tensor descriptors: 16-bit K/V (the queries'
+    dtype; FP8 ones widen in registers, by pointers), each part of a head (K's two, V's
+    one) a power of two of at least 16 columns, each row's heads packed and the rows
+    16-byte aligned, on a GPU of compute
+    capability 9 or later (or under the interpreter)."""
+    dk, dv = q.shape[-1], v.shape[-1]
+    da = 1 << (dk.bit_length() - 1)
+    if k.dtype != q.dtype or any(d < 16 or d & (d - 1) for d in (da, dk - da, dv)):
+        return False
+    if any(t.stride(2) != 1 or t.stride(1) != t.shape[2] or t.data_ptr() % 16
+           or t.stride(0) * t.element_size() % 16 for t in (k, v)):
+        return False
+    if k.device.type != "cuda":
+        return k.device.type == "cpu"  # the interpreter's
+    return torch.cuda.get_device_capability(k.device)[0] >= 9
+
+
+def kv_sources(k: torch.Tensor, v: torch.Tensor, n_keys: int, da: int, blk: Blocking):
+    """The kernel's K, K-part-two and V arguments: descriptors over the first n_keys rows
+    with ``blk.tma``, else the tensors themselves (K twice)."""
+    if not blk.tma:
+        return k, k, v
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    h, dk, dv = k.shape[1], k.shape[2], v.shape[2]
+    k2, v2 = k[:n_keys].view(n_keys, h * dk), v[:n_keys].view(n_keys, h * dv)
+    return (TensorDescriptor.from_tensor(k2, [blk.block_n, da]),
+            TensorDescriptor.from_tensor(k2, [blk.block_n, dk - da]),
+            TensorDescriptor.from_tensor(v2, [blk.block_n, dv]))
 
 
 def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_scale,
@@ -184,13 +233,17 @@ def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_
     db = dk - da
     kv_fp8 = k.dtype == checks.FP8
     per = keys_per_split(n_keys, splits, blk.block_n)
+    if blk.tma and not tma_allowed(q, k, v):
+        blk = replace(blk, tma=False)
+    k_src, k_pe_src, v_src = kv_sources(k, v, n_keys, da, blk)
     prefix_attention_kernel[(triton.cdiv(n, blk.block_m), h, splits)](
-        q, k, v, k_scale if kv_fp8 else q, v_scale if kv_fp8 else q, part_o, part_lse,
+        q, k_src, k_pe_src, v_src, k_scale if kv_fp8 else q, v_scale if kv_fp8 else q,
+        part_o, part_lse,
         n, n_keys, per, h, sm_scale * LOG2E,
         q.stride(0), k.stride(0), v.stride(0), part_o[0].numel(), part_lse[0].numel(),
         DA=da, DB=db, DV=dv, BDA=da, BDB=max(16, triton.next_power_of_2(max(db, 1))),
         BDV=max(16, triton.next_power_of_2(dv)), BM=blk.block_m, BN=blk.block_n,
-        KV_FP8=kv_fp8, num_warps=blk.num_warps,
+        KV_FP8=kv_fp8, TMA=blk.tma, num_warps=blk.num_warps,
         **({} if blk.num_stages is None else {"num_stages": blk.num_stages}))
 
 

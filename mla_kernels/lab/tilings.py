@@ -38,14 +38,19 @@ def points(specs: Iterable[str]) -> list[tuple[int, int]]:
 
 
 def blockings(specs: Iterable[str]) -> list[Blocking]:
-    """A ``context.attention.Blocking`` of each "block_m,block_n,num_warps,num_stages",
-    checked as a plan checks it (a ValueError naming the field)."""
+    """A ``context.attention.Blocking`` of each "block_m,block_n,num_warps,num_stages" (a
+    fifth field "tma": K and V through tensor descriptors), checked as a plan checks it (a
+    ValueError naming the field)."""
     out = []
     for spec in specs:
         parts = spec.split(",")
+        tma = parts[4:] == ["tma"]
+        if tma:
+            parts = parts[:4]
         if len(parts) != 4 or not all(p.strip().isdigit() for p in parts):
-            raise ValueError(f"tiles: expected block_m,block_n,num_warps,num_stages, got {spec!r}")
-        out.append(check_blocking(Blocking(*(int(p) for p in parts))))
+            raise ValueError("tiles: expected block_m,block_n,num_warps,num_stages[,tma], "
+                             f"got {spec!r}")
+        out.append(check_blocking(Blocking(*(int(p) for p in parts), tma=tma)))
     return out
 
 

@@ -309,6 +309,7 @@ def test_the_reference_names_a_bad_argument(ci, device):
     (Blocking(64, 64, 2, 1), r"blocking.num_warps: expected one of \(4, 8\), got 2"),
     (Blocking(64, 64, 8, None), r"blocking.num_stages: expected one of \(1, 2, 3, 4\), got None"),
     (Blocking(64, 64, 8, True), r"blocking.num_stages: expected one of \(1, 2, 3, 4\), got True"),
+    (Blocking(64, 64, 8, 2, tma=1), r"blocking.tma: expected a bool, got 1"),
 ])
 @pytest.mark.parametrize("path", [absorbed_prefix_attention, expand_and_attend],
                          ids=["absorbed", "expanded"])
@@ -325,6 +326,8 @@ def test_blocking_names_the_bad_field(ci, blocking, message, path):
     ({"kernel": None}, r"kernel: expected one of \('auto', 'portable', 'hopper'\), got None"),
     ({"kernel": "hopper", "blocking": Blocking(64, 64, 8, 2)},
      r"blocking: expected None with kernel='hopper' \(its tiles are fixed\), got Blocking"),
+    ({"blocking": Blocking(64, 64, 8, 2, tma=True)},
+     r"blocking.tma: expected False \(the absorbed kernels read the cache by pointers\), got True"),
 ])
 def test_absorbed_kernel_names_the_bad_argument(ci, kw, message):
     bufs = outs(ci)

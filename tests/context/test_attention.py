@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from mla_kernels.context import attention_reference, merge_attention, prefix_attention
+from mla_kernels.context import attention, attention_reference, merge_attention, prefix_attention
 from mla_kernels.context.attention import (
     LONG_KEYS,
     Blocking,
@@ -16,6 +16,7 @@ from mla_kernels.context.attention import (
     keys_per_split,
     split_count,
 )
+from mla_kernels.context.merge import merge_parts
 from mla_kernels.lab.context_checks import attention_errors, judge
 
 FP8 = torch.float8_e4m3fn
@@ -55,6 +56,46 @@ def test_head_dims_padded_to_a_power_of_two(c, splits, device, seed):
     out, lse = poisoned(9, 2, 40, device)
     prefix_attention(q, k, v, n_keys=c, num_splits=splits, out=out, lse=lse)
     errs = attention_errors(out, lse, attention_reference(q, k, v, n_keys=c, chunk=64))
+    assert judge(errs, "bf16"), errs
+
+
+@pytest.mark.parametrize(("n", "c", "splits", "tiles"),
+                         [(5, 150, 3, Blocking(16, 32, 4, 2, tma=True)),
+                          (70, 97, 1, Blocking(64, 64, 4, 3, tma=True)),
+                          (9, 300, 4, Blocking(16, 16, 4, 3, tma=True))])
+def test_tiles_through_descriptors(n, c, splits, tiles, device, seed):
+    # K and V read through tensor descriptors over the first C rows: the rows past C are
+    # NaN, so a tile that read them (the last split's partial one) would show; the splits'
+    # bounds fall inside tiles' reach of the next split's real keys, which are masked.
+    q, k, v = draw(seed, n, 2, c, device, spare=40)
+    k[c:], v[c:] = float("nan"), float("nan")
+    assert attention.tma_allowed(q, k, v)
+    out, lse = poisoned(n, 2, 128, device)
+    part_o = torch.full((splits, n, 2, 128), float("nan"), device=device)
+    part_lse = torch.full((splits, n, 2), float("nan"), device=device)
+    attention.launch_prefix(q, k, v, None, None, c, 192 ** -0.5, splits, part_o, part_lse,
+                            tiles)
+    merge_parts(part_o, part_lse, splits, out, lse)
+    errs = attention_errors(out, lse, attention_reference(q, k, v, n_keys=c, chunk=64))
+    assert judge(errs, "bf16"), errs
+
+
+def test_descriptors_only_where_the_tensors_allow(device, seed):
+    q, k, v = draw(seed, 4, 2, 64, device)
+    assert attention.tma_allowed(q, k, v)
+    assert not attention.tma_allowed(q, k.to(FP8), v.to(FP8))  # widened in registers
+    q72, k72, v40 = draw(seed, 4, 2, 64, device, dk=72, dv=40)
+    assert not attention.tma_allowed(q72, k72, v40)  # parts of 8 and 40 columns
+    wide = torch.zeros(k.shape[0], 2, 193, dtype=k.dtype, device=device)[:, :, :192]
+    assert not attention.tma_allowed(q, wide, v)  # heads not packed in a row
+    # A blocking asking for descriptors where the tensors refuse them reads by pointers.
+    out, lse = poisoned(4, 2, 40, device)
+    part_o = torch.full((2, 4, 2, 40), float("nan"), device=device)
+    part_lse = torch.full((2, 4, 2), float("nan"), device=device)
+    attention.launch_prefix(q72, k72, v40, None, None, 64, 72 ** -0.5, 2, part_o, part_lse,
+                            Blocking(16, 32, 4, 2, tma=True))
+    merge_parts(part_o, part_lse, 2, out, lse)
+    errs = attention_errors(out, lse, attention_reference(q72, k72, v40, n_keys=64))
     assert judge(errs, "bf16"), errs
 
 

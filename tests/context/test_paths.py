@@ -63,11 +63,13 @@ def test_expanded_in_chunks(prefix, chunk):
 
 
 @pytest.mark.parametrize("blocking", [Blocking(128, 64, 8, 2), Blocking(16, 32, 4, 3),
-                                      Blocking(32, 128, 4, 1)], ids=str)
+                                      Blocking(32, 128, 4, 1), Blocking(32, 64, 4, 2, tma=True)],
+                         ids=str)
 def test_expanded_tilings(prefix, blocking, monkeypatch):
     # The attention on a caller's tiles (query rows past the 6 here, keys past a split's
     # 100, a partial last key tile) against the reference, the outputs poisoned first; the
-    # launch takes those tiles.
+    # launch takes those tiles (K and V through descriptors where asked: the expanded
+    # chunk's bf16 workspace allows them).
     from mla_kernels.context import attention
 
     kernel, launched = attention.prefix_attention_kernel, []
@@ -75,7 +77,8 @@ def test_expanded_tilings(prefix, blocking, monkeypatch):
     class Recorder:
         def __getitem__(self, grid):
             def launch(*args, **kw):
-                launched.append((kw["BM"], kw["BN"], kw["num_warps"], kw.get("num_stages")))
+                launched.append((kw["BM"], kw["BN"], kw["num_warps"], kw.get("num_stages"),
+                                 kw["TMA"]))
                 return kernel[grid](*args, **kw)
             return launch
 

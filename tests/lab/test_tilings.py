@@ -7,14 +7,15 @@ from mla_kernels.lab.tilings import blockings, points
 
 
 def test_tiles_parse_into_blockings():
-    assert blockings(["128,32,8,3", "64, 16, 4, 1"]) == [Blocking(128, 32, 8, 3),
-                                                         Blocking(64, 16, 4, 1)]
+    assert blockings(["128,32,8,3", "64, 16, 4, 1", "128,32,4,3,tma"]) == [
+        Blocking(128, 32, 8, 3), Blocking(64, 16, 4, 1), Blocking(128, 32, 4, 3, tma=True)]
 
 
-@pytest.mark.parametrize("spec", ["128,32,8", "128,32,8,3,1", "128,x,8,3", "", "-64,32,4,3"])
+@pytest.mark.parametrize("spec", ["128,32,8", "128,32,8,3,1", "128,x,8,3", "", "-64,32,4,3",
+                                  "128,32,8,3,tma,tma", "128,32,8,tma"])
 def test_malformed_tiles_are_named(spec):
     with pytest.raises(ValueError, match=r"^tiles: expected block_m,block_n,num_warps,"
-                                         rf"num_stages, got {spec!r}"):
+                                         rf"num_stages\[,tma\], got {spec!r}"):
         blockings([spec])
 
 
