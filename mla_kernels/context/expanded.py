@@ -17,13 +17,27 @@ from dataclasses import dataclass, field
 import torch
 
 from ..api import gather_kv_b_proj
+from ..core.devices import device_spec
 from ..core.formats import FP8_DTYPES, detect_weight_format
 from ..core.problem import GatherArgs, check_aliasing, check_arguments, validate_inputs
-from . import checks
-from .attention import MAX_SPLITS, Blocking, check_blocking, default_splits, launch_prefix
+from . import attention_hopper, checks
+from .attention import (
+    MAX_SPLITS,
+    Blocking,
+    check_blocking,
+    default_splits,
+    fewest_waves,
+    launch_prefix,
+    split_count,
+)
 from .merge import merge_parts
 
 KV_DTYPES = (torch.bfloat16, torch.float16, checks.FP8)
+# The attention's kernels: the portable Triton one (attention.py) and Gluon's for sm_90
+# (attention_hopper.py). What ``plan_expanded(kernel=...)`` takes: a kernel, or "auto":
+# Gluon's where it runs, the portable one elsewhere and wherever a blocking is given.
+KERNELS = ("portable", "hopper")
+KERNEL_CHOICES = ("auto", *KERNELS)
 
 
 def latent_kv_c(weight: torch.Tensor, scale: torch.Tensor | None) -> int:
@@ -69,6 +83,7 @@ class ExpandedPlan:
     lse: torch.Tensor
     index_tensors: list[torch.Tensor] = field(default_factory=list)
     blocking: Blocking | None = None  # the attention's tiles (None: expanded_blocking's)
+    kernel: str = "portable"  # the attention's kernel (KERNELS)
 
     @property
     def chunks(self) -> int:
@@ -90,9 +105,13 @@ class ExpandedPlan:
         """Chunk j's attention, merged: into the running output while chunks remain (after
         the earlier ones), into ``out`` at the last."""
         a = self.chunk_args[j]
-        launch_prefix(self.q, self.k_chunk, self.v_chunk, a.k_out_scale, a.v_out_scale,
-                      self.chunk_tokens[j], self.sm_scale, self.splits[j], self.part_o,
-                      self.part_lse, self.blocking)
+        if self.kernel == "hopper":
+            attention_hopper.launch(self.q, self.k_chunk, self.v_chunk, self.chunk_tokens[j],
+                                    self.sm_scale, self.splits[j], self.part_o, self.part_lse)
+        else:
+            launch_prefix(self.q, self.k_chunk, self.v_chunk, a.k_out_scale, a.v_out_scale,
+                          self.chunk_tokens[j], self.sm_scale, self.splits[j], self.part_o,
+                          self.part_lse, self.blocking)
         last = j == self.chunks - 1
         dest = self.out if last else self.running
         prev = (self.running, self.lse) if j > 0 else (None, None)
@@ -132,7 +151,8 @@ def plan_expanded(
     sm_scale: float | None = None,  # None: 1 / sqrt(nope + pe)
     num_splits: int | None = None,  # splits of each chunk's keys (None: to fill the device)
     variant: str = "auto",  # the expansion's design (mla_kernels.variant_names())
-    blocking: Blocking | None = None,  # the attention's tiles (None: expanded_blocking's)
+    blocking: Blocking | None = None,  # the portable kernel's tiles (None: expanded_blocking's)
+    kernel: str = "portable",  # the attention's kernel: KERNEL_CHOICES
     out: torch.Tensor | None = None,  # [n, H, v] q's dtype or float32
     lse: torch.Tensor | None = None,  # [n, H] float32
     validate: bool | None = None,  # read the page table and scales (default: interpreter only)
@@ -168,8 +188,20 @@ def plan_expanded(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits_asked)
     if type(variant) is not str:
         raise checks.fail("variant", "a design's name (mla_kernels.variant_names())", repr(variant))
-    if blocking is not None:
+    if type(kernel) is not str or kernel not in KERNEL_CHOICES:
+        raise checks.fail("kernel", f"one of {KERNEL_CHOICES}", repr(kernel))
+    if blocking is not None:  # the portable kernel's tiles: "auto" takes that kernel
+        if kernel == "hopper":
+            raise checks.fail("blocking", f"None with kernel={kernel!r} (its tiles are fixed)",
+                              blocking)
         check_blocking(blocking)
+        kernel = "portable"
+    elif kernel != "portable":  # "hopper" where it runs, or refused; "auto" the one that runs
+        why = attention_hopper.supports(q, kv_dtype, v)
+        if kernel == "hopper" and why is not None:
+            raise checks.fail("kernel", f"'portable' here (the hopper kernel needs {why})",
+                              repr(kernel))
+        kernel = "portable" if why is not None else "hopper"
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype, torch.float32))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
     # Every tensor the call reads: an output over a scale or the page table would change
@@ -199,7 +231,13 @@ def plan_expanded(
         if validate:
             validate_inputs(*a)
         chunk_args.append(a)
-    splits = [splits_asked or default_splits(q, ln, blocking) for ln in lens]
+    if kernel == "hopper":  # one program an SM (its shared memory): whole waves
+        programs = -(-n // attention_hopper.QUERIES.value) * h
+        units = device_spec(dev).compute_units
+        splits = [splits_asked or fewest_waves(programs, split_count(
+            programs, ln, attention_hopper.BN.value, units), units) for ln in lens]
+    else:
+        splits = [splits_asked or default_splits(q, ln, blocking) for ln in lens]
     part_o = torch.empty((max(splits), n, h, v), dtype=torch.float32, device=dev)
     part_lse = torch.empty((max(splits), n, h), dtype=torch.float32, device=dev)
     out = torch.empty((n, h, v), dtype=q.dtype, device=dev) if out is None else out
@@ -209,7 +247,7 @@ def plan_expanded(
         running = out if out.dtype == torch.float32 else torch.empty(
             (n, h, v), dtype=torch.float32, device=dev)
     return ExpandedPlan(q, chunk_args, lens, splits, scale, variant, k_chunk, v_chunk, part_o,
-                        part_lse, running, out, lse, index_tensors, blocking)
+                        part_lse, running, out, lse, index_tensors, blocking, kernel)
 
 
 def expand_and_attend(q, k_buffer, k_scale, kv_indptr, kv_indices, context_len, kv_proj_weight,

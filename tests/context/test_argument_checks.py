@@ -16,6 +16,7 @@ from mla_kernels.context import (
     expanded_peak_bytes,
     merge_attention,
     plan_absorbed,
+    plan_expanded,
     prefix_attention,
     prefix_reference,
 )
@@ -377,3 +378,64 @@ def test_absorbed_hopper_launch_refuses_a_side_it_does_not_have(ci, parts):
         absorbed_hopper.launch(ci.q, ci.cache.k_buffer, ci.cache.k_scale, ci.cache.kv_indices,
                                part_o, part_lse, ci.context_len, 2, 0.1, parts=parts)
     assert part_o.isnan().all() and part_lse.isnan().all()
+
+
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"kernel": "flash"},
+     r"kernel: expected one of \('auto', 'portable', 'hopper'\), got 'flash'"),
+    ({"kernel": None}, r"kernel: expected one of \('auto', 'portable', 'hopper'\), got None"),
+    ({"kernel": "hopper", "blocking": Blocking(64, 32, 4, 3)},
+     r"blocking: expected None with kernel='hopper' \(its tiles are fixed\), got Blocking"),
+])
+def test_expanded_kernel_names_the_bad_argument(ci, kw, message):
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match=message):
+        expand_and_attend(*ci.args(), **kw, **bufs)
+    assert untouched(bufs)
+
+
+def test_expanded_auto_kernel_picks_what_runs_here(ci):
+    # "auto" plans the Gluon kernel where it runs and the portable one elsewhere; a blocking
+    # given is the portable kernel's, so it plans that one anywhere; the default is the
+    # portable kernel.
+    from mla_kernels.context import attention_hopper
+
+    here = "portable" if attention_hopper.supports(ci.q, ci.q.dtype, 128) else "hopper"
+    assert plan_expanded(*ci.args(), kernel="auto").kernel == here
+    assert plan_expanded(*ci.args()).kernel == "portable"
+    tiles = Blocking(64, 32, 4, 3)
+    plan = plan_expanded(*ci.args(), kernel="auto", blocking=tiles)
+    assert plan.kernel == "portable" and plan.blocking == tiles
+
+
+def test_expanded_hopper_kernel_refused_where_it_cannot_run(ci):
+    # Off an sm_90 GPU the plan names the kernel and why, before anything is written.
+    from mla_kernels.context import attention_hopper
+
+    why = attention_hopper.supports(ci.q, ci.q.dtype, 128)
+    assert why is not None or ci.q.device.type == "cuda", why
+    if why is None:
+        pytest.skip("this device runs the hopper kernel")
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match=r"kernel: expected 'portable' here \(the hopper kernel "
+                                         r"needs .*\), got 'hopper'"):
+        expand_and_attend(*ci.args(), kernel="hopper", **bufs)
+    assert untouched(bufs)
+
+
+def test_expanded_hopper_kernel_names_what_it_needs(ci):
+    # What the kernel refuses, by name: K/V not in the queries' dtype (FP8), other head
+    # dims, queries whose heads are not packed in their rows.
+    from mla_kernels.context import attention_hopper
+
+    q = torch.empty(4, 12, 192, dtype=torch.bfloat16, device=ci.q.device)
+    if attention_hopper.device_reason(q.device) is not None:
+        assert attention_hopper.supports(q, q.dtype, 128) == attention_hopper.device_reason(
+            q.device)
+        pytest.skip("no sm_90 GPU: the device is refused first")
+    assert attention_hopper.supports(q, q.dtype, 128) is None
+    assert "K/V of their dtype" in attention_hopper.supports(q, torch.float8_e4m3fn, 128)
+    assert "got 192 and 64" in attention_hopper.supports(q, q.dtype, 64)
+    assert "got 128 and 128" in attention_hopper.supports(q[:, :, :128], q.dtype, 128)
+    spread = torch.empty(4, 12, 200, dtype=torch.bfloat16, device=q.device)[:, :, :192]
+    assert "strides" in attention_hopper.supports(spread, q.dtype, 128)

@@ -158,6 +158,37 @@ def test_absorbed_hopper_kernel_against_the_reference(c, n, cache, block_size, s
     assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1]), f"seed {seed}"
 
 
+@pytest.mark.parametrize(("c", "n", "chunk", "splits"),
+                         [(20011, 130, 8192, None), (4096, 128, None, None), (777, 3, None, 5),
+                          (33, 7, None, None), (1000, 70, 512, 40)])
+def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed):
+    # The Gluon kernel for sm_90: a partial last key tile and split, a partial last query
+    # tile (130 = 128 + 2, 70 and 3 queries), chunks of their own split counts, fewer keys
+    # than one tile, splits that see no key (40 splits of 512 keys); outputs poisoned first,
+    # compared with the reference; replayed from a CUDA graph, the same bits.
+    from mla_kernels.context import attention_hopper
+
+    ci = build_context_inputs("kimi-k3-tp8", c, n, device="cuda", seed=seed)
+    why = attention_hopper.supports(ci.q, ci.q.dtype, 128)
+    if why is not None:
+        pytest.skip(f"the hopper kernel needs {why}")
+    plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
+    assert plan.kernel == "hopper"
+    plan.out.fill_(float("nan"))
+    plan.lse.fill_(float("nan"))
+    out, lse = plan.run()
+    errs = attention_errors(out, lse, ci.reference())
+    assert judge(errs, "bf16"), (errs, f"seed {seed}")
+    eager = out.clone(), lse.clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.run()
+    plan.out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1]), f"seed {seed}"
+
+
 def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
     # Where the Gluon kernel runs the default ("auto") plans it, its splits cut so that its
     # one program an SM fill whole waves (12 row tiles x 16 splits would leave a second wave

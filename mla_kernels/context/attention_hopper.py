@@ -1,0 +1,290 @@
+"""The expanded attention's kernel for Hopper (sm_90), in Gluon, beside the portable one in
+``attention.py``: the same work (a head's queries over one split of its expanded keys; a
+partial output and its LSE) with the loads and the dots in partitions of their own.
+
+Why another kernel: the portable one, compiled by Triton, runs each key tile's loads, two
+dots and softmax in one warpgroup, its next tiles' copies in flight under the compiler's
+pipeline; on the H200 it reads its K/V at under 0.6 of the copy rate at n = 128, C = 32000
+(docs/log/2026-12-06-expanded-attention-tiles.md), about the time of its dots and its
+reads added, not overlapped. Here:
+
+- the **loader** (one warp) issues the copy engine's loads: the program's query tile once,
+  then each tile of BN keys (K's two column parts and V) into the next free stage;
+- two **consumer** warpgroups (the default partition and one worker) each own 64 of the
+  program's 128 queries: scores (S = Q K^T from shared memory), online softmax, and
+  O += P V with P in registers, each freeing a stage once both have read it. The two are
+  scheduled by the SM's warp schedulers: one's softmax runs under the other's dots.
+
+A program covers 128 queries of one head; shared memory holds the query tile (48 KB) and
+STAGES key tiles of 40 KB, so one program an SM.
+
+Restricted to what it was written for: bf16 or fp16 queries and K/V of 128 + 64 key columns
+and 128 value columns (Kimi-K3, DeepSeek-V3, GLM-5), each row's heads packed; ``supports``
+says so and the expanded plan refuses anything else by name.
+
+This module keeps its annotations evaluated (it defines a bundle: ``compat.bundle``).
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from ..designs.hopper_ws.compat import Buffer, Descriptor, Scalar, bundle, tma_io
+from .attention import LOG2E, keys_per_split
+from .kernels import LN2
+
+BM = gl.constexpr(64)  # queries a consumer warpgroup: its wgmma rows
+GROUPS = gl.constexpr(2)  # consumer warpgroups: a program's GROUPS x BM queries
+BN = gl.constexpr(64)  # keys a tile
+STAGES = gl.constexpr(3)  # key tiles in shared memory
+DA = gl.constexpr(128)  # K's first part (the no-rope columns), a query's too
+DB = gl.constexpr(64)  # K's second part (the rope's)
+DV = gl.constexpr(128)  # V's columns
+QUERIES = gl.constexpr(GROUPS.value * BM.value)  # a program's queries
+CONSUMER_REGS = 160  # the worker warpgroup's registers a thread
+LOADER_REGS = 40  # the loader warp's
+
+
+@bundle
+class Split:
+    """One program's work: queries [row0, row0 + QUERIES) (``n_rows`` in all) of head
+    ``head`` over keys [k0, k1), in ``n_tiles`` tiles of BN."""
+
+    row0: gl.tensor
+    n_rows: Scalar
+    head: gl.tensor
+    k0: gl.tensor
+    k1: gl.tensor
+    n_tiles: gl.tensor
+
+
+@bundle
+class Shared:
+    """The partitions' shared memory and barriers: the query tile's two parts per consumer
+    ([GROUPS, BM, DA] and [GROUPS, BM, DB]), the key tiles' ([STAGES, BN, ...] each), and the
+    hand-overs: the query tile landed, a key tile landed / freed by both consumers."""
+
+    q_a: Buffer
+    q_b: Buffer
+    k_a: Buffer
+    k_b: Buffer
+    v: Buffer
+    q_ready: Buffer
+    kv_ready: Buffer
+    kv_empty: Buffer
+
+
+@bundle
+class Source:
+    """The copy engine's descriptors: the queries [n, H x (DA + DB)] in [BM, DA] and
+    [BM, DB] blocks, K [C, H x (DA + DB)] in [BN, DA] and [BN, DB] blocks, V [C, H x DV] in
+    [BN, DV] blocks. Their rows end at the queries' and the context's last, so rows past
+    them land as zeros."""
+
+    q_a: Descriptor
+    q_b: Descriptor
+    k_a: Descriptor
+    k_b: Descriptor
+    v: Descriptor
+
+
+@bundle
+class Sink:
+    """Where a split's partial output [n, H, DV] float32 and its LSE [n, H] go (``heads``
+    H), and the scores' factor (sm_scale x log2(e))."""
+
+    part_o_ptr: gl.tensor
+    part_lse_ptr: gl.tensor
+    heads: Scalar
+    qk_scale: gl.tensor
+
+
+@gluon.constexpr_function
+def _acc_layout(num_warps, cols):
+    """A warpgroup's [64 x cols] float32 wgmma accumulator (16-bit operands: K 16 an
+    instruction): the scores' (BN columns) and the output's (DV)."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
+                                     instr_shape=[16, cols, 16])
+
+
+@gluon.jit
+def _loader(work, sh, src):
+    """The query tile once, then each key tile of the split into the next free stage."""
+    col = work.head * (DA + DB)
+    mbarrier.expect(sh.q_ready, GROUPS * (src.q_a.block_type.nbytes
+                                          + src.q_b.block_type.nbytes))
+    for g in gl.static_range(GROUPS):
+        tma_io.load(src.q_a, [work.row0 + g * BM, col], sh.q_ready, sh.q_a.index(g))
+        tma_io.load(src.q_b, [work.row0 + g * BM, col + DA], sh.q_ready, sh.q_b.index(g))
+    tile_bytes: gl.constexpr = (src.k_a.block_type.nbytes + src.k_b.block_type.nbytes
+                                + src.v.block_type.nbytes)
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        # A stage's first fill waits on the phase before the barrier's first: it passes.
+        mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+        key = work.k0 + j * BN
+        bar = sh.kv_ready.index(s)
+        mbarrier.expect(bar, tile_bytes)
+        tma_io.load(src.k_a, [key, col], bar, sh.k_a.index(s))
+        tma_io.load(src.k_b, [key, col + DA], bar, sh.k_b.index(s))
+        tma_io.load(src.v, [key, work.head * DV], bar, sh.v.index(s))
+
+
+@gluon.jit
+def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr):
+    """Queries [row0 + g x BM, + BM) over the split's key tiles: scores, online softmax in
+    base 2, the output with P in registers; then the partial output and its LSE."""
+    s_layout: gl.constexpr = _acc_layout(num_warps, BN)
+    o_layout: gl.constexpr = _acc_layout(num_warps, DV)
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    m_i = gl.full([BM], float("-inf"), gl.float32, row_layout)
+    l_i = gl.zeros([BM], gl.float32, row_layout)
+    o = gl.zeros([BM, DV], gl.float32, o_layout)
+    key_cols = gl.arange(0, BN, layout=gl.SliceLayout(0, s_layout))
+    q_a = sh.q_a.index(g)
+    q_b = sh.q_b.index(g)
+    mbarrier.wait(sh.q_ready, 0)
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
+        sc = warpgroup_mma(q_a, sh.k_a.index(s).permute((1, 0)),
+                           gl.zeros([BM, BN], gl.float32, s_layout), is_async=True)
+        sc = warpgroup_mma(q_b, sh.k_b.index(s).permute((1, 0)), sc, is_async=True)
+        sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+        if (j + 1) * BN > work.k1 - work.k0:  # the split's last tile passes its end
+            keys = work.k0 + j * BN + key_cols
+            sc = gl.where((keys < work.k1)[None, :], sc, float("-inf"))
+        # The scale (> 0) after the row maxima, and in one multiply-add with the shift.
+        m_new = gl.maximum(m_i, gl.max(sc, 1) * sink.qk_scale)
+        alpha = gl.exp2(m_i - m_new)
+        p = gl.exp2(sc * sink.qk_scale - m_new[:, None])
+        l_i = l_i * alpha + gl.sum(p, 1)
+        m_i = m_new
+        pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
+        alpha = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
+        o = warpgroup_mma(pa, sh.v.index(s), o * alpha[:, None], is_async=True)
+        o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
+        mbarrier.arrive(sh.kv_empty.index(s), count=1)
+    _store_partial(work, sink, o, m_i, l_i, g, num_warps)
+
+
+@gluon.jit
+def _store_partial(work, sink, o, m_i, l_i, g: gl.constexpr, num_warps: gl.constexpr):
+    """The consumer's queries' output, divided by their softmax sums (0 where the split saw
+    no key), and their LSE (-inf there), at flat rows query x H + head."""
+    o_layout: gl.constexpr = _acc_layout(num_warps, DV)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
+    queries = work.row0 + g * BM + gl.arange(0, BM, layout=o_rows)
+    cols = gl.arange(0, DV, layout=gl.SliceLayout(0, o_layout))
+    flat = queries.to(gl.int64) * sink.heads + work.head
+    inv = 1.0 / gl.where(l_i > 0, l_i, 1.0)
+    o = o * gl.convert_layout(inv, o_rows)[:, None]
+    gl.store(sink.part_o_ptr + flat[:, None] * DV + cols[None, :], o,
+             mask=(queries < work.n_rows)[:, None])
+    row_layout: gl.constexpr = gl.SliceLayout(1, _acc_layout(num_warps, BN))
+    queries = work.row0 + g * BM + gl.arange(0, BM, layout=row_layout)
+    safe = gl.where(l_i > 0, l_i, 1.0)
+    gl.store(sink.part_lse_ptr + queries * sink.heads + work.head,
+             gl.where(l_i > 0, (m_i + gl.log2(safe)) * LN2, float("-inf")),
+             mask=queries < work.n_rows)
+
+
+@gluon.jit
+def prefix_attention_hopper_kernel(
+    q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc, part_o_ptr, part_lse_ptr,
+    n_rows, n_keys, keys_per_split, num_heads, qk_scale, stride_part_o, stride_part_lse,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+):
+    """Grid (query tile of QUERIES, head, split), as ``attention.prefix_attention_kernel``'s."""
+    tile = gl.program_id(0)
+    head = gl.program_id(1)
+    split = gl.program_id(2)
+    k0 = split * keys_per_split
+    k1 = gl.minimum(k0 + keys_per_split, n_keys)
+    work = Split(tile * QUERIES, n_rows, head, k0, k1, gl.cdiv(gl.maximum(k1 - k0, 0), BN))
+
+    bar: gl.constexpr = mbarrier.MBarrierLayout()
+    q_a = gl.allocate_shared_memory(q_a_desc.dtype, [GROUPS, BM, DA], q_a_desc.layout)
+    q_b = gl.allocate_shared_memory(q_b_desc.dtype, [GROUPS, BM, DB], q_b_desc.layout)
+    k_a = gl.allocate_shared_memory(k_a_desc.dtype, [STAGES, BN, DA], k_a_desc.layout)
+    k_b = gl.allocate_shared_memory(k_b_desc.dtype, [STAGES, BN, DB], k_b_desc.layout)
+    v = gl.allocate_shared_memory(v_desc.dtype, [STAGES, BN, DV], v_desc.layout)
+    q_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
+    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    mbarrier.init(q_ready, count=1)
+    for s in gl.static_range(STAGES):
+        mbarrier.init(kv_ready.index(s), count=1)
+        mbarrier.init(kv_empty.index(s), count=GROUPS)  # freed by both consumers
+    sh = Shared(q_a, q_b, k_a, k_b, v, q_ready, kv_ready, kv_empty)
+    src = Source(q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc)
+    sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
+                num_heads, qk_scale)
+    gl.warp_specialize([
+        (_consumer, (work, sh, sink, 0, num_warps)),
+        (_consumer, (work, sh, sink, 1, num_warps)),
+        (_loader, (work, sh, src)),
+    ], [num_warps, 1], [CONSUMER_REGS, LOADER_REGS])
+
+
+def device_reason(device: torch.device) -> str | None:
+    """Why this kernel cannot run on ``device`` (None: it can): an sm_90 CUDA device."""
+    if device.type != "cuda" or torch.version.hip:
+        return f"a CUDA device, got {device}"
+    cap = torch.cuda.get_device_capability(device)
+    if cap[0] != 9:
+        return f"an sm_90 GPU, got sm_{cap[0]}{cap[1]}"
+    return None
+
+
+def supports(q: torch.Tensor, kv_dtype: torch.dtype, dv: int) -> str | None:
+    """Why this kernel cannot attend with these queries over K/V of ``kv_dtype`` with ``dv``
+    value columns, as the expanded plan allocates them (None: it can): an sm_90 CUDA
+    device, bf16 or fp16 queries, K/V of their dtype, heads of DA + DB key and DV value
+    columns, the queries' heads packed in 16-byte aligned rows."""
+    why = device_reason(q.device)
+    if why is not None:
+        return why
+    if q.dtype not in (torch.bfloat16, torch.float16) or kv_dtype != q.dtype:
+        return f"bf16 or fp16 queries and K/V of their dtype, got {q.dtype} and {kv_dtype}"
+    if q.shape[2] != DA.value + DB.value or dv != DV.value:
+        return (f"heads of {DA.value} + {DB.value} key and {DV.value} value columns, got "
+                f"{q.shape[2]} and {dv}")
+    if (q.stride(2) != 1 or q.stride(1) != q.shape[2] or q.data_ptr() % 16
+            or q.stride(0) * q.element_size() % 16):
+        return f"q's heads packed in 16-byte aligned rows, got strides {q.stride()}"
+    return None
+
+
+def _descriptor(t2d: torch.Tensor, rows: int, cols: int):
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    dtype = gl.bfloat16 if t2d.dtype == torch.bfloat16 else gl.float16
+    layout = gl.NVMMASharedLayout.get_default_for([rows, cols], dtype)
+    return TensorDescriptor.from_tensor(t2d, [rows, cols], layout)
+
+
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_scale: float,
+           splits: int, part_o: torch.Tensor, part_lse: torch.Tensor) -> None:
+    """The kernel over ``splits`` splits of the first ``n_keys`` keys (each a whole number
+    of key tiles), its partials into part_o [>= splits, n, H, DV] (float32) and part_lse
+    [>= splits, n, H]. No checks (``supports`` first)."""
+    n, h, dk = q.shape
+    q2 = q.view(n, h * dk)
+    k2 = k[:n_keys].view(n_keys, h * dk)
+    v2 = v[:n_keys].view(n_keys, h * v.shape[2])
+    per = keys_per_split(n_keys, splits, BN.value)
+    prefix_attention_hopper_kernel[(triton.cdiv(n, QUERIES.value), h, splits)](
+        _descriptor(q2, BM.value, DA.value), _descriptor(q2, BM.value, DB.value),
+        _descriptor(k2, BN.value, DA.value), _descriptor(k2, BN.value, DB.value),
+        _descriptor(v2, BN.value, DV.value), part_o, part_lse,
+        n, n_keys, per, h, sm_scale * LOG2E, part_o[0].numel(),
+        part_lse[0].numel(), CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
+        num_warps=4, maxnreg=168)
