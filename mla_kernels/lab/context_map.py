@@ -28,6 +28,7 @@ from ..context import (
     plan_expanded,
 )
 from ..context.absorbed import KERNELS
+from ..context.expanded import KERNEL_CHOICES as EXPANDED_KERNELS
 from ..core.formats import CACHE_DTYPES, WEIGHT_FORMATS
 from ..core.shapes import SHAPES
 from .bench import measure_ceilings
@@ -77,10 +78,13 @@ def _sdpa(q, k, v, n_keys, scale):
 def measure_point(shape: str, c: int, n: int, *, cache_dtype: str, weight_format: str,
                   kv_dtype: str, chunk_tokens: int | None, rates: Rates, budget, prov: dict,
                   seed: int = 0, device: str = "cuda",
-                  absorbed_kernels: tuple[str, ...] = ("portable",)) -> list[dict]:
+                  absorbed_kernels: tuple[str, ...] = ("portable",),
+                  expanded_kernel: str = "portable") -> list[dict]:
     """One (C, n) point's rows (``device`` "cpu" under the interpreter checks the rows'
-    making; its timings need the GPU's); the absorbed path once per kernel of
-    ``absorbed_kernels`` (rows "absorbed", and "absorbed_hopper" for Gluon's on sm_90)."""
+    making; its timings need the GPU's); the expanded path's attention on
+    ``expanded_kernel`` (``plan_expanded``'s ``kernel``; the one it ran in column
+    "expanded_kernel"), the absorbed path once per kernel of ``absorbed_kernels`` (rows
+    "absorbed", and "absorbed_hopper" for Gluon's on sm_90)."""
     ci = build_context_inputs(shape, c, n, cache_dtype=cache_dtype, weight_format=weight_format,
                               device=device, seed=seed)
     ref = ci.reference()
@@ -102,8 +106,10 @@ def measure_point(shape: str, c: int, n: int, *, cache_dtype: str, weight_format
                      "correct": ok, "splits": splits, "peak_bytes_model": model_bytes,
                      "peak_bytes_measured": peak_bytes, "error": error})
 
-    peak, ex = _peak(lambda: _run(plan_expanded(*ci.args(), chunk_tokens=chunk_tokens, **kv)), device)
+    peak, ex = _peak(lambda: _run(plan_expanded(*ci.args(), chunk_tokens=chunk_tokens,
+                                                kernel=expanded_kernel, **kv)), device)
     ex_plan, (out, lse) = ex
+    head["expanded_kernel"] = ex_plan.kernel
     errs = attention_errors(out, lse, ref)
     ok = judge(errs, kv_dtype)
     model = expanded_peak_bytes(shape, n, c, chunk_tokens=chunk_tokens, splits=max(ex_plan.splits),
@@ -162,11 +168,12 @@ def _run(plan):
 def run(*, shape: str = "kimi-k3-tp8", contexts=CONTEXTS, new_tokens=NEW_TOKENS,
         cache_dtype: str = "fp8", weight_format: str = "fp8_row", kv_dtype: str = "bf16",
         chunk_tokens: int | None = CHUNK_TOKENS, budget=SHORT,
-        out: Path | None = None, absorbed_kernels: tuple[str, ...] | None = None
-        ) -> pd.DataFrame:
+        out: Path | None = None, absorbed_kernels: tuple[str, ...] | None = None,
+        expanded_kernel: str = "portable") -> pd.DataFrame:
     """Every (C, n) point's rows, as one frame (GPU only); with ``out``, the rows so far are
     rewritten to ``out`` after each point, so a run cut short keeps what it measured.
-    ``absorbed_kernels`` None: ``default_absorbed_kernels()``."""
+    ``absorbed_kernels`` None: ``default_absorbed_kernels()``; ``expanded_kernel``:
+    ``plan_expanded``'s ``kernel``."""
     if not torch.cuda.is_available():
         raise RuntimeError("context_map: needs a CUDA GPU, and this machine has none")
     absorbed_kernels = absorbed_kernels or default_absorbed_kernels()
@@ -177,7 +184,8 @@ def run(*, shape: str = "kimi-k3-tp8", contexts=CONTEXTS, new_tokens=NEW_TOKENS,
         for n in new_tokens:
             got = measure_point(shape, c, n, cache_dtype=cache_dtype, weight_format=weight_format,
                                 kv_dtype=kv_dtype, chunk_tokens=chunk_tokens, rates=rates,
-                                budget=budget, prov=prov, absorbed_kernels=absorbed_kernels)
+                                budget=budget, prov=prov, absorbed_kernels=absorbed_kernels,
+                                expanded_kernel=expanded_kernel)
             for r in got:
                 print(f"C {c:6d} n {n:5d} {r['path']:16s} {r['median_us']:10.1f} us  floor "
                       f"{r['floor_us']:9.1f}  correct {r['correct']}", flush=True)
@@ -205,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--absorbed-kernels", nargs="+", default=None, choices=KERNELS,
                     help="the absorbed path's kernels to time (default: portable, and hopper "
                          "on an sm_90 GPU; hopper: Gluon's, rows 'absorbed_hopper')")
+    ap.add_argument("--expanded-kernel", default="portable", choices=EXPANDED_KERNELS,
+                    help="the expanded path's attention kernel (plan_expanded's kernel; "
+                         "hopper: Gluon's on sm_90, auto: it where it runs)")
     a = ap.parse_args(argv)
     bad = [x for x in a.contexts + a.new_tokens if x < 1]
     if bad or a.chunk_tokens < 0:
@@ -219,7 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     df = run(shape=a.shape, contexts=a.contexts, new_tokens=a.new_tokens,
              cache_dtype=a.cache_dtype, weight_format=a.weight_format, kv_dtype=a.kv_dtype,
              chunk_tokens=a.chunk_tokens or None, out=a.out / FILE,
-             absorbed_kernels=tuple(dict.fromkeys(a.absorbed_kernels or ())) or None)
+             absorbed_kernels=tuple(dict.fromkeys(a.absorbed_kernels or ())) or None,
+             expanded_kernel=a.expanded_kernel)
     print(a.out / FILE)
     return 0 if bool(df["correct"].all()) else 1
 
