@@ -19,9 +19,9 @@ pytestmark = pytest.mark.slow
 CHILD = textwrap.dedent("""
     import json
     import torch
-    from mla_kernels.context import absorbed_hopper
+    from mla_kernels.context import absorbed_hopper, attention_hopper
     from mla_kernels.context.absorbed import AbsorbedPlan, absorb_weights
-    from mla_kernels.context.attention import launch_prefix
+    from mla_kernels.context.attention import Blocking, launch_prefix
     from mla_kernels.context.merge import merge_parts
     from mla_kernels.lab.compile_check import HOPPER, compile_calls, kernel_report
     from mla_kernels.lab.inputs import build_inputs
@@ -36,6 +36,15 @@ CHILD = textwrap.dedent("""
         for (kern,) in [compile_calls(lambda: launch_prefix(q, k, v, s, s, c, 0.07, 4, *parts),
                                       HOPPER, 90)]:
             print(json.dumps({"case": f"prefix_{kv}", **kernel_report(kern)}))
+    # K and V through tensor descriptors, and the Gluon kernel for sm_90.
+    k = torch.empty(c, h, 192).bfloat16()
+    v = torch.empty(c, h, 128).bfloat16()
+    (kern,) = compile_calls(lambda: launch_prefix(q, k, v, None, None, c, 0.07, 4, *parts,
+                                                  Blocking(128, 32, 4, 3, tma=True)), HOPPER, 90)
+    print(json.dumps({"case": "prefix_tma", **kernel_report(kern)}))
+    (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts),
+                            HOPPER, 90)
+    print(json.dumps({"case": "prefix_hopper", **kernel_report(kern)}))
     out, lse = torch.empty(n, h, 128).bfloat16(), torch.empty(n, h)
     (kern,) = compile_calls(lambda: merge_parts(*parts, 4, out, lse), HOPPER, 90)
     print(json.dumps({"case": "merge", **kernel_report(kern)}))
@@ -74,6 +83,7 @@ def reports():
 
 def test_every_kernel_compiles_within_shared_memory(reports):
     assert set(reports) == {"prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "merge",
+                            "prefix_tma", "prefix_hopper",
                             "latent_fp8", "latent_bf16", "latent_hopper_fp8",
                             "latent_hopper_bf16", *(f"latent_hopper_{c}_{side}"
                                                     for c in ("fp8", "bf16")
@@ -84,8 +94,8 @@ def test_every_kernel_compiles_within_shared_memory(reports):
 
 
 def test_attention_dots_are_wgmma(reports):
-    for case in ("prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "latent_fp8",
-                 "latent_bf16"):
+    for case in ("prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "prefix_tma",
+                 "latent_fp8", "latent_bf16"):
         assert reports[case]["wgmma"] > 0 and reports[case]["mma_sync"] == 0, reports[case]
 
 
@@ -119,3 +129,15 @@ def test_hopper_absorbed_kernel_sides_alone(reports):
         for r in (dots, gather, unwidened):
             assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
             assert r["shared_bytes"] <= HOPPER_SMEM, r
+
+
+def test_hopper_expanded_kernel_fits_its_partitions(reports):
+    # Two consumer warpgroups and a loader warp (launched as 12 warps); a key tile's wgmma
+    # in each consumer: the scores' K = 128 + 64 and P V's K = 64, 16 bf16 instructions of
+    # K = 16 each; no spills; the query tile and three key tiles within the shared memory.
+    r = reports["prefix_hopper"]
+    assert r["kernel"] == "prefix_attention_hopper_kernel", r
+    assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
+    assert r["wgmma"] == 2 * (192 + 64) // 16 and r["mma_sync"] == 0, r
+    assert 128 * 192 * 2 + 3 * 64 * 320 * 2 <= r["shared_bytes"] <= HOPPER_SMEM, r
+    assert reports["prefix_tma"]["spill_bytes"] == 0, reports["prefix_tma"]
