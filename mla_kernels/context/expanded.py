@@ -231,11 +231,11 @@ def plan_expanded(
         if validate:
             validate_inputs(*a)
         chunk_args.append(a)
-    if kernel == "hopper":  # one program an SM (its shared memory): whole waves
+    if kernel == "hopper":  # one program an SM (its shared memory): one wave's worth
         programs = -(-n // attention_hopper.QUERIES.value) * h
         units = device_spec(dev).compute_units
         splits = [splits_asked or fewest_waves(programs, split_count(
-            programs, ln, attention_hopper.BN.value, units), units) for ln in lens]
+            programs, ln, attention_hopper.BN.value, units, per_unit=1), units) for ln in lens]
     else:
         splits = [splits_asked or default_splits(q, ln, blocking) for ln in lens]
     part_o = torch.empty((max(splits), n, h, v), dtype=torch.float32, device=dev)

@@ -174,6 +174,10 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
         pytest.skip(f"the hopper kernel needs {why}")
     plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
     assert plan.kernel == "hopper"
+    if splits is None:  # one program an SM: one wave's worth of programs at most
+        programs = -(-n // attention_hopper.QUERIES.value) * 12
+        units = device_spec(ci.q.device).compute_units
+        assert all(s * programs <= max(units, programs) for s in plan.splits), plan.splits
     plan.out.fill_(float("nan"))
     plan.lse.fill_(float("nan"))
     out, lse = plan.run()
