@@ -42,7 +42,7 @@ from .kernels import LN2
 BM = gl.constexpr(64)  # queries a consumer warpgroup: its wgmma rows
 GROUPS = gl.constexpr(2)  # consumer warpgroups: a program's GROUPS x BM queries
 BN = gl.constexpr(64)  # keys a tile
-STAGES = gl.constexpr(4)  # key tiles in shared memory
+STAGES = gl.constexpr(3)  # key tiles in shared memory
 DA = gl.constexpr(128)  # K's first part (the no-rope columns), a query's too
 DB = gl.constexpr(64)  # K's second part (the rope's)
 DV = gl.constexpr(128)  # V's columns
