@@ -56,6 +56,7 @@ from ..designs.hopper_ws.conversions import widen_words
 from ..designs.hopper_ws.shared_buffers import publish_slot
 from .attention import Blocking, keys_per_split
 from .kernels import LN2
+from .sm90 import device_reason, online_softmax, wgmma_acc_layout
 
 BM = gl.constexpr(64)  # rows (query x head) a program: one warpgroup's wgmma rows
 BN = gl.constexpr(64)  # keys a tile
@@ -131,14 +132,6 @@ class Sink:
     part_lse_ptr: gl.tensor
     qk_scale: gl.tensor
     o_scale: gl.tensor
-
-
-@gluon.constexpr_function
-def _acc_layout(num_warps, cols):
-    """A warpgroup's [64 x cols] float32 wgmma accumulator (bf16 operands: K 16 an
-    instruction): the scores' (BN columns) and its half of the output's (VW)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                     instr_shape=[16, cols, 16])
 
 
 @gluon.constexpr_function
@@ -295,7 +288,7 @@ def _values(sh, s, V0: gl.constexpr):
 def _store_out(sink, work, o, l_i, V0: gl.constexpr, num_warps: gl.constexpr):
     """Value columns [V0 x CW, V0 x CW + VW) of the split's output, divided by the softmax
     sums (0 where the split saw no key) and times the output's factor."""
-    acc_layout: gl.constexpr = _acc_layout(num_warps, VW)
+    acc_layout: gl.constexpr = wgmma_acc_layout(num_warps, VW)
     rows = work.row0 + gl.arange(0, BM, layout=gl.SliceLayout(1, acc_layout))
     cols = gl.arange(0, VW, layout=gl.SliceLayout(0, acc_layout))
     inv = sink.o_scale / gl.where(l_i > 0, l_i, 1.0)
@@ -308,9 +301,9 @@ def _store_out(sink, work, o, l_i, V0: gl.constexpr, num_warps: gl.constexpr):
 def _left(work, sh, sink, num_warps: gl.constexpr):
     """Scores, online softmax, P and the rescale factor handed over, the first half of the
     output; at the end the sums handed over, and the LSE."""
-    acc_layout: gl.constexpr = _acc_layout(num_warps, BN)
+    acc_layout: gl.constexpr = wgmma_acc_layout(num_warps, BN)
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
-    o_layout: gl.constexpr = _acc_layout(num_warps, VW)
+    o_layout: gl.constexpr = wgmma_acc_layout(num_warps, VW)
     # P as the A operand in registers (two consecutive keys a register): this warpgroup's
     # P V reads no P from shared memory.
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -340,15 +333,8 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
                 sc = warpgroup_mma(q_regs[c - (NC - Q_REGS)],
                                    _chunk(sh, s, c).permute((1, 0)), sc, is_async=True)
         sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
-        if (j + 1) * BN > work.k1 - work.k0:  # the split's last tile passes its end
-            keys = work.k0 + j * BN + key_cols
-            sc = gl.where((keys < work.k1)[None, :], sc, float("-inf"))
-        # The scale (> 0) after the row maxima, and in one multiply-add with the shift.
-        m_new = gl.maximum(m_i, gl.max(sc, 1) * sink.qk_scale)
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(sc * sink.qk_scale - m_new[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
+        p, alpha, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
+                                            sink.qk_scale, m_i, l_i, BN)
         p = p.to(gl.bfloat16)
         # P and alpha's buffers are free once the right warpgroup has used the last ones.
         mbarrier.wait(sh.p_empty, (j & 1) ^ 1)
@@ -377,7 +363,7 @@ def _left(work, sh, sink, num_warps: gl.constexpr):
 @gluon.jit
 def _right(work, sh, sink, num_warps: gl.constexpr):
     """The second half of the output, from the left warpgroup's P and factors."""
-    acc_layout: gl.constexpr = _acc_layout(num_warps, VW)
+    acc_layout: gl.constexpr = wgmma_acc_layout(num_warps, VW)
     row_layout: gl.constexpr = gl.SliceLayout(1, acc_layout)
     o = gl.zeros([BM, VW], gl.float32, acc_layout)
     for j in range(work.n_tiles):
@@ -510,16 +496,6 @@ def absorbed_hopper_kernel(
         (_warpgroup_side, (work, sh, sink, num_warps, PARTS, True)),
         (_loader_side, (work, sh, src, PARTS)),
     ], [num_warps, 4], [WG1_REGS, LOADER_REGS])
-
-
-def device_reason(device: torch.device) -> str | None:
-    """Why this kernel cannot run on ``device`` (None: it can): an sm_90 CUDA device."""
-    if device.type != "cuda" or torch.version.hip:
-        return f"a CUDA device, got {device}"
-    cap = torch.cuda.get_device_capability(device)
-    if cap[0] != 9:
-        return f"an sm_90 GPU, got sm_{cap[0]}{cap[1]}"
-    return None
 
 
 def supports(q: torch.Tensor, k_buffer: torch.Tensor) -> str | None:

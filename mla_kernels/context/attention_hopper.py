@@ -38,6 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 from ..designs.hopper_ws.compat import Buffer, Descriptor, Scalar, bundle, tma_io
 from .attention import LOG2E, keys_per_split
 from .kernels import LN2
+from .sm90 import device_reason, online_softmax, wgmma_acc_layout
 
 BM = gl.constexpr(64)  # queries a consumer warpgroup: its wgmma rows
 GROUPS = gl.constexpr(2)  # consumer warpgroups: a program's GROUPS x BM queries
@@ -105,14 +106,6 @@ class Sink:
     qk_scale: gl.tensor
 
 
-@gluon.constexpr_function
-def _acc_layout(num_warps, cols):
-    """A warpgroup's [64 x cols] float32 wgmma accumulator (16-bit operands: K 16 an
-    instruction): the scores' (BN columns) and the output's (DV)."""
-    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1],
-                                     instr_shape=[16, cols, 16])
-
-
 @gluon.jit
 def _loader(work, sh, src):
     """The query tile once, then each key tile of the split into the next free stage."""
@@ -140,8 +133,8 @@ def _loader(work, sh, src):
 def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr):
     """Queries [row0 + g x BM, + BM) over the split's key tiles: scores, online softmax in
     base 2, the output with P in registers; then the partial output and its LSE."""
-    s_layout: gl.constexpr = _acc_layout(num_warps, BN)
-    o_layout: gl.constexpr = _acc_layout(num_warps, DV)
+    s_layout: gl.constexpr = wgmma_acc_layout(num_warps, BN)
+    o_layout: gl.constexpr = wgmma_acc_layout(num_warps, DV)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     m_i = gl.full([BM], float("-inf"), gl.float32, row_layout)
@@ -158,15 +151,8 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr):
                            gl.zeros([BM, BN], gl.float32, s_layout), is_async=True)
         sc = warpgroup_mma(q_b, sh.k_b.index(s).permute((1, 0)), sc, is_async=True)
         sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
-        if (j + 1) * BN > work.k1 - work.k0:  # the split's last tile passes its end
-            keys = work.k0 + j * BN + key_cols
-            sc = gl.where((keys < work.k1)[None, :], sc, float("-inf"))
-        # The scale (> 0) after the row maxima, and in one multiply-add with the shift.
-        m_new = gl.maximum(m_i, gl.max(sc, 1) * sink.qk_scale)
-        alpha = gl.exp2(m_i - m_new)
-        p = gl.exp2(sc * sink.qk_scale - m_new[:, None])
-        l_i = l_i * alpha + gl.sum(p, 1)
-        m_i = m_new
+        p, alpha, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
+                                            sink.qk_scale, m_i, l_i, BN)
         pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
         alpha = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
         o = warpgroup_mma(pa, sh.v.index(s), o * alpha[:, None], is_async=True)
@@ -179,7 +165,7 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr):
 def _store_partial(work, sink, o, m_i, l_i, g: gl.constexpr, num_warps: gl.constexpr):
     """The consumer's queries' output, divided by their softmax sums (0 where the split saw
     no key), and their LSE (-inf there), at flat rows query x H + head."""
-    o_layout: gl.constexpr = _acc_layout(num_warps, DV)
+    o_layout: gl.constexpr = wgmma_acc_layout(num_warps, DV)
     o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     queries = work.row0 + g * BM + gl.arange(0, BM, layout=o_rows)
     cols = gl.arange(0, DV, layout=gl.SliceLayout(0, o_layout))
@@ -188,7 +174,7 @@ def _store_partial(work, sink, o, m_i, l_i, g: gl.constexpr, num_warps: gl.const
     o = o * gl.convert_layout(inv, o_rows)[:, None]
     gl.store(sink.part_o_ptr + flat[:, None] * DV + cols[None, :], o,
              mask=(queries < work.n_rows)[:, None])
-    row_layout: gl.constexpr = gl.SliceLayout(1, _acc_layout(num_warps, BN))
+    row_layout: gl.constexpr = gl.SliceLayout(1, wgmma_acc_layout(num_warps, BN))
     queries = work.row0 + g * BM + gl.arange(0, BM, layout=row_layout)
     safe = gl.where(l_i > 0, l_i, 1.0)
     gl.store(sink.part_lse_ptr + queries * sink.heads + work.head,
@@ -232,16 +218,6 @@ def prefix_attention_hopper_kernel(
         (_consumer, (work, sh, sink, 1, num_warps)),
         (_loader, (work, sh, src)),
     ], [num_warps, 1], [CONSUMER_REGS, LOADER_REGS])
-
-
-def device_reason(device: torch.device) -> str | None:
-    """Why this kernel cannot run on ``device`` (None: it can): an sm_90 CUDA device."""
-    if device.type != "cuda" or torch.version.hip:
-        return f"a CUDA device, got {device}"
-    cap = torch.cuda.get_device_capability(device)
-    if cap[0] != 9:
-        return f"an sm_90 GPU, got sm_{cap[0]}{cap[1]}"
-    return None
 
 
 def supports(q: torch.Tensor, kv_dtype: torch.dtype, dv: int) -> str | None:

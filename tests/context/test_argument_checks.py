@@ -327,13 +327,22 @@ def test_blocking_names_the_bad_field(ci, blocking, message, path):
     ({"kernel": None}, r"kernel: expected one of \('auto', 'portable', 'hopper'\), got None"),
     ({"kernel": "hopper", "blocking": Blocking(64, 64, 8, 2)},
      r"blocking: expected None with kernel='hopper' \(its tiles are fixed\), got Blocking"),
-    ({"blocking": Blocking(64, 64, 8, 2, tma=True)},
-     r"blocking.tma: expected False \(the absorbed kernels read the cache by pointers\), got True"),
 ])
-def test_absorbed_kernel_names_the_bad_argument(ci, kw, message):
+@pytest.mark.parametrize("path", [absorbed_prefix_attention, expand_and_attend],
+                         ids=["absorbed", "expanded"])
+def test_kernel_names_the_bad_argument(ci, kw, message, path):
     bufs = outs(ci)
     with pytest.raises(ValueError, match=message):
-        absorbed_prefix_attention(*ci.args(), **kw, **bufs)
+        path(*ci.args(), **kw, **bufs)
+    assert untouched(bufs)
+
+
+def test_absorbed_refuses_descriptor_tiles(ci):
+    # The absorbed kernels read the paged cache by pointers: tma=True is refused by name.
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match=r"blocking.tma: expected False \(the absorbed kernels "
+                                         r"read the cache by pointers\), got True"):
+        absorbed_prefix_attention(*ci.args(), blocking=Blocking(64, 64, 8, 2, tma=True), **bufs)
     assert untouched(bufs)
 
 
@@ -347,22 +356,6 @@ def test_absorbed_auto_kernel_picks_what_runs_here(ci):
     tiles = Blocking(64, 64, 8, 2)
     plan = plan_absorbed(*ci.args(), blocking=tiles)
     assert plan.kernel == "portable" and plan.blocking == tiles
-
-
-def test_absorbed_hopper_kernel_refused_where_it_cannot_run(ci):
-    # The Gluon kernel needs an sm_90 GPU: on any other device the plan names the kernel
-    # and why, before anything is written.
-    from mla_kernels.context import absorbed_hopper
-
-    why = absorbed_hopper.supports(ci.q, ci.cache.k_buffer)
-    assert why is not None or ci.q.device.type == "cuda", why
-    if why is None:
-        pytest.skip("this device runs the hopper kernel")
-    bufs = outs(ci)
-    with pytest.raises(ValueError, match=r"kernel: expected 'portable' here \(the hopper kernel "
-                                         r"needs .*\), got 'hopper'"):
-        absorbed_prefix_attention(*ci.args(), kernel="hopper", **bufs)
-    assert untouched(bufs)
 
 
 @pytest.mark.parametrize("parts", ["both", "", None, "ALL"])
@@ -380,20 +373,6 @@ def test_absorbed_hopper_launch_refuses_a_side_it_does_not_have(ci, parts):
     assert part_o.isnan().all() and part_lse.isnan().all()
 
 
-@pytest.mark.parametrize(("kw", "message"), [
-    ({"kernel": "flash"},
-     r"kernel: expected one of \('auto', 'portable', 'hopper'\), got 'flash'"),
-    ({"kernel": None}, r"kernel: expected one of \('auto', 'portable', 'hopper'\), got None"),
-    ({"kernel": "hopper", "blocking": Blocking(64, 32, 4, 3)},
-     r"blocking: expected None with kernel='hopper' \(its tiles are fixed\), got Blocking"),
-])
-def test_expanded_kernel_names_the_bad_argument(ci, kw, message):
-    bufs = outs(ci)
-    with pytest.raises(ValueError, match=message):
-        expand_and_attend(*ci.args(), **kw, **bufs)
-    assert untouched(bufs)
-
-
 def test_expanded_auto_kernel_picks_what_runs_here(ci):
     # "auto" plans the Gluon kernel where it runs and the portable one elsewhere; a blocking
     # given is the portable kernel's, so it plans that one anywhere; the default is the
@@ -408,18 +387,28 @@ def test_expanded_auto_kernel_picks_what_runs_here(ci):
     assert plan.kernel == "portable" and plan.blocking == tiles
 
 
-def test_expanded_hopper_kernel_refused_where_it_cannot_run(ci):
-    # Off an sm_90 GPU the plan names the kernel and why, before anything is written.
-    from mla_kernels.context import attention_hopper
+def hopper_reason(path, ci):
+    """Why ``path``'s Gluon kernel cannot run ``ci`` here (None: it can)."""
+    from mla_kernels.context import absorbed_hopper, attention_hopper
 
-    why = attention_hopper.supports(ci.q, ci.q.dtype, 128)
+    if path is absorbed_prefix_attention:
+        return absorbed_hopper.supports(ci.q, ci.cache.k_buffer)
+    return attention_hopper.supports(ci.q, ci.q.dtype, 128)
+
+
+@pytest.mark.parametrize("path", [absorbed_prefix_attention, expand_and_attend],
+                         ids=["absorbed", "expanded"])
+def test_hopper_kernel_refused_where_it_cannot_run(ci, path):
+    # Each Gluon kernel needs an sm_90 GPU: on any other device the plan names the kernel
+    # and why, before anything is written.
+    why = hopper_reason(path, ci)
     assert why is not None or ci.q.device.type == "cuda", why
     if why is None:
         pytest.skip("this device runs the hopper kernel")
     bufs = outs(ci)
     with pytest.raises(ValueError, match=r"kernel: expected 'portable' here \(the hopper kernel "
                                          r"needs .*\), got 'hopper'"):
-        expand_and_attend(*ci.args(), kernel="hopper", **bufs)
+        path(*ci.args(), kernel="hopper", **bufs)
     assert untouched(bufs)
 
 

@@ -15,6 +15,19 @@ from mla_kernels.lab.context_inputs import build_context_inputs
 pytestmark = pytest.mark.gpu
 
 
+def replays_the_eager_run(plan, out, lse) -> bool:
+    """Whether a CUDA graph of ``plan.run()``, its output poisoned first, replays the eager
+    run's ``out`` and ``lse`` bit for bit."""
+    eager = out.clone(), lse.clone()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        plan.run()
+    plan.out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    return torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1])
+
+
 @pytest.mark.parametrize(("c", "n"), [(32000, 16), (20000, 600)])
 @pytest.mark.parametrize("fmt", ["fp8_row", "bf16"])
 def test_both_ways_at_scale(c, n, fmt, seed):
@@ -148,14 +161,7 @@ def test_absorbed_hopper_kernel_against_the_reference(c, n, cache, block_size, s
     ref = ci.reference()
     errs = attention_errors(out, lse, ref)
     assert judge(errs, "bf16"), (errs, f"seed {seed}")
-    eager = out.clone(), lse.clone()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        plan.run()
-    plan.out.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1]), f"seed {seed}"
+    assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
 
 
 @pytest.mark.parametrize(("c", "n", "chunk", "splits"),
@@ -183,14 +189,7 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
     out, lse = plan.run()
     errs = attention_errors(out, lse, ci.reference())
     assert judge(errs, "bf16"), (errs, f"seed {seed}")
-    eager = out.clone(), lse.clone()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        plan.run()
-    plan.out.fill_(float("nan"))
-    g.replay()
-    torch.cuda.synchronize()
-    assert torch.equal(plan.out, eager[0]) and torch.equal(plan.lse, eager[1]), f"seed {seed}"
+    assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
 
 
 def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
