@@ -193,8 +193,8 @@ def tma_allowed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     """Whether K and V can be read through tensor descriptors: 16-bit K/V (the queries'
     dtype; FP8 ones widen in registers, by pointers), each part of a head (K's two, V's
     one) a power of two of at least 16 columns, each row's heads packed and the rows
-    16-byte aligned, on a GPU of compute
-    capability 9 or later (or under the interpreter)."""
+    16-byte aligned, on a GPU of compute capability 9 or later (or under the
+    interpreter)."""
     dk, dv = q.shape[-1], v.shape[-1]
     da = 1 << (dk.bit_length() - 1)
     if k.dtype != q.dtype or any(d < 16 or d & (d - 1) for d in (da, dk - da, dv)):
