@@ -11,7 +11,7 @@ is in ``absorbed.py``; both share the split rule here.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from fractions import Fraction
 
 import torch
@@ -207,14 +207,17 @@ def tma_allowed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     return torch.cuda.get_device_capability(k.device)[0] >= 9
 
 
-def kv_sources(k: torch.Tensor, v: torch.Tensor, n_keys: int, da: int, blk: Blocking):
-    """The kernel's K, K-part-two and V arguments: descriptors over the first n_keys rows
-    with ``blk.tma``, else the tensors themselves (K twice)."""
-    if not blk.tma:
+def prefix_sources(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int,
+                   blk: Blocking) -> tuple:
+    """The kernel's K, K-part-two and V arguments on ``blk``'s tiles: descriptors over the
+    first n_keys rows where ``blk.tma`` and ``tma_allowed``, else the tensors themselves (K
+    twice). A plan builds them once per chunk length."""
+    if not (blk.tma and tma_allowed(q, k, v)):
         return k, k, v
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     h, dk, dv = k.shape[1], k.shape[2], v.shape[2]
+    da = 1 << (dk.bit_length() - 1)
     k2, v2 = k[:n_keys].view(n_keys, h * dk), v[:n_keys].view(n_keys, h * dv)
     return (TensorDescriptor.from_tensor(k2, [blk.block_n, da]),
             TensorDescriptor.from_tensor(k2, [blk.block_n, dk - da]),
@@ -223,10 +226,12 @@ def kv_sources(k: torch.Tensor, v: torch.Tensor, n_keys: int, da: int, blk: Bloc
 
 def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_scale,
                   n_keys: int, sm_scale: float, splits: int, part_o: torch.Tensor,
-                  part_lse: torch.Tensor, blocking: Blocking | None = None) -> None:
+                  part_lse: torch.Tensor, blocking: Blocking | None = None,
+                  sources: tuple | None = None) -> None:
     """The split attention's launch: ``splits`` partials into part_o [>= splits, n, H, DV]
     (float32) and part_lse [>= splits, n, H], on ``blocking``'s tiles (None:
-    ``expanded_blocking``'s). No checks (the entry points' launch path)."""
+    ``expanded_blocking``'s); ``sources``: ``prefix_sources``' for those tiles, built here
+    if None. No checks (the entry points' launch path)."""
     n, h, dk = q.shape
     dv = v.shape[-1]
     blk = blocking or expanded_blocking(n, n_keys)
@@ -234,9 +239,8 @@ def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_
     db = dk - da
     kv_fp8 = k.dtype == checks.FP8
     per = keys_per_split(n_keys, splits, blk.block_n)
-    if blk.tma and not tma_allowed(q, k, v):
-        blk = replace(blk, tma=False)
-    k_src, k_pe_src, v_src = kv_sources(k, v, n_keys, da, blk)
+    k_src, k_pe_src, v_src = sources or prefix_sources(q, k, v, n_keys, blk)
+    tma = not isinstance(k_src, torch.Tensor)
     prefix_attention_kernel[(triton.cdiv(n, blk.block_m), h, splits)](
         q, k_src, k_pe_src, v_src, k_scale if kv_fp8 else q, v_scale if kv_fp8 else q,
         part_o, part_lse,
@@ -244,7 +248,7 @@ def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_
         q.stride(0), k.stride(0), v.stride(0), part_o[0].numel(), part_lse[0].numel(),
         DA=da, DB=db, DV=dv, BDA=da, BDB=max(16, triton.next_power_of_2(max(db, 1))),
         BDV=max(16, triton.next_power_of_2(dv)), BM=blk.block_m, BN=blk.block_n,
-        KV_FP8=kv_fp8, TMA=blk.tma, num_warps=blk.num_warps,
+        KV_FP8=kv_fp8, TMA=tma, num_warps=blk.num_warps,
         **({} if blk.num_stages is None else {"num_stages": blk.num_stages}))
 
 

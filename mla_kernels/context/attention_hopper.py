@@ -25,6 +25,8 @@ says so and the expanded plan refuses anything else by name.
 This module keeps its annotations evaluated (it defines a bundle: ``compat.bundle``).
 """
 
+import functools
+
 import torch
 import triton
 from triton.experimental import gluon
@@ -239,28 +241,39 @@ def supports(q: torch.Tensor, kv_dtype: torch.dtype, dv: int) -> str | None:
     return None
 
 
-def _descriptor(t2d: torch.Tensor, rows: int, cols: int):
+@functools.lru_cache(maxsize=16)
+def _layout(rows: int, cols: int, dtype: torch.dtype):
+    # Cached: building a layout costs more host time than the descriptor built on it.
+    gl_dtype = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
+    return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
+
+
+def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int) -> tuple:
+    """The kernel's five descriptors: the queries' two parts, K's two over its first
+    ``n_keys`` rows, V's over the same. A plan builds them once per chunk length."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    dtype = gl.bfloat16 if t2d.dtype == torch.bfloat16 else gl.float16
-    layout = gl.NVMMASharedLayout.get_default_for([rows, cols], dtype)
-    return TensorDescriptor.from_tensor(t2d, [rows, cols], layout)
-
-
-def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_scale: float,
-           splits: int, part_o: torch.Tensor, part_lse: torch.Tensor) -> None:
-    """The kernel over ``splits`` splits of the first ``n_keys`` keys (each a whole number
-    of key tiles), its partials into part_o [>= splits, n, H, DV] (float32) and part_lse
-    [>= splits, n, H]. No checks (``supports`` first)."""
     n, h, dk = q.shape
     q2 = q.view(n, h * dk)
     k2 = k[:n_keys].view(n_keys, h * dk)
     v2 = v[:n_keys].view(n_keys, h * v.shape[2])
+    return tuple(TensorDescriptor.from_tensor(t, [rows, cols], _layout(rows, cols, t.dtype))
+                 for t, rows, cols in ((q2, BM.value, DA.value), (q2, BM.value, DB.value),
+                                       (k2, BN.value, DA.value), (k2, BN.value, DB.value),
+                                       (v2, BN.value, DV.value)))
+
+
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_scale: float,
+           splits: int, part_o: torch.Tensor, part_lse: torch.Tensor,
+           descs: tuple | None = None) -> None:
+    """The kernel over ``splits`` splits of the first ``n_keys`` keys (each a whole number
+    of key tiles), its partials into part_o [>= splits, n, H, DV] (float32) and part_lse
+    [>= splits, n, H]; ``descs``: ``descriptors(q, k, v, n_keys)``, built here if None.
+    No checks (``supports`` first)."""
+    n, h, _ = q.shape
     per = keys_per_split(n_keys, splits, BN.value)
     prefix_attention_hopper_kernel[(triton.cdiv(n, QUERIES.value), h, splits)](
-        _descriptor(q2, BM.value, DA.value), _descriptor(q2, BM.value, DB.value),
-        _descriptor(k2, BN.value, DA.value), _descriptor(k2, BN.value, DB.value),
-        _descriptor(v2, BN.value, DV.value), part_o, part_lse,
+        *(descs or descriptors(q, k, v, n_keys)), part_o, part_lse,
         n, n_keys, per, h, sm_scale * LOG2E, part_o[0].numel(),
         part_lse[0].numel(), CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
         num_warps=4, maxnreg=168)

@@ -26,8 +26,10 @@ from .attention import (
     Blocking,
     check_blocking,
     default_splits,
+    expanded_blocking,
     fewest_waves,
     launch_prefix,
+    prefix_sources,
     split_count,
 )
 from .merge import merge_parts
@@ -84,6 +86,9 @@ class ExpandedPlan:
     index_tensors: list[torch.Tensor] = field(default_factory=list)
     blocking: Blocking | None = None  # the attention's tiles (None: expanded_blocking's)
     kernel: str = "portable"  # the attention's kernel (KERNELS)
+    # The attention's K/V arguments (descriptors, where it reads through them) by chunk
+    # length, built at a chunk's first launch: an eager run builds none after its first.
+    sources: dict[int, tuple] = field(default_factory=dict, repr=False)
 
     @property
     def chunks(self) -> int:
@@ -104,14 +109,22 @@ class ExpandedPlan:
     def attend_chunk(self, j: int) -> None:
         """Chunk j's attention, merged: into the running output while chunks remain (after
         the earlier ones), into ``out`` at the last."""
-        a = self.chunk_args[j]
+        a, keys = self.chunk_args[j], self.chunk_tokens[j]
+        src = self.sources.get(keys)
         if self.kernel == "hopper":
-            attention_hopper.launch(self.q, self.k_chunk, self.v_chunk, self.chunk_tokens[j],
-                                    self.sm_scale, self.splits[j], self.part_o, self.part_lse)
+            if src is None:
+                src = self.sources[keys] = attention_hopper.descriptors(
+                    self.q, self.k_chunk, self.v_chunk, keys)
+            attention_hopper.launch(self.q, self.k_chunk, self.v_chunk, keys, self.sm_scale,
+                                    self.splits[j], self.part_o, self.part_lse, src)
         else:
+            blk = self.blocking or expanded_blocking(self.q.shape[0], keys)
+            if src is None:
+                src = self.sources[keys] = prefix_sources(self.q, self.k_chunk, self.v_chunk,
+                                                          keys, blk)
             launch_prefix(self.q, self.k_chunk, self.v_chunk, a.k_out_scale, a.v_out_scale,
-                          self.chunk_tokens[j], self.sm_scale, self.splits[j], self.part_o,
-                          self.part_lse, self.blocking)
+                          keys, self.sm_scale, self.splits[j], self.part_o, self.part_lse,
+                          blk, src)
         last = j == self.chunks - 1
         dest = self.out if last else self.running
         prev = (self.running, self.lse) if j > 0 else (None, None)

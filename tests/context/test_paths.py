@@ -92,6 +92,28 @@ def test_expanded_tilings(prefix, blocking, monkeypatch):
     assert judge(errs, "bf16"), errs
 
 
+@pytest.mark.parametrize("blocking", [Blocking(32, 64, 4, 2, tma=True), None], ids=str)
+def test_expanded_sources_built_once_per_chunk_length(prefix, blocking):
+    # The attention's K/V arguments (descriptors where the tiles read through them) are
+    # built at a chunk length's first launch and reused: chunks of 128 and 72 keys, two
+    # runs, the same objects; the second run's output the first's.
+    ci, ref = prefix
+    bufs = poisoned(ci)
+    plan = plan_expanded(*ci.args(), chunk_tokens=128, blocking=blocking, **bufs)
+    plan.run()
+    first = dict(plan.sources)
+    got = bufs["out"].clone()
+    assert sorted(first) == [72, 128]
+    tma = blocking is not None
+    assert all(isinstance(src[0], torch.Tensor) != tma for src in first.values()), first
+    bufs["out"].fill_(float("nan"))
+    plan.run()
+    assert all(plan.sources[n] is first[n] for n in first)
+    assert torch.equal(bufs["out"], got)
+    errs = attention_errors(bufs["out"], bufs["lse"], ref)
+    assert judge(errs, "bf16"), errs
+
+
 def test_expanded_fp8_kv(prefix):
     ci, ref = prefix
     bufs = poisoned(ci, torch.float32)
