@@ -29,7 +29,7 @@ from .attention import (
     LOG2E,
     MAX_SPLITS,
     Blocking,
-    check_blocking,
+    choose_kernel,
     fewest_waves,
     keys_per_split,
     split_count,
@@ -291,23 +291,11 @@ def plan_absorbed(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits)
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype,))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
-    if kernel not in KERNEL_CHOICES:
-        raise checks.fail("kernel", f"one of {KERNEL_CHOICES}", repr(kernel))
-    if blocking is not None:  # the portable kernel's tiles: "auto" takes that kernel
-        if kernel == "hopper":
-            raise checks.fail("blocking", f"None with kernel={kernel!r} (its tiles are fixed)",
-                              blocking)
-        check_blocking(blocking)
-        if blocking.tma:
-            raise checks.fail("blocking.tma", "False (the absorbed kernels read the cache by "
-                              "pointers)", True)
-        kernel = "portable"
-    elif kernel != "portable":  # "hopper" where it runs, or refused; "auto" the one that runs
-        why = absorbed_hopper.supports(q, k_buffer)
-        if kernel == "hopper" and why is not None:
-            raise checks.fail("kernel", f"'portable' here (the hopper kernel needs {why})",
-                              repr(kernel))
-        kernel = "portable" if why is not None else "hopper"
+    kernel = choose_kernel(kernel, blocking, KERNEL_CHOICES,
+                           lambda: absorbed_hopper.supports(q, k_buffer))
+    if blocking is not None and blocking.tma:
+        raise checks.fail("blocking.tma", "False (the absorbed kernels read the cache by "
+                          "pointers)", True)
     prepared = {} if weights is None else {"weights.w_uk": weights.w_uk,
                                            "weights.w_uv_t": weights.w_uv_t}
     checks.no_overlap({"q": q, "k_buffer": k_buffer, "k_scale": given_k_scale,

@@ -70,6 +70,36 @@ def check_blocking(blocking) -> Blocking:
     return blocking
 
 
+def choose_kernel(kernel, blocking, choices: tuple[str, ...], hopper_reason) -> str:
+    """The attention kernel a plan runs ("portable" or "hopper") from its ``kernel`` (one of
+    ``choices``) and ``blocking``: a blocking is the portable kernel's tiles, so it takes
+    that kernel (refused beside "hopper"); "hopper" runs where ``hopper_reason()`` (why the
+    Gluon kernel cannot run; None: it can) allows and is refused by name elsewhere; "auto"
+    takes the one that runs. Shared by ``plan_expanded`` and ``plan_absorbed``."""
+    if type(kernel) is not str or kernel not in choices:
+        raise checks.fail("kernel", f"one of {choices}", repr(kernel))
+    if blocking is not None:
+        if kernel == "hopper":
+            raise checks.fail("blocking", f"None with kernel={kernel!r} (its tiles are fixed)",
+                              blocking)
+        check_blocking(blocking)
+        return "portable"
+    if kernel == "portable":
+        return kernel
+    why = hopper_reason()
+    if kernel == "hopper" and why is not None:
+        raise checks.fail("kernel", f"'portable' here (the hopper kernel needs {why})",
+                          repr(kernel))
+    return "portable" if why is not None else "hopper"
+
+
+def head_parts(dk: int) -> tuple[int, int]:
+    """A head dim as the kernels load it: its largest power of two, then the rest (192:
+    128 + 64)."""
+    da = 1 << (dk.bit_length() - 1)
+    return da, dk - da
+
+
 def expanded_blocking(n_queries: int, n_keys: int) -> Blocking:
     """The attention's tiles for ``n_queries`` over ``n_keys`` keys (a chunk's, where the
     expanded path attends chunk by chunk): the fastest of scripts/prefix_tiles.py's
@@ -195,9 +225,8 @@ def tma_allowed(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> bool:
     one) a power of two of at least 16 columns, each row's heads packed and the rows
     16-byte aligned, on a GPU of compute capability 9 or later (or under the
     interpreter)."""
-    dk, dv = q.shape[-1], v.shape[-1]
-    da = 1 << (dk.bit_length() - 1)
-    if k.dtype != q.dtype or any(d < 16 or d & (d - 1) for d in (da, dk - da, dv)):
+    if k.dtype != q.dtype or any(d < 16 or d & (d - 1)
+                                 for d in (*head_parts(q.shape[-1]), v.shape[-1])):
         return False
     if any(t.stride(2) != 1 or t.stride(1) != t.shape[2] or t.data_ptr() % 16
            or t.stride(0) * t.element_size() % 16 for t in (k, v)):
@@ -217,10 +246,10 @@ def prefix_sources(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: in
     from triton.tools.tensor_descriptor import TensorDescriptor
 
     h, dk, dv = k.shape[1], k.shape[2], v.shape[2]
-    da = 1 << (dk.bit_length() - 1)
+    da, db = head_parts(dk)
     k2, v2 = k[:n_keys].view(n_keys, h * dk), v[:n_keys].view(n_keys, h * dv)
     return (TensorDescriptor.from_tensor(k2, [blk.block_n, da]),
-            TensorDescriptor.from_tensor(k2, [blk.block_n, dk - da]),
+            TensorDescriptor.from_tensor(k2, [blk.block_n, db]),
             TensorDescriptor.from_tensor(v2, [blk.block_n, dv]))
 
 
@@ -235,8 +264,7 @@ def launch_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_scale, v_
     n, h, dk = q.shape
     dv = v.shape[-1]
     blk = blocking or expanded_blocking(n, n_keys)
-    da = 1 << (dk.bit_length() - 1)  # the largest power of two in the head dim, then the rest
-    db = dk - da
+    da, db = head_parts(dk)
     kv_fp8 = k.dtype == checks.FP8
     per = keys_per_split(n_keys, splits, blk.block_n)
     k_src, k_pe_src, v_src = sources or prefix_sources(q, k, v, n_keys, blk)

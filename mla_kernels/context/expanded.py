@@ -24,7 +24,7 @@ from . import attention_hopper, checks
 from .attention import (
     MAX_SPLITS,
     Blocking,
-    check_blocking,
+    choose_kernel,
     default_splits,
     expanded_blocking,
     fewest_waves,
@@ -201,20 +201,8 @@ def plan_expanded(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits_asked)
     if type(variant) is not str:
         raise checks.fail("variant", "a design's name (mla_kernels.variant_names())", repr(variant))
-    if type(kernel) is not str or kernel not in KERNEL_CHOICES:
-        raise checks.fail("kernel", f"one of {KERNEL_CHOICES}", repr(kernel))
-    if blocking is not None:  # the portable kernel's tiles: "auto" takes that kernel
-        if kernel == "hopper":
-            raise checks.fail("blocking", f"None with kernel={kernel!r} (its tiles are fixed)",
-                              blocking)
-        check_blocking(blocking)
-        kernel = "portable"
-    elif kernel != "portable":  # "hopper" where it runs, or refused; "auto" the one that runs
-        why = attention_hopper.supports(q, kv_dtype, v)
-        if kernel == "hopper" and why is not None:
-            raise checks.fail("kernel", f"'portable' here (the hopper kernel needs {why})",
-                              repr(kernel))
-        kernel = "portable" if why is not None else "hopper"
+    kernel = choose_kernel(kernel, blocking, KERNEL_CHOICES,
+                           lambda: attention_hopper.supports(q, kv_dtype, v))
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype, torch.float32))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
     # Every tensor the call reads: an output over a scale or the page table would change
