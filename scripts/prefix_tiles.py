@@ -6,9 +6,10 @@ reference first, with the run's provenance and the attention's floor (the expand
 read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
-[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES[,tma] ... hopper] ("hopper": the Gluon
-kernel for sm_90 beside them). A tiling that does not compile or launch gets a row with its
-error."""
+[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap]]
+("hopper": the Gluon kernel for sm_90 beside them, with the plan's schedule or the one
+given: ``attention_hopper.Schedule``). A tiling that does not compile or launch gets a row
+with its error."""
 import argparse
 from functools import partial
 from pathlib import Path
@@ -17,6 +18,7 @@ import torch
 
 from mla_kernels.context import attention_hopper, plan_expanded
 from mla_kernels.context.attention import Blocking, expanded_blocking
+from mla_kernels.context.attention_hopper import Schedule
 from mla_kernels.lab import tilings
 from mla_kernels.lab.context_floors import expanded_floor
 from mla_kernels.lab.context_inputs import build_context_inputs
@@ -30,7 +32,7 @@ CANDIDATES = [None, Blocking(64, 32, 4, 3), Blocking(64, 64, 4, 2), Blocking(64,
               Blocking(128, 32, 8, 2), Blocking(128, 32, 8, 3), Blocking(128, 32, 8, 4),
               Blocking(128, 128, 8, 2)]
 SHOWN = ("kv_dtype", "ctx", "new_tokens", "kernel", "tiles", "block_m", "block_n", "num_warps",
-         "num_stages", "tma", "correct", "attend_us", "run_us", "attend_fraction", "error")
+         "num_stages", "tma", "overlap", "correct", "attend_us", "run_us", "attend_fraction", "error")
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out", type=Path)
@@ -39,15 +41,34 @@ ap.add_argument("--points", nargs="+", default=["32000:128", "109440:128", "3200
 ap.add_argument("--kv-dtypes", nargs="+", choices=["bf16", "fp8"], default=["bf16"])
 ap.add_argument("--tiles", nargs="+", metavar="M,N,WARPS,STAGES[,tma]",
                 help="candidates instead of the list above (the plan's own tiles still first); "
-                     "'hopper': the Gluon kernel for sm_90 too")
+                     "'hopper[,STAGES][,overlap]': the Gluon kernel for sm_90 too")
 a = ap.parse_args()
-# "hopper" among the tiles: the Gluon kernel for sm_90 (its tiles fixed), timed as a plan
-# with kernel="hopper".
-hopper = bool(a.tiles) and "hopper" in a.tiles
-tiles = [t for t in a.tiles or [] if t != "hopper"]
+
+
+def schedule(spec: str) -> Schedule:
+    """'hopper', 'hopper,4', 'hopper,overlap', 'hopper,4,overlap': a Schedule (the
+    default's fields where not given)."""
+    parts = spec.split(",")[1:]
+    overlap = "overlap" in parts
+    stages = [int(x) for x in parts if x != "overlap"]
+    if len(stages) > 1 or len(parts) - overlap != len(stages):
+        raise SystemExit(f"--tiles: expected hopper[,STAGES][,overlap], got {spec}")
+    return Schedule(stages[0] if stages else attention_hopper.DEFAULT_SCHEDULE.stages,
+                    overlap or attention_hopper.DEFAULT_SCHEDULE.overlap)
+
+
+def hopper_plan(sched: Schedule, *args, **kwargs):
+    """The expanded plan on the Gluon kernel with ``sched`` as its schedule."""
+    plan = plan_expanded(*args, kernel="hopper", **kwargs)
+    plan.schedule = sched
+    return plan
+
+
+# "hopper..." among the tiles: the Gluon kernel for sm_90 (its tiles fixed), timed as a plan
+# with kernel="hopper" and that schedule.
+schedules = [schedule(t) for t in a.tiles or [] if t.startswith("hopper")]
+tiles = [t for t in a.tiles or [] if not t.startswith("hopper")]
 candidates = [None, *tilings.blockings(tiles)] if a.tiles else CANDIDATES
-HOPPER_TILES = Blocking(attention_hopper.QUERIES.value, attention_hopper.BN.value, 12,
-                        attention_hopper.STAGES.value)
 rates, prov = tilings.start("prefix_tiles", a.out)
 rows = []
 for kv in a.kv_dtypes:
@@ -57,22 +78,26 @@ for kv in a.kv_dtypes:
         ref = ci.reference()
         floor = expanded_floor(SHAPE, c, n, "fp8", "fp8_row", rates, kv)["attend_floor_us"]
         extra = ci.fp8_scales() if kv == "fp8" else {}
-        for given in candidates + (["hopper"] if hopper and kv == "bf16" else []):
-            kernel = "hopper" if given == "hopper" else "portable"
-            given = None if given == "hopper" else given
+        for given in candidates + (schedules if kv == "bf16" else []):
+            sched = given if isinstance(given, Schedule) else None
+            kernel = "portable" if sched is None else "hopper"
+            given = None if sched else given
             # The first chunk's tiles: a last chunk under LONG_KEYS may take other ones.
-            blk = (HOPPER_TILES if kernel == "hopper"
+            blk = (Blocking(attention_hopper.QUERIES.value, attention_hopper.BN.value, 12,
+                            sched.stages) if sched
                    else given or expanded_blocking(n, min(c, CHUNK)))
             row = {**prov, "model": SHAPE, "cache_dtype": "fp8", "weight_format": "fp8_row",
                    "kv_dtype": kv, "block_size": 1, "ctx": c, "new_tokens": n,
                    "chunk_tokens": CHUNK, "kernel": kernel,
                    "tiles": "hopper" if kernel == "hopper" else ("given" if given else "default"),
                    "block_m": blk.block_m, "block_n": blk.block_n, "num_warps": blk.num_warps,
-                   "num_stages": blk.num_stages, "tma": blk.tma, "attend_floor_us": floor,
+                   "num_stages": blk.num_stages, "tma": blk.tma,
+                   "overlap": bool(sched and sched.overlap), "attend_floor_us": floor,
                    "floor_source": rates.source}
-            tilings.try_candidate(row, partial(plan_expanded, *ci.args(), chunk_tokens=CHUNK,
-                                               blocking=given, kernel=kernel, **extra), ref, kv,
-                                  ("attend_fraction", floor, "attend_us"))
+            make = (partial(hopper_plan, sched, *ci.args(), chunk_tokens=CHUNK) if sched else
+                    partial(plan_expanded, *ci.args(), chunk_tokens=CHUNK, blocking=given,
+                            kernel="portable", **extra))
+            tilings.try_candidate(row, make, ref, kv, ("attend_fraction", floor, "attend_us"))
             tilings.keep(rows, row, a.out / "prefix_tiles.csv", SHOWN)
         del ci, ref
         torch.cuda.empty_cache()

@@ -14,9 +14,12 @@ reads added, not overlapped. Here:
   program's 128 queries: scores (S = Q K^T from shared memory), online softmax, and
   O += P V with P in registers, each freeing a stage once both have read it. The two are
   scheduled by the SM's warp schedulers: one's softmax runs under the other's dots.
+  ``Schedule.overlap`` has each consumer also run its own softmax under its last tile's
+  P V: it issues tile j's scores' dot, then tile j - 1's output dot, and waits for the
+  scores alone before its softmax (P and the rescale then one tile behind).
 
 A program covers 128 queries of one head; shared memory holds the query tile (48 KB) and
-STAGES key tiles of 40 KB, so one program an SM.
+``Schedule.stages`` key tiles of 40 KB, so one program an SM.
 
 Restricted to what it was written for: bf16 or fp16 queries and K/V of 128 + 64 key columns
 and 128 value columns (Kimi-K3, DeepSeek-V3, GLM-5), each row's heads packed; ``supports``
@@ -26,6 +29,7 @@ This module keeps its annotations evaluated (it defines a bundle: ``compat.bundl
 """
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -45,13 +49,37 @@ from .sm90 import device_reason, online_softmax, wgmma_acc_layout
 BM = gl.constexpr(64)  # queries a consumer warpgroup: its wgmma rows
 GROUPS = gl.constexpr(2)  # consumer warpgroups: a program's GROUPS x BM queries
 BN = gl.constexpr(64)  # keys a tile
-STAGES = gl.constexpr(3)  # key tiles in shared memory
 DA = gl.constexpr(128)  # K's first part (the no-rope columns), a query's too
 DB = gl.constexpr(64)  # K's second part (the rope's)
 DV = gl.constexpr(128)  # V's columns
 QUERIES = gl.constexpr(GROUPS.value * BM.value)  # a program's queries
 CONSUMER_REGS = 160  # the worker warpgroup's registers a thread
 LOADER_REGS = 40  # the loader warp's
+SMEM_BYTES = 232_448  # an sm_90 SM's shared memory a block may take
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The kernel's pipeline: ``stages`` key tiles in shared memory (40 KB each beside the
+    48 KB query tile: 2 to 4 fit), and ``overlap``: each consumer's softmax under its own
+    previous tile's output dot (see the module's notes)."""
+
+    stages: int = 3
+    overlap: bool = False
+
+    def __post_init__(self):
+        if type(self.stages) is not int or not 2 <= self.stages <= MAX_STAGES:
+            raise ValueError(f"stages: expected an int in [2, {MAX_STAGES}] (key tiles of "
+                             f"{TILE_BYTES} B beside the query tile's {QUERY_BYTES} B in "
+                             f"{SMEM_BYTES} B), got {self.stages!r}")
+        if type(self.overlap) is not bool:
+            raise ValueError(f"overlap: expected a bool, got {self.overlap!r}")
+
+
+TILE_BYTES = BN.value * (DA.value + DB.value + DV.value) * 2
+QUERY_BYTES = QUERIES.value * (DA.value + DB.value) * 2
+MAX_STAGES = (SMEM_BYTES - QUERY_BYTES - 1024) // TILE_BYTES  # 1 KB: barriers and slack
+DEFAULT_SCHEDULE = Schedule()
 
 
 @bundle
@@ -109,7 +137,7 @@ class Sink:
 
 
 @gluon.jit
-def _loader(work, sh, src):
+def _loader(work, sh, src, STAGES: gl.constexpr):
     """The query tile once, then each key tile of the split into the next free stage."""
     col = work.head * (DA + DB)
     mbarrier.expect(sh.q_ready, GROUPS * (src.q_a.block_type.nbytes
@@ -132,13 +160,25 @@ def _loader(work, sh, src):
 
 
 @gluon.jit
-def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr):
+def _scores(sh, q_a, q_b, j, STAGES: gl.constexpr, s_layout: gl.constexpr):
+    """Key tile j's raw scores, its two dots issued once the tile has landed (not waited)."""
+    s = j % STAGES
+    mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
+    sc = warpgroup_mma(q_a, sh.k_a.index(s).permute((1, 0)),
+                       gl.zeros([BM, BN], gl.float32, s_layout), is_async=True)
+    return warpgroup_mma(q_b, sh.k_b.index(s).permute((1, 0)), sc, is_async=True)
+
+
+@gluon.jit
+def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: gl.constexpr,
+              OVERLAP: gl.constexpr):
     """Queries [row0 + g x BM, + BM) over the split's key tiles: scores, online softmax in
     base 2, the output with P in registers; then the partial output and its LSE."""
     s_layout: gl.constexpr = wgmma_acc_layout(num_warps, BN)
     o_layout: gl.constexpr = wgmma_acc_layout(num_warps, DV)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    o_rows: gl.constexpr = gl.SliceLayout(1, o_layout)
     m_i = gl.full([BM], float("-inf"), gl.float32, row_layout)
     l_i = gl.zeros([BM], gl.float32, row_layout)
     o = gl.zeros([BM, DV], gl.float32, o_layout)
@@ -146,20 +186,45 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr):
     q_a = sh.q_a.index(g)
     q_b = sh.q_b.index(g)
     mbarrier.wait(sh.q_ready, 0)
-    for j in range(work.n_tiles):
-        s = j % STAGES
-        mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
-        sc = warpgroup_mma(q_a, sh.k_a.index(s).permute((1, 0)),
-                           gl.zeros([BM, BN], gl.float32, s_layout), is_async=True)
-        sc = warpgroup_mma(q_b, sh.k_b.index(s).permute((1, 0)), sc, is_async=True)
-        sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
-        p, alpha, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
-                                            sink.qk_scale, m_i, l_i, BN)
-        pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
-        alpha = gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))
-        o = warpgroup_mma(pa, sh.v.index(s), o * alpha[:, None], is_async=True)
-        o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
-        mbarrier.arrive(sh.kv_empty.index(s), count=1)
+    if OVERLAP:
+        # Tile 0's softmax alone; then tile j's scores and tile j - 1's output in flight
+        # together, the softmax once the scores land; the last tile's output after.
+        pa = gl.zeros([BM, BN], q_a.dtype, p_layout)
+        alpha = gl.full([BM], 1.0, gl.float32, o_rows)
+        if work.n_tiles > 0:
+            sc = warpgroup_mma_wait(num_outstanding=0,
+                                    deps=(_scores(sh, q_a, q_b, 0, STAGES, s_layout),))
+            p, al, m_i, l_i = online_softmax(sc, key_cols, 0, work.k0, work.k1,
+                                             sink.qk_scale, m_i, l_i, BN)
+            pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
+            alpha = gl.convert_layout(al, o_rows)
+        for j in range(1, work.n_tiles):
+            sc = _scores(sh, q_a, q_b, j, STAGES, s_layout)
+            o = warpgroup_mma(pa, sh.v.index((j - 1) % STAGES), o * alpha[:, None],
+                              is_async=True)
+            sc = warpgroup_mma_wait(num_outstanding=1, deps=(sc,))
+            p, al, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
+                                             sink.qk_scale, m_i, l_i, BN)
+            o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
+            mbarrier.arrive(sh.kv_empty.index((j - 1) % STAGES), count=1)
+            pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
+            alpha = gl.convert_layout(al, o_rows)
+        if work.n_tiles > 0:
+            last = work.n_tiles - 1
+            o = warpgroup_mma(pa, sh.v.index(last % STAGES), o * alpha[:, None], is_async=True)
+            o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
+            mbarrier.arrive(sh.kv_empty.index(last % STAGES), count=1)
+    else:
+        for j in range(work.n_tiles):
+            sc = warpgroup_mma_wait(num_outstanding=0,
+                                    deps=(_scores(sh, q_a, q_b, j, STAGES, s_layout),))
+            p, alpha, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
+                                                sink.qk_scale, m_i, l_i, BN)
+            pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
+            alpha = gl.convert_layout(alpha, o_rows)
+            o = warpgroup_mma(pa, sh.v.index(j % STAGES), o * alpha[:, None], is_async=True)
+            o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
+            mbarrier.arrive(sh.kv_empty.index(j % STAGES), count=1)
     _store_partial(work, sink, o, m_i, l_i, g, num_warps)
 
 
@@ -188,7 +253,8 @@ def _store_partial(work, sink, o, m_i, l_i, g: gl.constexpr, num_warps: gl.const
 def prefix_attention_hopper_kernel(
     q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, num_heads, qk_scale, stride_part_o, stride_part_lse,
-    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    STAGES: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
     """Grid (query tile of QUERIES, head, split), as ``attention.prefix_attention_kernel``'s."""
     tile = gl.program_id(0)
@@ -216,9 +282,9 @@ def prefix_attention_hopper_kernel(
     sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
                 num_heads, qk_scale)
     gl.warp_specialize([
-        (_consumer, (work, sh, sink, 0, num_warps)),
-        (_consumer, (work, sh, sink, 1, num_warps)),
-        (_loader, (work, sh, src)),
+        (_consumer, (work, sh, sink, 0, num_warps, STAGES, OVERLAP)),
+        (_consumer, (work, sh, sink, 1, num_warps, STAGES, OVERLAP)),
+        (_loader, (work, sh, src, STAGES)),
     ], [num_warps, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -265,15 +331,16 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int) 
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_scale: float,
            splits: int, part_o: torch.Tensor, part_lse: torch.Tensor,
-           descs: tuple | None = None) -> None:
+           descs: tuple | None = None, schedule: Schedule = DEFAULT_SCHEDULE) -> None:
     """The kernel over ``splits`` splits of the first ``n_keys`` keys (each a whole number
     of key tiles), its partials into part_o [>= splits, n, H, DV] (float32) and part_lse
-    [>= splits, n, H]; ``descs``: ``descriptors(q, k, v, n_keys)``, built here if None.
-    No checks (``supports`` first)."""
+    [>= splits, n, H]; ``descs``: ``descriptors(q, k, v, n_keys)``, built here if None;
+    ``schedule``: its pipeline. No checks (``supports`` first)."""
     n, h, _ = q.shape
     per = keys_per_split(n_keys, splits, BN.value)
     prefix_attention_hopper_kernel[(triton.cdiv(n, QUERIES.value), h, splits)](
         *(descs or descriptors(q, k, v, n_keys)), part_o, part_lse,
         n, n_keys, per, h, sm_scale * LOG2E, part_o[0].numel(),
-        part_lse[0].numel(), CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
+        part_lse[0].numel(), STAGES=schedule.stages, OVERLAP=schedule.overlap,
+        CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
         num_warps=4, maxnreg=168)

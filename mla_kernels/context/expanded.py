@@ -86,6 +86,9 @@ class ExpandedPlan:
     index_tensors: list[torch.Tensor] = field(default_factory=list)
     blocking: Blocking | None = None  # the attention's tiles (None: expanded_blocking's)
     kernel: str = "portable"  # the attention's kernel (KERNELS)
+    # The Gluon kernel's pipeline (its key stages, its softmax under its own last output
+    # dot or not), for the lab to time others; set before the first run.
+    schedule: attention_hopper.Schedule = attention_hopper.DEFAULT_SCHEDULE
     # The attention's K/V arguments (descriptors, where it reads through them) by chunk
     # length, built at a chunk's first launch: an eager run builds none after its first.
     sources: dict[int, tuple] = field(default_factory=dict, repr=False)
@@ -116,7 +119,8 @@ class ExpandedPlan:
                 src = self.sources[keys] = attention_hopper.descriptors(
                     self.q, self.k_chunk, self.v_chunk, keys)
             attention_hopper.launch(self.q, self.k_chunk, self.v_chunk, keys, self.sm_scale,
-                                    self.splits[j], self.part_o, self.part_lse, src)
+                                    self.splits[j], self.part_o, self.part_lse, src,
+                                    self.schedule)
         else:
             blk = self.blocking or expanded_blocking(self.q.shape[0], keys)
             if src is None:

@@ -428,3 +428,17 @@ def test_expanded_hopper_kernel_names_what_it_needs(ci):
     assert "got 128 and 128" in attention_hopper.supports(q[:, :, :128], q.dtype, 128)
     spread = torch.empty(4, 12, 200, dtype=torch.bfloat16, device=q.device)[:, :, :192]
     assert "strides" in attention_hopper.supports(spread, q.dtype, 128)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"stages": 1}, r"stages: expected an int in \[2, 4\] .*, got 1"),
+    ({"stages": 5}, r"stages: expected an int in \[2, 4\] .*, got 5"),
+    ({"stages": 3.0}, r"stages: expected an int in \[2, 4\] .*, got 3.0"),
+    ({"overlap": 1}, r"overlap: expected a bool, got 1"),
+])
+def test_hopper_schedule_refuses_what_does_not_fit(kwargs, message):
+    # Five 40 KB key stages and the 48 KB query tile pass an SM's shared memory.
+    from mla_kernels.context.attention_hopper import Schedule
+
+    with pytest.raises(ValueError, match=message):
+        Schedule(**kwargs)

@@ -45,6 +45,13 @@ CHILD = textwrap.dedent("""
     (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts),
                             HOPPER, 90)
     print(json.dumps({"case": "prefix_hopper", **kernel_report(kern)}))
+    # Its other schedules: four key stages, the softmax under the last tile's output dot.
+    for sched in (attention_hopper.Schedule(4, False), attention_hopper.Schedule(3, True),
+                  attention_hopper.Schedule(attention_hopper.MAX_STAGES, True)):
+        (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts,
+                                                                schedule=sched), HOPPER, 90)
+        print(json.dumps({"case": f"prefix_hopper_{sched.stages}_{sched.overlap}",
+                          **kernel_report(kern), "ptx": kern.asm["ptx"]}))
     out, lse = torch.empty(n, h, 128).bfloat16(), torch.empty(n, h)
     (kern,) = compile_calls(lambda: merge_parts(*parts, 4, out, lse), HOPPER, 90)
     print(json.dumps({"case": "merge", **kernel_report(kern)}))
@@ -83,7 +90,8 @@ def reports():
 
 def test_every_kernel_compiles_within_shared_memory(reports):
     assert set(reports) == {"prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "merge",
-                            "prefix_tma", "prefix_hopper",
+                            "prefix_tma", "prefix_hopper", "prefix_hopper_4_False",
+                            "prefix_hopper_3_True", "prefix_hopper_4_True",
                             "latent_fp8", "latent_bf16", "latent_hopper_fp8",
                             "latent_hopper_bf16", *(f"latent_hopper_{c}_{side}"
                                                     for c in ("fp8", "bf16")
@@ -141,3 +149,18 @@ def test_hopper_expanded_kernel_fits_its_partitions(reports):
     assert r["wgmma"] == 2 * (192 + 64) // 16 and r["mma_sync"] == 0, r
     assert 128 * 192 * 2 + 3 * 64 * 320 * 2 <= r["shared_bytes"] <= HOPPER_SMEM, r
     assert reports["prefix_tma"]["spill_bytes"] == 0, reports["prefix_tma"]
+
+
+def test_hopper_expanded_kernel_schedules(reports):
+    # Four stages: one key tile more in shared memory, the same dots. The overlapped
+    # consumer: its first tile's scores and last tile's P V peeled out of the loop (twice
+    # the wgmma in the code), and in the loop a wait that leaves one group (P V) in flight
+    # while the softmax runs, once a consumer; no spills at the same registers.
+    base = reports["prefix_hopper"]
+    for stages, overlap in ((4, False), (3, True), (4, True)):
+        r = reports[f"prefix_hopper_{stages}_{overlap}"]
+        assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r["spill_bytes"]
+        assert (r["shared_bytes"] - base["shared_bytes"] == (stages - 3) * 64 * 320 * 2
+                and r["shared_bytes"] <= HOPPER_SMEM), r["shared_bytes"]
+        assert r["wgmma"] == base["wgmma"] * (2 if overlap else 1), r["wgmma"]
+        assert r["ptx"].count("wgmma.wait_group.sync.aligned 1;") == (2 if overlap else 0)

@@ -192,6 +192,31 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
     assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
 
 
+@pytest.mark.parametrize(("stages", "overlap"), [(4, False), (3, True), (4, True)])
+@pytest.mark.parametrize(("c", "n", "chunk", "splits"),
+                         [(20011, 130, 8192, None), (33, 7, None, None), (1000, 70, 512, 40)])
+def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, stages, overlap,
+                                                         seed):
+    # The Gluon kernel's other schedules (four key stages; each consumer's softmax under its
+    # last tile's output dot, whose first and last tiles run outside the loop): a partial
+    # last tile and split, a single tile, splits that see no key; outputs poisoned first,
+    # compared with the reference, replayed from a CUDA graph.
+    from mla_kernels.context import attention_hopper
+
+    ci = build_context_inputs("kimi-k3-tp8", c, n, device="cuda", seed=seed)
+    why = attention_hopper.supports(ci.q, ci.q.dtype, 128)
+    if why is not None:
+        pytest.skip(f"the hopper kernel needs {why}")
+    plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
+    plan.schedule = attention_hopper.Schedule(stages, overlap)
+    plan.out.fill_(float("nan"))
+    plan.lse.fill_(float("nan"))
+    out, lse = plan.run()
+    errs = attention_errors(out, lse, ci.reference())
+    assert judge(errs, "bf16"), (errs, f"seed {seed}")
+    assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
+
+
 def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
     # Where the Gluon kernel runs the default ("auto") plans it, its splits cut so that its
     # one program an SM fill whole waves (12 row tiles x 16 splits would leave a second wave
