@@ -137,6 +137,22 @@ def fewest_waves(programs: int, splits: int, slots: int) -> int:
     return min(range(1, splits + 1), key=lambda s: (waves(s), -s))
 
 
+def split_by_waves(programs: int, n_keys: int, block_n: int, slots: int,
+                   overhead_tiles: int) -> int:
+    """The split count, at most MAX_SPLITS and keeping MIN_TILES_PER_SPLIT key tiles a
+    split, that finishes soonest where ``slots`` programs run at once and no more (a kernel
+    of one program an SM): ceil(programs x s / slots) waves, each as long as a split's key
+    tiles plus ``overhead_tiles`` (a program's start and end, and its share of the merge,
+    in key tiles' time). Equal times keep fewer splits (less to merge)."""
+    tiles = max(1, -(-n_keys // block_n))
+    most = max(1, min(MAX_SPLITS, -(-tiles // MIN_TILES_PER_SPLIT)))
+
+    def cost(s: int) -> int:
+        return -(-programs * s // slots) * (-(-tiles // s) + overhead_tiles)
+
+    return min(range(1, most + 1), key=lambda s: (cost(s), s))
+
+
 def keys_per_split(n_keys: int, splits: int, block_n: int) -> int:
     """Keys each split walks: a whole number of key tiles (the last split takes the rest)."""
     return max(1, triton.cdiv(triton.cdiv(n_keys, splits), block_n)) * block_n

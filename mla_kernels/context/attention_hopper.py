@@ -65,7 +65,7 @@ class Schedule:
     previous tile's output dot (see the module's notes)."""
 
     stages: int = 3
-    overlap: bool = False
+    overlap: bool = True
 
     def __post_init__(self):
         if type(self.stages) is not int or not 2 <= self.stages <= MAX_STAGES:
@@ -80,6 +80,10 @@ TILE_BYTES = BN.value * (DA.value + DB.value + DV.value) * 2
 QUERY_BYTES = QUERIES.value * (DA.value + DB.value) * 2
 MAX_STAGES = (SMEM_BYTES - QUERY_BYTES - 1024) // TILE_BYTES  # 1 KB: barriers and slack
 DEFAULT_SCHEDULE = Schedule()
+# A program's start (its query tile, the stages' first fill) and end (its partial output)
+# and its share of the merge, in key tiles' time: what a wave more costs beside its keys.
+# From one wave against two on an H100 at 128 and 512 queries (docs/context-path.md).
+OVERHEAD_TILES = 10
 
 
 @bundle

@@ -27,10 +27,9 @@ from .attention import (
     choose_kernel,
     default_splits,
     expanded_blocking,
-    fewest_waves,
     launch_prefix,
     prefix_sources,
-    split_count,
+    split_by_waves,
 )
 from .merge import merge_parts
 
@@ -169,7 +168,7 @@ def plan_expanded(
     num_splits: int | None = None,  # splits of each chunk's keys (None: to fill the device)
     variant: str = "auto",  # the expansion's design (mla_kernels.variant_names())
     blocking: Blocking | None = None,  # the portable kernel's tiles (None: expanded_blocking's)
-    kernel: str = "portable",  # the attention's kernel: KERNEL_CHOICES
+    kernel: str = "auto",  # the attention's kernel: KERNEL_CHOICES
     out: torch.Tensor | None = None,  # [n, H, v] q's dtype or float32
     lse: torch.Tensor | None = None,  # [n, H] float32
     validate: bool | None = None,  # read the page table and scales (default: interpreter only)
@@ -236,11 +235,12 @@ def plan_expanded(
         if validate:
             validate_inputs(*a)
         chunk_args.append(a)
-    if kernel == "hopper":  # one program an SM (its shared memory): one wave's worth
+    if kernel == "hopper":  # one program an SM (its shared memory): in waves of them
         programs = -(-n // attention_hopper.QUERIES.value) * h
         units = device_spec(dev).compute_units
-        splits = [splits_asked or fewest_waves(programs, split_count(
-            programs, ln, attention_hopper.BN.value, units, per_unit=1), units) for ln in lens]
+        splits = [splits_asked or split_by_waves(programs, ln, attention_hopper.BN.value, units,
+                                                 attention_hopper.OVERHEAD_TILES)
+                  for ln in lens]
     else:
         splits = [splits_asked or default_splits(q, ln, blocking) for ln in lens]
     part_o = torch.empty((max(splits), n, h, v), dtype=torch.float32, device=dev)

@@ -79,7 +79,7 @@ def measure_point(shape: str, c: int, n: int, *, cache_dtype: str, weight_format
                   kv_dtype: str, chunk_tokens: int | None, rates: Rates, budget, prov: dict,
                   seed: int = 0, device: str = "cuda",
                   absorbed_kernels: tuple[str, ...] = ("portable",),
-                  expanded_kernel: str = "portable") -> list[dict]:
+                  expanded_kernel: str = "auto") -> list[dict]:
     """One (C, n) point's rows (``device`` "cpu" under the interpreter checks the rows'
     making; its timings need the GPU's); the expanded path's attention on
     ``expanded_kernel`` (``plan_expanded``'s ``kernel``; the one it ran in column
@@ -169,7 +169,7 @@ def run(*, shape: str = "kimi-k3-tp8", contexts=CONTEXTS, new_tokens=NEW_TOKENS,
         cache_dtype: str = "fp8", weight_format: str = "fp8_row", kv_dtype: str = "bf16",
         chunk_tokens: int | None = CHUNK_TOKENS, budget=SHORT,
         out: Path | None = None, absorbed_kernels: tuple[str, ...] | None = None,
-        expanded_kernel: str = "portable") -> pd.DataFrame:
+        expanded_kernel: str = "auto") -> pd.DataFrame:
     """Every (C, n) point's rows, as one frame (GPU only); with ``out``, the rows so far are
     rewritten to ``out`` after each point, so a run cut short keeps what it measured.
     ``absorbed_kernels`` None: ``default_absorbed_kernels()``; ``expanded_kernel``:
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--absorbed-kernels", nargs="+", default=None, choices=KERNELS,
                     help="the absorbed path's kernels to time (default: portable, and hopper "
                          "on an sm_90 GPU; hopper: Gluon's, rows 'absorbed_hopper')")
-    ap.add_argument("--expanded-kernel", default="portable", choices=EXPANDED_KERNELS,
+    ap.add_argument("--expanded-kernel", default="auto", choices=EXPANDED_KERNELS,
                     help="the expanded path's attention kernel (plan_expanded's kernel; "
                          "hopper: Gluon's on sm_90, auto: it where it runs)")
     a = ap.parse_args(argv)

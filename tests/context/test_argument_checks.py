@@ -375,13 +375,13 @@ def test_absorbed_hopper_launch_refuses_a_side_it_does_not_have(ci, parts):
 
 def test_expanded_auto_kernel_picks_what_runs_here(ci):
     # "auto" plans the Gluon kernel where it runs and the portable one elsewhere; a blocking
-    # given is the portable kernel's, so it plans that one anywhere; the default is the
-    # portable kernel.
+    # given is the portable kernel's, so it plans that one anywhere; the default is "auto".
     from mla_kernels.context import attention_hopper
 
     here = "portable" if attention_hopper.supports(ci.q, ci.q.dtype, 128) else "hopper"
     assert plan_expanded(*ci.args(), kernel="auto").kernel == here
-    assert plan_expanded(*ci.args()).kernel == "portable"
+    assert plan_expanded(*ci.args()).kernel == here
+    assert plan_expanded(*ci.args(), kernel="portable").kernel == "portable"
     tiles = Blocking(64, 32, 4, 3)
     plan = plan_expanded(*ci.args(), kernel="auto", blocking=tiles)
     assert plan.kernel == "portable" and plan.blocking == tiles

@@ -14,6 +14,7 @@ from mla_kernels.context.attention import (
     expanded_blocking,
     fewest_waves,
     keys_per_split,
+    split_by_waves,
     split_count,
 )
 from mla_kernels.context.merge import merge_parts
@@ -181,6 +182,22 @@ def test_split_rule():
     assert split_count(1, 10 ** 7, 64, 132) == 64  # at most MAX_SPLITS
     assert split_count(12, 109440, 64, 132, per_unit=1) == 11  # one program an SM
     assert keys_per_split(150, 3, 64) == 64 and keys_per_split(260, 9, 64) == 64
+
+
+@pytest.mark.parametrize(("programs", "keys", "want"), [
+    (12, 32000, 11),   # 132 programs: one wave; 22 splits would take two of half the keys
+    (48, 32000, 8),    # 3 waves of 63 tiles (+10) beat 1 of 250 and 2 of 100
+    (48, 4096, 2),     # over 64 tiles, a second wave costs more than it saves
+    (192, 32000, 2),   # 1 split: 2 waves of 500 tiles; 2: 3 waves of 250
+    (768, 32000, 1),   # already 6 waves
+    (12, 100, 1),      # two tiles: too few to split
+    (1, 10 ** 7, 64),  # at most MAX_SPLITS
+])
+def test_split_by_waves_counts_a_wave_s_overhead(programs, keys, want):
+    # One program an SM: each wave costs its split's key tiles and 10 tiles more.
+    assert split_by_waves(programs, keys, 64, 132, 10) == want
+    # With no overhead, more splits never cost more waves' keys: at least as many splits.
+    assert split_by_waves(programs, keys, 64, 132, 0) >= want
 
 
 def test_tiles_follow_the_queries_and_the_keys():

@@ -44,9 +44,10 @@ CHILD = textwrap.dedent("""
     print(json.dumps({"case": "prefix_tma", **kernel_report(kern)}))
     (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts),
                             HOPPER, 90)
-    print(json.dumps({"case": "prefix_hopper", **kernel_report(kern)}))
-    # Its other schedules: four key stages, the softmax under the last tile's output dot.
-    for sched in (attention_hopper.Schedule(4, False), attention_hopper.Schedule(3, True),
+    print(json.dumps({"case": "prefix_hopper", **kernel_report(kern), "ptx": kern.asm["ptx"]}))
+    # Its other schedules: four key stages, each consumer's softmax under its own output
+    # dot or not.
+    for sched in (attention_hopper.Schedule(3, False), attention_hopper.Schedule(4, False),
                   attention_hopper.Schedule(attention_hopper.MAX_STAGES, True)):
         (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts,
                                                                 schedule=sched), HOPPER, 90)
@@ -90,8 +91,8 @@ def reports():
 
 def test_every_kernel_compiles_within_shared_memory(reports):
     assert set(reports) == {"prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "merge",
-                            "prefix_tma", "prefix_hopper", "prefix_hopper_4_False",
-                            "prefix_hopper_3_True", "prefix_hopper_4_True",
+                            "prefix_tma", "prefix_hopper", "prefix_hopper_3_False",
+                            "prefix_hopper_4_False", "prefix_hopper_4_True",
                             "latent_fp8", "latent_bf16", "latent_hopper_fp8",
                             "latent_hopper_bf16", *(f"latent_hopper_{c}_{side}"
                                                     for c in ("fp8", "bf16")
@@ -142,8 +143,9 @@ def test_hopper_absorbed_kernel_sides_alone(reports):
 def test_hopper_expanded_kernel_fits_its_partitions(reports):
     # Two consumer warpgroups and a loader warp (launched as 12 warps); a key tile's wgmma
     # in each consumer: the scores' K = 128 + 64 and P V's K = 64, 16 bf16 instructions of
-    # K = 16 each; no spills; the query tile and three key tiles within the shared memory.
-    r = reports["prefix_hopper"]
+    # K = 16 each, in the loop alone without the overlap; no spills; the query tile and
+    # three key tiles within the shared memory.
+    r = reports["prefix_hopper_3_False"]
     assert r["kernel"] == "prefix_attention_hopper_kernel", r
     assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r
     assert r["wgmma"] == 2 * (192 + 64) // 16 and r["mma_sync"] == 0, r
@@ -156,9 +158,13 @@ def test_hopper_expanded_kernel_schedules(reports):
     # consumer: its first tile's scores and last tile's P V peeled out of the loop (twice
     # the wgmma in the code), and in the loop a wait that leaves one group (P V) in flight
     # while the softmax runs, once a consumer; no spills at the same registers.
-    base = reports["prefix_hopper"]
-    for stages, overlap in ((4, False), (3, True), (4, True)):
-        r = reports[f"prefix_hopper_{stages}_{overlap}"]
+    from mla_kernels.context.attention_hopper import DEFAULT_SCHEDULE
+
+    base = reports["prefix_hopper_3_False"]
+    default = (DEFAULT_SCHEDULE.stages, DEFAULT_SCHEDULE.overlap)
+    for stages, overlap in ((4, False), (4, True), default):
+        r = reports["prefix_hopper" if (stages, overlap) == default
+                    else f"prefix_hopper_{stages}_{overlap}"]
         assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r["spill_bytes"]
         assert (r["shared_bytes"] - base["shared_bytes"] == (stages - 3) * 64 * 320 * 2
                 and r["shared_bytes"] <= HOPPER_SMEM), r["shared_bytes"]

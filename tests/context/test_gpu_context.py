@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mla_kernels.context import absorbed_peak_bytes, expanded_peak_bytes, plan_absorbed, plan_expanded
-from mla_kernels.context.attention import Blocking, fewest_waves, split_count
+from mla_kernels.context.attention import Blocking, fewest_waves, split_by_waves, split_count
 from mla_kernels.core.devices import device_spec
 from mla_kernels.lab.context_checks import attention_errors, judge
 from mla_kernels.lab.context_inputs import build_context_inputs
@@ -114,7 +114,7 @@ def test_expanded_chunks_on_different_tiles(seed):
     # 128-row tiles, the last (3627 keys) 64-row ones, each with its own split count.
     ci = build_context_inputs("kimi-k3-tp8", 20011, 130, cache_dtype="fp8", device="cuda",
                               seed=seed)
-    plan = plan_expanded(*ci.args(), chunk_tokens=16384)
+    plan = plan_expanded(*ci.args(), chunk_tokens=16384, kernel="portable")
     plan.out.fill_(float("nan"))
     out, lse = plan.run()
     errs = attention_errors(out, lse, ci.reference())
@@ -180,10 +180,12 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
         pytest.skip(f"the hopper kernel needs {why}")
     plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
     assert plan.kernel == "hopper"
-    if splits is None:  # one program an SM: one wave's worth of programs at most
+    if splits is None:  # one program an SM: split by whole waves of them
         programs = -(-n // attention_hopper.QUERIES.value) * 12
         units = device_spec(ci.q.device).compute_units
-        assert all(s * programs <= max(units, programs) for s in plan.splits), plan.splits
+        assert plan.splits == [split_by_waves(programs, ln, attention_hopper.BN.value, units,
+                                              attention_hopper.OVERHEAD_TILES)
+                               for ln in plan.chunk_tokens], plan.splits
     plan.out.fill_(float("nan"))
     plan.lse.fill_(float("nan"))
     out, lse = plan.run()
@@ -192,13 +194,13 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
     assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
 
 
-@pytest.mark.parametrize(("stages", "overlap"), [(4, False), (3, True), (4, True)])
+@pytest.mark.parametrize(("stages", "overlap"), [(3, False), (4, False), (4, True)])
 @pytest.mark.parametrize(("c", "n", "chunk", "splits"),
                          [(20011, 130, 8192, None), (33, 7, None, None), (1000, 70, 512, 40)])
 def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, stages, overlap,
                                                          seed):
-    # The Gluon kernel's other schedules (four key stages; each consumer's softmax under its
-    # last tile's output dot, whose first and last tiles run outside the loop): a partial
+    # The Gluon kernel's other schedules (four key stages; each consumer's softmax after its
+    # output dot, not under it as in the default): a partial
     # last tile and split, a single tile, splits that see no key; outputs poisoned first,
     # compared with the reference, replayed from a CUDA graph.
     from mla_kernels.context import attention_hopper
@@ -215,6 +217,27 @@ def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, st
     errs = attention_errors(out, lse, ci.reference())
     assert judge(errs, "bf16"), (errs, f"seed {seed}")
     assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+def test_expanded_default_plans_the_hopper_kernel_where_it_runs(kv, seed):
+    # The default ("auto"): Gluon's kernel over bf16 K/V on sm_90, the portable one over FP8
+    # K/V (which Gluon's does not read) and wherever tiles are given; each matches the
+    # reference, outputs poisoned first.
+    from mla_kernels.context import attention_hopper
+
+    ci = build_context_inputs("kimi-k3-tp8", 5000, 200, cache_dtype="fp8", device="cuda",
+                              seed=seed)
+    extra = ci.fp8_scales() if kv == "fp8" else {}
+    runs = attention_hopper.supports(ci.q, ci.q.dtype, 128) is None and kv == "bf16"
+    plan = plan_expanded(*ci.args(), **extra)
+    assert plan.kernel == ("hopper" if runs else "portable"), plan.kernel
+    assert plan_expanded(*ci.args(), blocking=Blocking(64, 32, 4, 3), **extra).kernel == "portable"
+    plan.out.fill_(float("nan"))
+    plan.lse.fill_(float("nan"))
+    out, lse = plan.run()
+    errs = attention_errors(out, lse, ci.reference())
+    assert judge(errs, kv), (errs, f"seed {seed}")
 
 
 def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
