@@ -17,8 +17,9 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..context import attention_hopper as gluon_attention
 from ..context.absorbed import absorbed_blocking
-from ..context.attention import expanded_blocking, split_count
+from ..context.attention import expanded_blocking, split_by_waves, split_count
 from ..context.memory import absorbed_peak_bytes, expanded_peak_bytes
 from ..core.devices import get_device
 from ..core.shapes import get_shape
@@ -117,8 +118,14 @@ def model_table(shape: str, contexts: Sequence[int], new_tokens: Sequence[int], 
     """The crossover table of the floors alone (each way's time taken as its floor at the
     device's datasheet rates) and of the counted memory, split as the device would split."""
     rates = Rates.datasheet(device)
-    units = get_device(device).compute_units
-    h = get_shape(shape).num_heads
+    spec = get_device(device)
+    units = spec.compute_units
+    dims = get_shape(shape)
+    h = dims.num_heads
+    # Where plan_expanded's default attends on the Gluon kernel: its own split count.
+    gluon = (spec.sm == 90 and kv_dtype == "bf16" and dims.v_head_dim == gluon_attention.DV.value
+             and (dims.qk_nope_dim, dims.kv_pe_dim) == (gluon_attention.DA.value,
+                                                        gluon_attention.DB.value))
     out = []
     for c in contexts:
         for n in new_tokens:
@@ -126,7 +133,10 @@ def model_table(shape: str, contexts: Sequence[int], new_tokens: Sequence[int], 
             af = absorbed_floor(shape, c, n, cache_dtype, weight_format, rates)
             chunk = min(c, chunk_tokens or c)
             eb, ab = expanded_blocking(n, chunk), absorbed_blocking(n * h, cache_dtype == "fp8")
-            e_splits = split_count(math.ceil(n / eb.block_m) * h, chunk, eb.block_n, units)
+            e_splits = (split_by_waves(math.ceil(n / gluon_attention.QUERIES.value) * h, chunk,
+                                       gluon_attention.BN.value, units,
+                                       gluon_attention.OVERHEAD_TILES) if gluon
+                        else split_count(math.ceil(n / eb.block_m) * h, chunk, eb.block_n, units))
             a_splits = split_count(math.ceil(n * h / ab.block_m), c, ab.block_n, units)
             kv = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16
             out.append({"model": shape, "cache_dtype": cache_dtype, "weight_format": weight_format,

@@ -86,6 +86,32 @@ def test_model_table_crosses_near_the_flop_crossover():
     assert 128 < n < 256
 
 
+@pytest.mark.parametrize(("device", "kv", "gluon"), [("H200", "bf16", True), ("H200", "fp8", False),
+                                                   ("MI355X", "bf16", False)])
+def test_model_table_counts_the_partials_of_the_kernel_the_plan_takes(device, kv, gluon):
+    # plan_expanded's default attends over bf16 K/V on sm_90 with the Gluon kernel, whose
+    # splits (split_by_waves) differ from the portable kernel's: the counted memory follows.
+    import torch
+
+    from mla_kernels.context import attention_hopper as g
+    from mla_kernels.context.attention import expanded_blocking, split_by_waves, split_count
+    from mla_kernels.context.memory import expanded_peak_bytes
+    from mla_kernels.core.devices import get_device
+
+    units = get_device(device).compute_units
+    t = crossover.model_table("kimi-k3-tp8", [32000], [128, 512], cache_dtype="fp8",
+                              weight_format="fp8_row", kv_dtype=kv, device=device)
+    for n, got in zip(t["new_tokens"], t["expanded_peak_bytes"], strict=True):
+        blk = expanded_blocking(n, 32000)
+        splits = (split_by_waves(-(-n // 128) * 12, 32000, g.BN.value, units, g.OVERHEAD_TILES)
+                  if gluon else split_count(-(-n // blk.block_m) * 12, 32000, blk.block_n, units))
+        dtype = torch.bfloat16 if kv == "bf16" else torch.float8_e4m3fn
+        assert got == expanded_peak_bytes("kimi-k3-tp8", n, 32000, splits=splits, kv_dtype=dtype)
+    if gluon:  # the two counts differ here, so the count above tells the kernels apart
+        assert split_by_waves(12, 32000, 64, units, g.OVERHEAD_TILES) != split_count(
+            12, 32000, expanded_blocking(128, 32000).block_n, units)
+
+
 @pytest.mark.parametrize("measured", [True, False])
 def test_figures_draw_every_cell(measured, tmp_path):
     if measured:
