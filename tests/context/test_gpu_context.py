@@ -186,6 +186,12 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
         assert plan.splits == [split_by_waves(programs, ln, attention_hopper.BN.value, units,
                                               attention_hopper.OVERHEAD_TILES)
                                for ln in plan.chunk_tokens], plan.splits
+    matches_the_reference_and_replays(plan, ci, seed)
+
+
+def matches_the_reference_and_replays(plan, ci, seed):
+    """The plan's run, outputs poisoned first, against the reference; its CUDA graph's
+    replay the same bits."""
     plan.out.fill_(float("nan"))
     plan.lse.fill_(float("nan"))
     out, lse = plan.run()
@@ -200,9 +206,9 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
 def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, stages, overlap,
                                                          seed):
     # The Gluon kernel's other schedules (four key stages; each consumer's softmax after its
-    # output dot, not under it as in the default): a partial
-    # last tile and split, a single tile, splits that see no key; outputs poisoned first,
-    # compared with the reference, replayed from a CUDA graph.
+    # output dot, not under it as in the default): a partial last tile and split, a single
+    # tile, splits that see no key; outputs poisoned first, compared with the reference,
+    # replayed from a CUDA graph.
     from mla_kernels.context import attention_hopper
 
     ci = build_context_inputs("kimi-k3-tp8", c, n, device="cuda", seed=seed)
@@ -211,12 +217,7 @@ def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, st
         pytest.skip(f"the hopper kernel needs {why}")
     plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
     plan.schedule = attention_hopper.Schedule(stages, overlap)
-    plan.out.fill_(float("nan"))
-    plan.lse.fill_(float("nan"))
-    out, lse = plan.run()
-    errs = attention_errors(out, lse, ci.reference())
-    assert judge(errs, "bf16"), (errs, f"seed {seed}")
-    assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
+    matches_the_reference_and_replays(plan, ci, seed)
 
 
 @pytest.mark.parametrize("kv", ["bf16", "fp8"])
