@@ -116,12 +116,11 @@ def expanded_blocking(n_queries: int, n_keys: int) -> Blocking:
     return Blocking(64, 32, 4, 3) if n_queries >= 64 else Blocking(16, 64, 4)
 
 
-def split_count(programs: int, n_keys: int, block_n: int, compute_units: int,
-                per_unit: int = PROGRAMS_PER_UNIT) -> int:
+def split_count(programs: int, n_keys: int, block_n: int, compute_units: int) -> int:
     """How many splits of the keys fill the device: enough that ``programs`` (the launch
-    without splits) x splits reaches ``per_unit`` per compute unit (the programs one
-    holds at once), each split keeping MIN_TILES_PER_SPLIT key tiles, at most MAX_SPLITS."""
-    want = -(-per_unit * compute_units // max(programs, 1))
+    without splits) x splits reaches PROGRAMS_PER_UNIT per compute unit, each split
+    keeping MIN_TILES_PER_SPLIT key tiles, at most MAX_SPLITS."""
+    want = -(-PROGRAMS_PER_UNIT * compute_units // max(programs, 1))
     most = max(1, -(-n_keys // (MIN_TILES_PER_SPLIT * block_n)))
     return max(1, min(want, most, MAX_SPLITS))
 

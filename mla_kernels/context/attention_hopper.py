@@ -41,8 +41,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from ..core.devices import DEVICES
 from ..designs.hopper_ws.compat import Buffer, Descriptor, Scalar, bundle, tma_io
-from .attention import LOG2E, keys_per_split
+from .attention import LOG2E, keys_per_split, split_by_waves
 from .kernels import LN2
 from .sm90 import device_reason, online_softmax, wgmma_acc_layout
 
@@ -55,7 +56,7 @@ DV = gl.constexpr(128)  # V's columns
 QUERIES = gl.constexpr(GROUPS.value * BM.value)  # a program's queries
 CONSUMER_REGS = 160  # the worker warpgroup's registers a thread
 LOADER_REGS = 40  # the loader warp's
-SMEM_BYTES = 232_448  # an sm_90 SM's shared memory a block may take
+SMEM_BYTES = DEVICES["H200"].smem_per_program  # an sm_90 SM's, for one block
 
 
 @dataclass(frozen=True)
@@ -316,6 +317,13 @@ def _layout(rows: int, cols: int, dtype: torch.dtype):
     # Cached: building a layout costs more host time than the descriptor built on it.
     gl_dtype = gl.bfloat16 if dtype == torch.bfloat16 else gl.float16
     return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
+
+
+def splits(n_queries: int, heads: int, n_keys: int, compute_units: int) -> int:
+    """The split count of ``n_keys`` keys for ``n_queries`` queries of ``heads`` heads: its
+    one program an SM in whole waves, each costing OVERHEAD_TILES beside its keys."""
+    programs = -(-n_queries // QUERIES.value) * heads
+    return split_by_waves(programs, n_keys, BN.value, compute_units, OVERHEAD_TILES)
 
 
 def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int) -> tuple:

@@ -29,7 +29,6 @@ from .attention import (
     expanded_blocking,
     launch_prefix,
     prefix_sources,
-    split_by_waves,
 )
 from .merge import merge_parts
 
@@ -236,11 +235,8 @@ def plan_expanded(
             validate_inputs(*a)
         chunk_args.append(a)
     if kernel == "hopper":  # one program an SM (its shared memory): in waves of them
-        programs = -(-n // attention_hopper.QUERIES.value) * h
         units = device_spec(dev).compute_units
-        splits = [splits_asked or split_by_waves(programs, ln, attention_hopper.BN.value, units,
-                                                 attention_hopper.OVERHEAD_TILES)
-                  for ln in lens]
+        splits = [splits_asked or attention_hopper.splits(n, h, ln, units) for ln in lens]
     else:
         splits = [splits_asked or default_splits(q, ln, blocking) for ln in lens]
     part_o = torch.empty((max(splits), n, h, v), dtype=torch.float32, device=dev)

@@ -19,7 +19,7 @@ import torch
 
 from ..context import attention_hopper as gluon_attention
 from ..context.absorbed import absorbed_blocking
-from ..context.attention import expanded_blocking, split_by_waves, split_count
+from ..context.attention import expanded_blocking, split_count
 from ..context.memory import absorbed_peak_bytes, expanded_peak_bytes
 from ..core.devices import get_device
 from ..core.shapes import get_shape
@@ -133,9 +133,7 @@ def model_table(shape: str, contexts: Sequence[int], new_tokens: Sequence[int], 
             af = absorbed_floor(shape, c, n, cache_dtype, weight_format, rates)
             chunk = min(c, chunk_tokens or c)
             eb, ab = expanded_blocking(n, chunk), absorbed_blocking(n * h, cache_dtype == "fp8")
-            e_splits = (split_by_waves(math.ceil(n / gluon_attention.QUERIES.value) * h, chunk,
-                                       gluon_attention.BN.value, units,
-                                       gluon_attention.OVERHEAD_TILES) if gluon
+            e_splits = (gluon_attention.splits(n, h, chunk, units) if gluon
                         else split_count(math.ceil(n / eb.block_m) * h, chunk, eb.block_n, units))
             a_splits = split_count(math.ceil(n * h / ab.block_m), c, ab.block_n, units)
             kv = torch.float8_e4m3fn if kv_dtype == "fp8" else torch.bfloat16

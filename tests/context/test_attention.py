@@ -180,7 +180,6 @@ def test_split_rule():
     assert split_count(12 * 128, 109440, 64, 132) == 1
     assert split_count(1, 100, 64, 132) == 1  # too few keys to split
     assert split_count(1, 10 ** 7, 64, 132) == 64  # at most MAX_SPLITS
-    assert split_count(12, 109440, 64, 132, per_unit=1) == 11  # one program an SM
     assert keys_per_split(150, 3, 64) == 64 and keys_per_split(260, 9, 64) == 64
 
 

@@ -189,14 +189,14 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
     matches_the_reference_and_replays(plan, ci, seed)
 
 
-def matches_the_reference_and_replays(plan, ci, seed):
-    """The plan's run, outputs poisoned first, against the reference; its CUDA graph's
-    replay the same bits."""
+def matches_the_reference_and_replays(plan, ci, seed, kv="bf16"):
+    """The plan's run, outputs poisoned first, against the reference (K/V of ``kv``); its
+    CUDA graph's replay the same bits."""
     plan.out.fill_(float("nan"))
     plan.lse.fill_(float("nan"))
     out, lse = plan.run()
     errs = attention_errors(out, lse, ci.reference())
-    assert judge(errs, "bf16"), (errs, f"seed {seed}")
+    assert judge(errs, kv), (errs, f"seed {seed}")
     assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
 
 
@@ -224,7 +224,7 @@ def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, st
 def test_expanded_default_plans_the_hopper_kernel_where_it_runs(kv, seed):
     # The default ("auto"): Gluon's kernel over bf16 K/V on sm_90, the portable one over FP8
     # K/V (which Gluon's does not read) and wherever tiles are given; each matches the
-    # reference, outputs poisoned first.
+    # reference, outputs poisoned first, and replays from a CUDA graph.
     from mla_kernels.context import attention_hopper
 
     ci = build_context_inputs("kimi-k3-tp8", 5000, 200, cache_dtype="fp8", device="cuda",
@@ -234,11 +234,7 @@ def test_expanded_default_plans_the_hopper_kernel_where_it_runs(kv, seed):
     plan = plan_expanded(*ci.args(), **extra)
     assert plan.kernel == ("hopper" if runs else "portable"), plan.kernel
     assert plan_expanded(*ci.args(), blocking=Blocking(64, 32, 4, 3), **extra).kernel == "portable"
-    plan.out.fill_(float("nan"))
-    plan.lse.fill_(float("nan"))
-    out, lse = plan.run()
-    errs = attention_errors(out, lse, ci.reference())
-    assert judge(errs, kv), (errs, f"seed {seed}")
+    matches_the_reference_and_replays(plan, ci, seed, kv)
 
 
 def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
