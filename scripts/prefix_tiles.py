@@ -6,7 +6,7 @@ reference first, with the run's provenance and the attention's floor (the expand
 read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
-[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap]]
+[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial]]
 ("hopper": the Gluon kernel for sm_90 beside them, with the plan's schedule or the one
 given: ``attention_hopper.Schedule``). A tiling that does not compile or launch gets a row
 with its error."""
@@ -41,20 +41,21 @@ ap.add_argument("--points", nargs="+", default=["32000:128", "109440:128", "3200
 ap.add_argument("--kv-dtypes", nargs="+", choices=["bf16", "fp8"], default=["bf16"])
 ap.add_argument("--tiles", nargs="+", metavar="M,N,WARPS,STAGES[,tma]",
                 help="candidates instead of the list above (the plan's own tiles still first); "
-                     "'hopper[,STAGES][,overlap]': the Gluon kernel for sm_90 too")
+                     "'hopper[,STAGES][,overlap|,serial]': the Gluon kernel for sm_90 too")
 a = ap.parse_args()
 
 
 def schedule(spec: str) -> Schedule:
-    """'hopper', 'hopper,4', 'hopper,overlap', 'hopper,4,overlap': a Schedule (the
-    default's fields where not given)."""
+    """'hopper', 'hopper,4', 'hopper,overlap', 'hopper,4,serial', ...: a Schedule, the
+    default's stages and overlap where not given ('serial': no overlap)."""
     parts = spec.split(",")[1:]
-    overlap = "overlap" in parts
-    stages = [int(x) for x in parts if x != "overlap"]
-    if len(stages) > 1 or len(parts) - overlap != len(stages):
-        raise SystemExit(f"--tiles: expected hopper[,STAGES][,overlap], got {spec}")
-    return Schedule(stages[0] if stages else attention_hopper.DEFAULT_SCHEDULE.stages,
-                    overlap or attention_hopper.DEFAULT_SCHEDULE.overlap)
+    modes = [x for x in parts if x in ("overlap", "serial")]
+    stages = [x for x in parts if x not in modes]
+    if len(modes) > 1 or len(stages) > 1 or not all(x.isdigit() for x in stages):
+        raise SystemExit(f"--tiles: expected hopper[,STAGES][,overlap|,serial], got {spec}")
+    default = attention_hopper.DEFAULT_SCHEDULE
+    return Schedule(int(stages[0]) if stages else default.stages,
+                    modes[0] == "overlap" if modes else default.overlap)
 
 
 def hopper_plan(sched: Schedule, *args, **kwargs):
