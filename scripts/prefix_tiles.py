@@ -6,7 +6,7 @@ reference first, with the run's provenance and the attention's floor (the expand
 read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
-[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial]]
+[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial][,nKEYS]]
 ("hopper": the Gluon kernel for sm_90 beside them, with the plan's schedule or the one
 given: ``attention_hopper.Schedule``). A tiling that does not compile or launch gets a row
 with its error."""
@@ -41,21 +41,30 @@ ap.add_argument("--points", nargs="+", default=["32000:128", "109440:128", "3200
 ap.add_argument("--kv-dtypes", nargs="+", choices=["bf16", "fp8"], default=["bf16"])
 ap.add_argument("--tiles", nargs="+", metavar="M,N,WARPS,STAGES[,tma]",
                 help="candidates instead of the list above (the plan's own tiles still first); "
-                     "'hopper[,STAGES][,overlap|,serial]': the Gluon kernel for sm_90 too")
+                     "'hopper[,STAGES][,overlap|,serial][,nKEYS]': the Gluon kernel for sm_90 "
+                     "too (nKEYS: keys a tile, n64 or n128)")
 a = ap.parse_args()
 
 
 def schedule(spec: str) -> Schedule:
-    """'hopper', 'hopper,4', 'hopper,overlap', 'hopper,4,serial', ...: a Schedule, the
-    default's stages and overlap where not given ('serial': no overlap)."""
+    """'hopper', 'hopper,4', 'hopper,overlap', 'hopper,4,serial', 'hopper,2,n128', ...: a
+    Schedule, the default's stages, overlap and keys a tile where not given ('serial': no
+    overlap; 'n128': tiles of 128 keys)."""
     parts = spec.split(",")[1:]
     modes = [x for x in parts if x in ("overlap", "serial")]
-    stages = [x for x in parts if x not in modes]
-    if len(modes) > 1 or len(stages) > 1 or not all(x.isdigit() for x in stages):
-        raise SystemExit(f"--tiles: expected hopper[,STAGES][,overlap|,serial], got {spec}")
+    keys = [x for x in parts if x.startswith("n") and x[1:].isdigit()]
+    stages = [x for x in parts if x not in modes and x not in keys]
+    if (len(modes) > 1 or len(stages) > 1 or len(keys) > 1
+            or not all(x.isdigit() for x in stages)):
+        raise SystemExit(f"--tiles: expected hopper[,STAGES][,overlap|,serial][,nKEYS], "
+                         f"got {spec}")
     default = attention_hopper.DEFAULT_SCHEDULE
-    return Schedule(int(stages[0]) if stages else default.stages,
-                    modes[0] == "overlap" if modes else default.overlap)
+    try:
+        return Schedule(int(stages[0]) if stages else default.stages,
+                        modes[0] == "overlap" if modes else default.overlap,
+                        int(keys[0][1:]) if keys else default.block_n)
+    except ValueError as e:
+        raise SystemExit(f"--tiles: {spec}: {e}") from None
 
 
 def hopper_plan(sched: Schedule, *args, **kwargs):
@@ -84,8 +93,8 @@ for kv in a.kv_dtypes:
             kernel = "portable" if sched is None else "hopper"
             given = None if sched else given
             # The first chunk's tiles: a last chunk under LONG_KEYS may take other ones.
-            blk = (Blocking(attention_hopper.QUERIES.value, attention_hopper.BN.value, 12,
-                            sched.stages) if sched
+            blk = (Blocking(attention_hopper.QUERIES.value, sched.block_n, 12, sched.stages)
+                   if sched
                    else given or expanded_blocking(n, min(c, CHUNK)))
             row = {**prov, "model": SHAPE, "cache_dtype": "fp8", "weight_format": "fp8_row",
                    "kv_dtype": kv, "block_size": 1, "ctx": c, "new_tokens": n,

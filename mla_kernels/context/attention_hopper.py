@@ -19,7 +19,10 @@ reads added, not overlapped. Here:
   scores alone before its softmax (P and the rescale then one tile behind).
 
 A program covers 128 queries of one head; shared memory holds the query tile (48 KB) and
-``Schedule.stages`` key tiles of 40 KB, so one program an SM.
+``Schedule.stages`` key tiles (40 KB of 64 keys, 80 KB of 128), so one program an SM.
+``Schedule.block_n`` sets the keys a tile: 128 halves the shared-memory reads of the scores'
+dot per key (the query tile, its operand from shared memory, is read once a tile), for twice
+the registers a consumer's scores and probabilities take.
 
 Restricted to what it was written for: bf16 or fp16 queries and K/V of 128 + 64 key columns
 and 128 value columns (Kimi-K3, DeepSeek-V3, GLM-5), each row's heads packed; ``supports``
@@ -49,42 +52,60 @@ from .sm90 import device_reason, online_softmax, wgmma_acc_layout
 
 BM = gl.constexpr(64)  # queries a consumer warpgroup: its wgmma rows
 GROUPS = gl.constexpr(2)  # consumer warpgroups: a program's GROUPS x BM queries
-BN = gl.constexpr(64)  # keys a tile
 DA = gl.constexpr(128)  # K's first part (the no-rope columns), a query's too
 DB = gl.constexpr(64)  # K's second part (the rope's)
 DV = gl.constexpr(128)  # V's columns
 QUERIES = gl.constexpr(GROUPS.value * BM.value)  # a program's queries
-CONSUMER_REGS = 160  # the worker warpgroup's registers a thread
 LOADER_REGS = 40  # the loader warp's
 SMEM_BYTES = DEVICES["H200"].smem_per_program  # an sm_90 SM's, for one block
 
 
+BLOCK_NS = (64, 128)  # keys a tile
+QUERY_BYTES = QUERIES.value * (DA.value + DB.value) * 2
+# The worker consumer's registers a thread, by keys a tile: 128 keys' scores and
+# probabilities take more (ptxas spills at 160); the default partition gets what the other
+# two leave, at most 256.
+CONSUMER_REGS = {64: 160, 128: 216}
+
+
+def tile_bytes(block_n: int) -> int:
+    """A key tile's shared memory: block_n keys' K and V, 16-bit."""
+    return block_n * (DA.value + DB.value + DV.value) * 2
+
+
+def max_stages(block_n: int) -> int:
+    """The key tiles of block_n keys that fit beside the query tile (1 KB: barriers, slack)."""
+    return (SMEM_BYTES - QUERY_BYTES - 1024) // tile_bytes(block_n)
+
+
 @dataclass(frozen=True)
 class Schedule:
-    """The kernel's pipeline: ``stages`` key tiles in shared memory (40 KB each beside the
-    48 KB query tile: 2 to 4 fit), and ``overlap``: each consumer's softmax under its own
-    previous tile's output dot (see the module's notes)."""
+    """The kernel's pipeline: ``stages`` key tiles of ``block_n`` keys in shared memory
+    beside the 48 KB query tile (2 to 4 of 64 keys fit, 2 of 128), and ``overlap``: each
+    consumer's softmax under its own previous tile's output dot (see the module's notes)."""
 
     stages: int = 3
     overlap: bool = True
+    block_n: int = 64
 
     def __post_init__(self):
-        if type(self.stages) is not int or not 2 <= self.stages <= MAX_STAGES:
-            raise ValueError(f"stages: expected an int in [2, {MAX_STAGES}] (key tiles of "
-                             f"{TILE_BYTES} B beside the query tile's {QUERY_BYTES} B in "
-                             f"{SMEM_BYTES} B), got {self.stages!r}")
+        if type(self.block_n) is not int or self.block_n not in BLOCK_NS:
+            raise ValueError(f"block_n: expected one of {BLOCK_NS}, got {self.block_n!r}")
+        top = max_stages(self.block_n)
+        if type(self.stages) is not int or not 2 <= self.stages <= top:
+            raise ValueError(f"stages: expected an int in [2, {top}] (key tiles of "
+                             f"{tile_bytes(self.block_n)} B beside the query tile's "
+                             f"{QUERY_BYTES} B in {SMEM_BYTES} B), got {self.stages!r}")
         if type(self.overlap) is not bool:
             raise ValueError(f"overlap: expected a bool, got {self.overlap!r}")
 
 
-TILE_BYTES = BN.value * (DA.value + DB.value + DV.value) * 2
-QUERY_BYTES = QUERIES.value * (DA.value + DB.value) * 2
-MAX_STAGES = (SMEM_BYTES - QUERY_BYTES - 1024) // TILE_BYTES  # 1 KB: barriers and slack
 DEFAULT_SCHEDULE = Schedule()
 # A program's start (its query tile, the stages' first fill) and end (its partial output)
-# and its share of the merge, in key tiles' time: what a wave more costs beside its keys.
-# From one wave against two on an H100 at 128 and 512 queries (docs/context-path.md).
-OVERHEAD_TILES = 10
+# and its share of the merge, in keys' time: what a wave more costs beside its keys. From
+# one wave against two on an H100 at 128 and 512 queries, in tiles of 64 keys
+# (docs/context-path.md).
+OVERHEAD_KEYS = 640
 
 
 @bundle
@@ -98,6 +119,7 @@ class Split:
     k0: gl.tensor
     k1: gl.tensor
     n_tiles: gl.tensor
+    BN: gl.constexpr
 
 
 @bundle
@@ -156,7 +178,7 @@ def _loader(work, sh, src, STAGES: gl.constexpr):
         s = j % STAGES
         # A stage's first fill waits on the phase before the barrier's first: it passes.
         mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
-        key = work.k0 + j * BN
+        key = work.k0 + j * work.BN
         bar = sh.kv_ready.index(s)
         mbarrier.expect(bar, tile_bytes)
         tma_io.load(src.k_a, [key, col], bar, sh.k_a.index(s))
@@ -165,7 +187,8 @@ def _loader(work, sh, src, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _scores(sh, q_a, q_b, j, STAGES: gl.constexpr, s_layout: gl.constexpr):
+def _scores(sh, q_a, q_b, j, STAGES: gl.constexpr, BN: gl.constexpr,
+            s_layout: gl.constexpr):
     """Key tile j's raw scores, its two dots issued once the tile has landed (not waited)."""
     s = j % STAGES
     mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
@@ -179,6 +202,7 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: 
               OVERLAP: gl.constexpr):
     """Queries [row0 + g x BM, + BM) over the split's key tiles: scores, online softmax in
     base 2, the output with P in registers; then the partial output and its LSE."""
+    BN: gl.constexpr = work.BN
     s_layout: gl.constexpr = wgmma_acc_layout(num_warps, BN)
     o_layout: gl.constexpr = wgmma_acc_layout(num_warps, DV)
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
@@ -198,13 +222,13 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: 
         alpha = gl.full([BM], 1.0, gl.float32, o_rows)
         if work.n_tiles > 0:
             sc = warpgroup_mma_wait(num_outstanding=0,
-                                    deps=(_scores(sh, q_a, q_b, 0, STAGES, s_layout),))
+                                    deps=(_scores(sh, q_a, q_b, 0, STAGES, BN, s_layout),))
             p, al, m_i, l_i = online_softmax(sc, key_cols, 0, work.k0, work.k1,
                                              sink.qk_scale, m_i, l_i, BN)
             pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
             alpha = gl.convert_layout(al, o_rows)
         for j in range(1, work.n_tiles):
-            sc = _scores(sh, q_a, q_b, j, STAGES, s_layout)
+            sc = _scores(sh, q_a, q_b, j, STAGES, BN, s_layout)
             o = warpgroup_mma(pa, sh.v.index((j - 1) % STAGES), o * alpha[:, None],
                               is_async=True)
             sc = warpgroup_mma_wait(num_outstanding=1, deps=(sc,))
@@ -222,7 +246,7 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: 
     else:
         for j in range(work.n_tiles):
             sc = warpgroup_mma_wait(num_outstanding=0,
-                                    deps=(_scores(sh, q_a, q_b, j, STAGES, s_layout),))
+                                    deps=(_scores(sh, q_a, q_b, j, STAGES, BN, s_layout),))
             p, alpha, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
                                                 sink.qk_scale, m_i, l_i, BN)
             pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
@@ -246,7 +270,7 @@ def _store_partial(work, sink, o, m_i, l_i, g: gl.constexpr, num_warps: gl.const
     o = o * gl.convert_layout(inv, o_rows)[:, None]
     gl.store(sink.part_o_ptr + flat[:, None] * DV + cols[None, :], o,
              mask=(queries < work.n_rows)[:, None])
-    row_layout: gl.constexpr = gl.SliceLayout(1, wgmma_acc_layout(num_warps, BN))
+    row_layout: gl.constexpr = gl.SliceLayout(1, wgmma_acc_layout(num_warps, work.BN))
     queries = work.row0 + g * BM + gl.arange(0, BM, layout=row_layout)
     safe = gl.where(l_i > 0, l_i, 1.0)
     gl.store(sink.part_lse_ptr + queries * sink.heads + work.head,
@@ -258,7 +282,7 @@ def _store_partial(work, sink, o, m_i, l_i, g: gl.constexpr, num_warps: gl.const
 def prefix_attention_hopper_kernel(
     q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, num_heads, qk_scale, stride_part_o, stride_part_lse,
-    STAGES: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+    BN: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
 ):
     """Grid (query tile of QUERIES, head, split), as ``attention.prefix_attention_kernel``'s."""
@@ -267,7 +291,7 @@ def prefix_attention_hopper_kernel(
     split = gl.program_id(2)
     k0 = split * keys_per_split
     k1 = gl.minimum(k0 + keys_per_split, n_keys)
-    work = Split(tile * QUERIES, n_rows, head, k0, k1, gl.cdiv(gl.maximum(k1 - k0, 0), BN))
+    work = Split(tile * QUERIES, n_rows, head, k0, k1, gl.cdiv(gl.maximum(k1 - k0, 0), BN), BN)
 
     bar: gl.constexpr = mbarrier.MBarrierLayout()
     q_a = gl.allocate_shared_memory(q_a_desc.dtype, [GROUPS, BM, DA], q_a_desc.layout)
@@ -319,16 +343,20 @@ def _layout(rows: int, cols: int, dtype: torch.dtype):
     return gl.NVMMASharedLayout.get_default_for([rows, cols], gl_dtype)
 
 
-def splits(n_queries: int, heads: int, n_keys: int, compute_units: int) -> int:
-    """The split count of ``n_keys`` keys for ``n_queries`` queries of ``heads`` heads: its
-    one program an SM in whole waves, each costing OVERHEAD_TILES beside its keys."""
+def splits(n_queries: int, heads: int, n_keys: int, compute_units: int,
+           block_n: int = DEFAULT_SCHEDULE.block_n) -> int:
+    """The split count of ``n_keys`` keys for ``n_queries`` queries of ``heads`` heads in
+    tiles of ``block_n``: its one program an SM in whole waves, each costing OVERHEAD_KEYS
+    beside its keys."""
     programs = -(-n_queries // QUERIES.value) * heads
-    return split_by_waves(programs, n_keys, BN.value, compute_units, OVERHEAD_TILES)
+    return split_by_waves(programs, n_keys, block_n, compute_units, OVERHEAD_KEYS // block_n)
 
 
-def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int) -> tuple:
+def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int,
+                block_n: int = DEFAULT_SCHEDULE.block_n) -> tuple:
     """The kernel's five descriptors: the queries' two parts, K's two over its first
-    ``n_keys`` rows, V's over the same. A plan builds them once per chunk length."""
+    ``n_keys`` rows, V's over the same, in tiles of ``block_n`` keys. A plan builds them once
+    per chunk length."""
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     n, h, dk = q.shape
@@ -337,8 +365,8 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int) 
     v2 = v[:n_keys].view(n_keys, h * v.shape[2])
     return tuple(TensorDescriptor.from_tensor(t, [rows, cols], _layout(rows, cols, t.dtype))
                  for t, rows, cols in ((q2, BM.value, DA.value), (q2, BM.value, DB.value),
-                                       (k2, BN.value, DA.value), (k2, BN.value, DB.value),
-                                       (v2, BN.value, DV.value)))
+                                       (k2, block_n, DA.value), (k2, block_n, DB.value),
+                                       (v2, block_n, DV.value)))
 
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_scale: float,
@@ -346,13 +374,14 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_sc
            descs: tuple | None = None, schedule: Schedule = DEFAULT_SCHEDULE) -> None:
     """The kernel over ``splits`` splits of the first ``n_keys`` keys (each a whole number
     of key tiles), its partials into part_o [>= splits, n, H, DV] (float32) and part_lse
-    [>= splits, n, H]; ``descs``: ``descriptors(q, k, v, n_keys)``, built here if None;
+    [>= splits, n, H]; ``descs``: ``descriptors(q, k, v, n_keys, schedule.block_n)``, built here if None;
     ``schedule``: its pipeline. No checks (``supports`` first)."""
     n, h, _ = q.shape
-    per = keys_per_split(n_keys, splits, BN.value)
+    per = keys_per_split(n_keys, splits, schedule.block_n)
     prefix_attention_hopper_kernel[(triton.cdiv(n, QUERIES.value), h, splits)](
-        *(descs or descriptors(q, k, v, n_keys)), part_o, part_lse,
+        *(descs or descriptors(q, k, v, n_keys, schedule.block_n)), part_o, part_lse,
         n, n_keys, per, h, sm_scale * LOG2E, part_o[0].numel(),
-        part_lse[0].numel(), STAGES=schedule.stages, OVERLAP=schedule.overlap,
-        CONSUMER_REGS=CONSUMER_REGS, LOADER_REGS=LOADER_REGS,
+        part_lse[0].numel(), BN=schedule.block_n, STAGES=schedule.stages,
+        OVERLAP=schedule.overlap, CONSUMER_REGS=CONSUMER_REGS[schedule.block_n],
+        LOADER_REGS=LOADER_REGS,
         num_warps=4, maxnreg=168)

@@ -84,8 +84,9 @@ class ExpandedPlan:
     index_tensors: list[torch.Tensor] = field(default_factory=list)
     blocking: Blocking | None = None  # the attention's tiles (None: expanded_blocking's)
     kernel: str = "portable"  # the attention's kernel (KERNELS)
-    # The Gluon kernel's pipeline (its key stages, its softmax under its own last output
-    # dot or not), for the lab to time others; set before the first run.
+    # The Gluon kernel's pipeline (its key stages and tiles, its softmax under its own last
+    # output dot or not), for the lab to time others; set before the first run (the splits
+    # stay those chosen for the default's tiles).
     schedule: attention_hopper.Schedule = attention_hopper.DEFAULT_SCHEDULE
     # The attention's K/V arguments (descriptors, where it reads through them) by chunk
     # length, built at a chunk's first launch: an eager run builds none after its first.
@@ -115,7 +116,7 @@ class ExpandedPlan:
         if self.kernel == "hopper":
             if src is None:
                 src = self.sources[keys] = attention_hopper.descriptors(
-                    self.q, self.k_chunk, self.v_chunk, keys)
+                    self.q, self.k_chunk, self.v_chunk, keys, self.schedule.block_n)
             attention_hopper.launch(self.q, self.k_chunk, self.v_chunk, keys, self.sm_scale,
                                     self.splits[j], self.part_o, self.part_lse, src,
                                     self.schedule)

@@ -435,9 +435,12 @@ def test_expanded_hopper_kernel_names_what_it_needs(ci):
     ({"stages": 5}, r"stages: expected an int in \[2, 4\] .*, got 5"),
     ({"stages": 3.0}, r"stages: expected an int in \[2, 4\] .*, got 3.0"),
     ({"overlap": 1}, r"overlap: expected a bool, got 1"),
+    ({"block_n": 32}, r"block_n: expected one of \(64, 128\), got 32"),
+    ({"block_n": 128, "stages": 3}, r"stages: expected an int in \[2, 2\] \(key tiles of 81920 B"),
 ])
 def test_hopper_schedule_refuses_what_does_not_fit(kwargs, message):
-    # Five 40 KB key stages and the 48 KB query tile pass an SM's shared memory.
+    # Five 40 KB key stages and the 48 KB query tile pass an SM's shared memory, as do
+    # three of 80 KB.
     from mla_kernels.context.attention_hopper import Schedule
 
     with pytest.raises(ValueError, match=message):

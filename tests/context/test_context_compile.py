@@ -46,12 +46,14 @@ CHILD = textwrap.dedent("""
                             HOPPER, 90)
     print(json.dumps({"case": "prefix_hopper", **kernel_report(kern), "ptx": kern.asm["ptx"]}))
     # Its other schedules: four key stages, each consumer's softmax under its own output
-    # dot or not.
+    # dot or not, tiles of 128 keys.
     for sched in (attention_hopper.Schedule(3, False), attention_hopper.Schedule(4, False),
-                  attention_hopper.Schedule(attention_hopper.MAX_STAGES, True)):
+                  attention_hopper.Schedule(attention_hopper.max_stages(64), True),
+                  attention_hopper.Schedule(2, False, 128), attention_hopper.Schedule(2, True, 128)):
         (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts,
                                                                 schedule=sched), HOPPER, 90)
-        print(json.dumps({"case": f"prefix_hopper_{sched.stages}_{sched.overlap}",
+        bn = "" if sched.block_n == 64 else f"_{sched.block_n}"
+        print(json.dumps({"case": f"prefix_hopper_{sched.stages}_{sched.overlap}{bn}",
                           **kernel_report(kern), "ptx": kern.asm["ptx"]}))
     out, lse = torch.empty(n, h, 128).bfloat16(), torch.empty(n, h)
     (kern,) = compile_calls(lambda: merge_parts(*parts, 4, out, lse), HOPPER, 90)
@@ -93,6 +95,7 @@ def test_every_kernel_compiles_within_shared_memory(reports):
     assert set(reports) == {"prefix_torch.bfloat16", "prefix_torch.float8_e4m3fn", "merge",
                             "prefix_tma", "prefix_hopper", "prefix_hopper_3_False",
                             "prefix_hopper_4_False", "prefix_hopper_4_True",
+                            "prefix_hopper_2_False_128", "prefix_hopper_2_True_128",
                             "latent_fp8", "latent_bf16", "latent_hopper_fp8",
                             "latent_hopper_bf16", *(f"latent_hopper_{c}_{side}"
                                                     for c in ("fp8", "bf16")
@@ -170,3 +173,15 @@ def test_hopper_expanded_kernel_schedules(reports):
                 and r["shared_bytes"] <= HOPPER_SMEM), r["shared_bytes"]
         assert r["wgmma"] == base["wgmma"] * (2 if overlap else 1), r["wgmma"]
         assert r["ptx"].count("wgmma.wait_group.sync.aligned 1;") == (2 if overlap else 0)
+
+
+def test_hopper_expanded_kernel_tiles_of_128_keys(reports):
+    # Tiles of 128 keys: two stages of 80 KB beside the query tile; every wgmma 128 wide
+    # (the scores' too), P V's K = 128 (8 instructions); the worker consumer's registers
+    # raised so that neither schedule spills.
+    for overlap in (False, True):
+        r = reports[f"prefix_hopper_2_{overlap}_128"]
+        assert r["num_warps"] == 12 and r["spill_bytes"] == 0, r["spill_bytes"]
+        assert 128 * 192 * 2 + 2 * 128 * 320 * 2 <= r["shared_bytes"] <= HOPPER_SMEM, r
+        assert r["wgmma"] == 2 * (192 + 128) // 16 * (2 if overlap else 1), r["wgmma"]
+        assert r["ptx"].count("m64n128k16") == r["wgmma"], "every wgmma 128 wide"

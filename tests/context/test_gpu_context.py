@@ -183,8 +183,9 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
     if splits is None:  # one program an SM: split by whole waves of them
         programs = -(-n // attention_hopper.QUERIES.value) * 12
         units = device_spec(ci.q.device).compute_units
-        assert plan.splits == [split_by_waves(programs, ln, attention_hopper.BN.value, units,
-                                              attention_hopper.OVERHEAD_TILES)
+        bn = attention_hopper.DEFAULT_SCHEDULE.block_n
+        assert plan.splits == [split_by_waves(programs, ln, bn, units,
+                                              attention_hopper.OVERHEAD_KEYS // bn)
                                for ln in plan.chunk_tokens], plan.splits
     matches_the_reference_and_replays(plan, ci, seed)
 
@@ -200,15 +201,17 @@ def matches_the_reference_and_replays(plan, ci, seed, kv="bf16"):
     assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
 
 
-@pytest.mark.parametrize(("stages", "overlap"), [(3, False), (4, False), (4, True)])
+@pytest.mark.parametrize(("stages", "overlap", "block_n"),
+                         [(3, False, 64), (4, False, 64), (4, True, 64), (2, False, 128),
+                          (2, True, 128)])
 @pytest.mark.parametrize(("c", "n", "chunk", "splits"),
                          [(20011, 130, 8192, None), (33, 7, None, None), (1000, 70, 512, 40)])
 def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, stages, overlap,
-                                                         seed):
+                                                         block_n, seed):
     # The Gluon kernel's other schedules (four key stages; each consumer's softmax after its
-    # output dot, not under it as in the default): a partial last tile and split, a single
-    # tile, splits that see no key; outputs poisoned first, compared with the reference,
-    # replayed from a CUDA graph.
+    # output dot, not under it as in the default; tiles of 128 keys): a partial last tile
+    # and split, a single tile, splits that see no key; outputs poisoned first, compared
+    # with the reference, replayed from a CUDA graph.
     from mla_kernels.context import attention_hopper
 
     ci = build_context_inputs("kimi-k3-tp8", c, n, device="cuda", seed=seed)
@@ -216,7 +219,7 @@ def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, st
     if why is not None:
         pytest.skip(f"the hopper kernel needs {why}")
     plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
-    plan.schedule = attention_hopper.Schedule(stages, overlap)
+    plan.schedule = attention_hopper.Schedule(stages, overlap, block_n)
     matches_the_reference_and_replays(plan, ci, seed)
 
 
