@@ -6,7 +6,8 @@ reference first, with the run's provenance and the attention's floor (the expand
 read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
-[--kv-dtypes bf16 fp8] [--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial][,nKEYS]]
+[--kv-dtypes bf16 fp8]
+[--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial][,nKEYS]]
 ("hopper": the Gluon kernel for sm_90 beside them, with the plan's schedule or the one
 given: ``attention_hopper.Schedule``). A tiling that does not compile or launch gets a row
 with its error."""

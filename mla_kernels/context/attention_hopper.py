@@ -22,7 +22,8 @@ A program covers 128 queries of one head; shared memory holds the query tile (48
 ``Schedule.stages`` key tiles (40 KB of 64 keys, 80 KB of 128), so one program an SM.
 ``Schedule.block_n`` sets the keys a tile: 128 halves the shared-memory reads of the scores'
 dot per key (the query tile, its operand from shared memory, is read once a tile), for twice
-the registers a consumer's scores and probabilities take.
+the registers a consumer's scores and probabilities take and one stage fewer; 64 stays the
+default, faster at 128 queries on an H100 (docs/log/2026-12-07-expanded-attention-one-wave.md).
 
 Restricted to what it was written for: bf16 or fp16 queries and K/V of 128 + 64 key columns
 and 128 value columns (Kimi-K3, DeepSeek-V3, GLM-5), each row's heads packed; ``supports``
@@ -374,7 +375,8 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_sc
            descs: tuple | None = None, schedule: Schedule = DEFAULT_SCHEDULE) -> None:
     """The kernel over ``splits`` splits of the first ``n_keys`` keys (each a whole number
     of key tiles), its partials into part_o [>= splits, n, H, DV] (float32) and part_lse
-    [>= splits, n, H]; ``descs``: ``descriptors(q, k, v, n_keys, schedule.block_n)``, built here if None;
+    [>= splits, n, H]; ``descs``: ``descriptors(q, k, v, n_keys, schedule.block_n)``, built
+    here if None;
     ``schedule``: its pipeline. No checks (``supports`` first)."""
     n, h, _ = q.shape
     per = keys_per_split(n_keys, splits, schedule.block_n)

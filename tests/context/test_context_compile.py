@@ -49,7 +49,8 @@ CHILD = textwrap.dedent("""
     # dot or not, tiles of 128 keys.
     for sched in (attention_hopper.Schedule(3, False), attention_hopper.Schedule(4, False),
                   attention_hopper.Schedule(attention_hopper.max_stages(64), True),
-                  attention_hopper.Schedule(2, False, 128), attention_hopper.Schedule(2, True, 128)):
+                  attention_hopper.Schedule(2, False, 128),
+                  attention_hopper.Schedule(2, True, 128)):
         (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts,
                                                                 schedule=sched), HOPPER, 90)
         bn = "" if sched.block_n == 64 else f"_{sched.block_n}"
