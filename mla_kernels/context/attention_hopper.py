@@ -61,12 +61,12 @@ LOADER_REGS = 40  # the loader warp's
 SMEM_BYTES = DEVICES["H200"].smem_per_program  # an sm_90 SM's, for one block
 
 
-BLOCK_NS = (64, 128)  # keys a tile
 QUERY_BYTES = QUERIES.value * (DA.value + DB.value) * 2
-# The worker consumer's registers a thread, by keys a tile: 128 keys' scores and
-# probabilities take more (ptxas spills at 160); the default partition gets what the other
-# two leave, at most 256.
+# The worker consumer's registers a thread, by keys a tile (the tiles the kernel takes):
+# 128 keys' scores and probabilities take more (ptxas spills at 160); the default partition
+# gets what the other two leave, at most 256.
 CONSUMER_REGS = {64: 160, 128: 216}
+BLOCK_NS = tuple(CONSUMER_REGS)  # keys a tile
 
 
 def tile_bytes(block_n: int) -> int:

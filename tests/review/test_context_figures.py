@@ -94,7 +94,7 @@ def test_model_table_counts_the_partials_of_the_kernel_the_plan_takes(device, kv
     import torch
 
     from mla_kernels.context import attention_hopper as g
-    from mla_kernels.context.attention import expanded_blocking, split_by_waves, split_count
+    from mla_kernels.context.attention import expanded_blocking, split_count
     from mla_kernels.context.memory import expanded_peak_bytes
     from mla_kernels.core.devices import get_device
 
@@ -103,12 +103,12 @@ def test_model_table_counts_the_partials_of_the_kernel_the_plan_takes(device, kv
                               weight_format="fp8_row", kv_dtype=kv, device=device)
     for n, got in zip(t["new_tokens"], t["expanded_peak_bytes"], strict=True):
         blk = expanded_blocking(n, 32000)
-        splits = (split_by_waves(-(-n // 128) * 12, 32000, 64, units, g.OVERHEAD_KEYS // 64)
+        splits = (g.splits(n, 12, 32000, units)
                   if gluon else split_count(-(-n // blk.block_m) * 12, 32000, blk.block_n, units))
         dtype = torch.bfloat16 if kv == "bf16" else torch.float8_e4m3fn
         assert got == expanded_peak_bytes("kimi-k3-tp8", n, 32000, splits=splits, kv_dtype=dtype)
     if gluon:  # the two counts differ here, so the count above tells the kernels apart
-        assert split_by_waves(12, 32000, 64, units, g.OVERHEAD_KEYS // 64) != split_count(
+        assert g.splits(128, 12, 32000, units) != split_count(
             12, 32000, expanded_blocking(128, 32000).block_n, units)
 
 
