@@ -131,6 +131,25 @@ def test_absorbed_bounds_compiles_each_side_for_sm90():
 
 
 @pytest.mark.slow
+def test_expanded_bounds_compiles_each_side_for_sm90():
+    r = _run(["-m", "mla_kernels.lab.diagnostics.expanded_bounds", "--check"], interpret=False,
+             timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    # The dots' side runs every wgmma of the kernel, the loads' side none; nothing spills.
+    wgmma = {x["parts"]: x["wgmma"] for x in rows}
+    assert list(wgmma) == ["all", "dots", "loads"], rows
+    assert wgmma["dots"] == wgmma["all"] > 0 and wgmma["loads"] == 0, rows
+    assert all(x["spill_bytes"] == 0 for x in rows), rows
+    bad = _run(["-m", "mla_kernels.lab.diagnostics.expanded_bounds", "--splits", "0"],
+               interpret=False, timeout=300)
+    assert bad.returncode == 2 and "--splits: expected a split count" in bad.stderr, bad.stderr
+    off = _run(["-m", "mla_kernels.lab.diagnostics.expanded_bounds"], interpret=False,
+               timeout=300)
+    assert off.returncode != 0 and "expected an sm_90 GPU" in off.stderr + off.stdout, off
+
+
+@pytest.mark.slow
 def test_l2_stream_compiles_for_sm90_one_program_an_sm():
     from mla_kernels.lab.compile_check import HOPPER_SMEM
 

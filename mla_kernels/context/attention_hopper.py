@@ -165,8 +165,10 @@ class Sink:
 
 
 @gluon.jit
-def _loader(work, sh, src, STAGES: gl.constexpr):
-    """The query tile once, then each key tile of the split into the next free stage."""
+def _loader(work, sh, src, STAGES: gl.constexpr, FETCH_ALL: gl.constexpr):
+    """The query tile once, then each key tile of the split into the next free stage (without
+    FETCH_ALL, the first STAGES only: each later one handed over with its stage's stale
+    bytes, ``PARTS="dots"``)."""
     col = work.head * (DA + DB)
     mbarrier.expect(sh.q_ready, GROUPS * (src.q_a.block_type.nbytes
                                           + src.q_b.block_type.nbytes))
@@ -181,10 +183,13 @@ def _loader(work, sh, src, STAGES: gl.constexpr):
         mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
         key = work.k0 + j * work.BN
         bar = sh.kv_ready.index(s)
-        mbarrier.expect(bar, tile_bytes)
-        tma_io.load(src.k_a, [key, col], bar, sh.k_a.index(s))
-        tma_io.load(src.k_b, [key, col + DA], bar, sh.k_b.index(s))
-        tma_io.load(src.v, [key, work.head * DV], bar, sh.v.index(s))
+        if FETCH_ALL or j < STAGES:
+            mbarrier.expect(bar, tile_bytes)
+            tma_io.load(src.k_a, [key, col], bar, sh.k_a.index(s))
+            tma_io.load(src.k_b, [key, col + DA], bar, sh.k_b.index(s))
+            tma_io.load(src.v, [key, work.head * DV], bar, sh.v.index(s))
+        else:
+            mbarrier.arrive(bar, count=1)
 
 
 @gluon.jit
@@ -279,14 +284,43 @@ def _store_partial(work, sink, o, m_i, l_i, g: gl.constexpr, num_warps: gl.const
              mask=queries < work.n_rows)
 
 
+# What a launch runs (``PARTS``): the kernel's work, or one side of it beside a stand-in that
+# only keeps the hand-overs going, which lab.diagnostics.expanded_bounds times to say what
+# bounds the kernel: "dots", every tile's scores, softmax and output over stages loaded once;
+# "loads", every tile's loads, each stage freed as it lands.
+PARTS = ("all", "dots", "loads")
+
+
+@gluon.jit
+def _free_at_once(work, sh, STAGES: gl.constexpr):
+    """A consumer's stand-in for ``PARTS="loads"``: each key tile's stage freed as soon as
+    it lands (the query tile waited for too, so no copy is in flight at the end)."""
+    mbarrier.wait(sh.q_ready, 0)
+    for j in range(work.n_tiles):
+        s = j % STAGES
+        mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
+        mbarrier.arrive(sh.kv_empty.index(s), count=1)
+
+
+@gluon.jit
+def _consumer_side(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr,
+                   STAGES: gl.constexpr, OVERLAP: gl.constexpr, PARTS: gl.constexpr):
+    """Consumer g, or its stand-in for "loads"."""
+    if PARTS == "loads":
+        _free_at_once(work, sh, STAGES)
+    else:
+        _consumer(work, sh, sink, g, num_warps, STAGES, OVERLAP)
+
+
 @gluon.jit
 def prefix_attention_hopper_kernel(
     q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, num_heads, qk_scale, stride_part_o, stride_part_lse,
     BN: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    LOADER_REGS: gl.constexpr, num_warps: gl.constexpr, PARTS: gl.constexpr,
 ):
-    """Grid (query tile of QUERIES, head, split), as ``attention.prefix_attention_kernel``'s."""
+    """Grid (query tile of QUERIES, head, split), as ``attention.prefix_attention_kernel``'s;
+    PARTS, one of ``PARTS``: the whole kernel ("all") or one side of it."""
     tile = gl.program_id(0)
     head = gl.program_id(1)
     split = gl.program_id(2)
@@ -312,9 +346,9 @@ def prefix_attention_hopper_kernel(
     sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
                 num_heads, qk_scale)
     gl.warp_specialize([
-        (_consumer, (work, sh, sink, 0, num_warps, STAGES, OVERLAP)),
-        (_consumer, (work, sh, sink, 1, num_warps, STAGES, OVERLAP)),
-        (_loader, (work, sh, src, STAGES)),
+        (_consumer_side, (work, sh, sink, 0, num_warps, STAGES, OVERLAP, PARTS)),
+        (_consumer_side, (work, sh, sink, 1, num_warps, STAGES, OVERLAP, PARTS)),
+        (_loader, (work, sh, src, STAGES, PARTS != "dots")),
     ], [num_warps, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -372,12 +406,16 @@ def descriptors(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int,
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_scale: float,
            splits: int, part_o: torch.Tensor, part_lse: torch.Tensor,
-           descs: tuple | None = None, schedule: Schedule = DEFAULT_SCHEDULE) -> None:
+           descs: tuple | None = None, schedule: Schedule = DEFAULT_SCHEDULE,
+           parts: str = "all") -> None:
     """The kernel over ``splits`` splits of the first ``n_keys`` keys (each a whole number
     of key tiles), its partials into part_o [>= splits, n, H, DV] (float32) and part_lse
     [>= splits, n, H]; ``descs``: ``descriptors(q, k, v, n_keys, schedule.block_n)``, built
-    here if None;
-    ``schedule``: its pipeline. No checks (``supports`` first)."""
+    here if None; ``schedule``: its pipeline. ``parts`` other than "all" (``PARTS``) is for
+    lab.diagnostics.expanded_bounds's timings: "dots" writes partials of stale tiles,
+    "loads" writes nothing. No checks of the tensors (``supports`` first)."""
+    if parts not in PARTS:
+        raise ValueError(f"parts: expected one of {PARTS}, got {parts!r}")
     n, h, _ = q.shape
     per = keys_per_split(n_keys, splits, schedule.block_n)
     prefix_attention_hopper_kernel[(triton.cdiv(n, QUERIES.value), h, splits)](
@@ -385,5 +423,4 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_sc
         n, n_keys, per, h, sm_scale * LOG2E, part_o[0].numel(),
         part_lse[0].numel(), BN=schedule.block_n, STAGES=schedule.stages,
         OVERLAP=schedule.overlap, CONSUMER_REGS=CONSUMER_REGS[schedule.block_n],
-        LOADER_REGS=LOADER_REGS,
-        num_warps=4, maxnreg=168)
+        LOADER_REGS=LOADER_REGS, PARTS=parts, num_warps=4, maxnreg=168)

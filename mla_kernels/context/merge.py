@@ -20,6 +20,10 @@ MERGE_ROWS = 32  # the most rows a merge program covers
 # (n x H = 1536 at n = 128) tiles of 32 rows left most SMs idle and the merge waited on
 # memory one part at a time.
 MERGE_PROGRAMS = 512
+# The most values a merge program loads at once (parts a step x rows x columns; 64 a thread
+# of its 4 warps): a step's loads are issued together, where a loop of one part a step
+# waited on each load in turn.
+MERGE_STEP_VALUES = 8192
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -30,41 +34,53 @@ def merge_rows(rows: int) -> int:
     return max(2, min(MERGE_ROWS, per))
 
 
+def merge_step(n_parts: int, block_rows: int, block_d: int) -> int:
+    """Parts a merge program loads a step: a power of two, all ``n_parts`` where their
+    ``block_rows`` x ``block_d`` values fit in MERGE_STEP_VALUES, at least one."""
+    fit = max(1, MERGE_STEP_VALUES // (block_rows * block_d))
+    return min(triton.next_power_of_2(max(1, n_parts)), triton.next_power_of_2(fit + 1) // 2)
+
+
 @triton.jit
 def merge_kernel(
     part_o_ptr, part_lse_ptr, prev_o_ptr, prev_lse_ptr, out_o_ptr, out_lse_ptr,
     n_rows, n_parts, stride_part_o, stride_part_lse,
-    D: tl.constexpr, BD: tl.constexpr, BR: tl.constexpr, HAS_PREV: tl.constexpr,
+    D: tl.constexpr, BD: tl.constexpr, BR: tl.constexpr, BP: tl.constexpr,
+    HAS_PREV: tl.constexpr,
 ):
     """Grid (row tile): the weighted sum of ``n_parts`` partial outputs [rows, D] (and of
     ``prev``, an earlier partial, with HAS_PREV), each weighed by exp(its LSE - the largest),
-    and the LSE of the whole. Rows no part saw (every LSE -inf) get 0 and -inf. ``out`` may
-    be ``prev`` itself: each row is read before it is written."""
+    and the LSE of the whole, BP parts a step, the largest LSE kept as it goes (the sums so
+    far rescaled when it grows). Rows no part saw (every LSE -inf) get 0 and -inf. ``out``
+    may be ``prev`` itself: each row is read before it is written."""
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = rows < n_rows
     d = tl.arange(0, BD)
     omask = rmask[:, None] & (d[None, :] < D)
     offs = rows.to(tl.int64)[:, None] * D + d[None, :]
     m = tl.full([BR], float("-inf"), tl.float32)
-    if HAS_PREV:
-        lse_prev = tl.load(prev_lse_ptr + rows, mask=rmask, other=float("-inf"))
-        m = tl.maximum(m, lse_prev)
-    for s in range(0, n_parts):
-        m = tl.maximum(m, tl.load(part_lse_ptr + s * stride_part_lse + rows, mask=rmask,
-                                  other=float("-inf")))
-    m_safe = tl.where(m == float("-inf"), 0.0, m)
     total = tl.zeros([BR], tl.float32)
     acc = tl.zeros([BR, BD], tl.float32)
     if HAS_PREV:
-        w = tl.exp(lse_prev - m_safe)
-        total += w
-        acc += w[:, None] * tl.load(prev_o_ptr + offs, mask=omask, other=0.0).to(tl.float32)
-    for s in range(0, n_parts):
-        w = tl.exp(tl.load(part_lse_ptr + s * stride_part_lse + rows, mask=rmask,
-                           other=float("-inf")) - m_safe)
-        total += w
-        acc += w[:, None] * tl.load(part_o_ptr + s * stride_part_o + offs, mask=omask,
-                                    other=0.0).to(tl.float32)
+        m = tl.load(prev_lse_ptr + rows, mask=rmask, other=float("-inf"))
+        total = tl.where(m == float("-inf"), 0.0, 1.0)
+        acc = total[:, None] * tl.load(prev_o_ptr + offs, mask=omask, other=0.0).to(tl.float32)
+    p = tl.arange(0, BP)
+    for s0 in range(0, n_parts, BP):
+        pmask = (s0 + p) < n_parts
+        lse = tl.load(part_lse_ptr + (s0 + p)[:, None] * stride_part_lse + rows[None, :],
+                      mask=pmask[:, None] & rmask[None, :], other=float("-inf"))
+        o = tl.load(part_o_ptr + (s0 + p).to(tl.int64)[:, None, None] * stride_part_o
+                    + offs[None, :, :], mask=pmask[:, None, None] & omask[None, :, :],
+                    other=0.0).to(tl.float32)
+        m_new = tl.maximum(m, tl.max(lse, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        grow = tl.exp(m - m_safe)  # 0 while no part has seen the row
+        w = tl.exp(lse - m_safe[None, :])
+        total = total * grow + tl.sum(w, axis=0)
+        acc = acc * grow[:, None] + tl.sum(w[:, :, None] * o, axis=0)
+        m = m_new
+    m_safe = tl.where(m == float("-inf"), 0.0, m)
     safe = tl.where(total > 0, total, 1.0)
     tl.store(out_o_ptr + offs, cast_out(acc / safe[:, None], out_o_ptr.dtype.element_ty),
              mask=omask)
@@ -84,11 +100,13 @@ def merge_parts(part_o: torch.Tensor, part_lse: torch.Tensor, n_parts: int, out:
         return
     has_prev = prev_o is not None
     br = merge_rows(rows)
+    bd = triton.next_power_of_2(d)
     merge_kernel[(triton.cdiv(rows, br),)](
         part_o, part_lse, prev_o if has_prev else out, prev_lse if has_prev else out_lse,
         out, out_lse, rows, n_parts, part_o[0].numel() if n_parts else 0,
         part_lse[0].numel() if n_parts else 0,
-        D=d, BD=triton.next_power_of_2(d), BR=br, HAS_PREV=has_prev, num_warps=4)
+        D=d, BD=bd, BR=br, BP=merge_step(n_parts, br, bd),
+        HAS_PREV=has_prev, num_warps=4)
 
 
 def merge_attention(o_a: torch.Tensor, lse_a: torch.Tensor, o_b: torch.Tensor,

@@ -249,3 +249,34 @@ def test_merge_of_many_parts_at_each_row_tiling(rows, per, device, seed):
     assert torch.allclose(out.cpu()[seen], expect[seen], atol=1e-4, rtol=1e-4), seed
     assert torch.allclose(out_lse.cpu()[seen], lse[seen], atol=1e-5), seed
     assert bool((out.cpu()[~seen] == 0).all()) and bool((out_lse.cpu()[~seen] == -math.inf).all())
+
+
+@pytest.mark.parametrize(("parts", "d", "step"), [(37, 128, 16), (11, 512, 4)])
+def test_merge_in_steps_of_parts_over_an_earlier_partial(parts, d, step, device, seed):
+    # More parts than a program loads a step (``merge_step``), the last step short, merged
+    # into an earlier partial in place; LSEs that grow from step to step and one that falls,
+    # a row no part but the earlier one saw, a row nothing saw.
+    from mla_kernels.context.merge import merge_parts, merge_rows, merge_step
+
+    g = torch.Generator().manual_seed(seed)
+    rows = 1536
+    part_o = (torch.randn(parts, rows, d, generator=g) * 2).to(device)
+    part_lse = (torch.randn(parts, rows, generator=g) * 3
+                + torch.linspace(-20, 20, parts)[:, None]).to(device)
+    part_lse[:, 7] = part_lse[:, 7].flip(0)
+    part_lse[:, 11] = -math.inf
+    part_lse[:, 12] = -math.inf
+    prev_o = (torch.randn(rows, d, generator=g)).to(device)
+    prev_lse = (torch.randn(rows, generator=g) * 3).to(device)
+    prev_lse[12] = -math.inf
+    all_o = torch.cat([prev_o.cpu()[None], part_o.cpu()])
+    all_lse = torch.cat([prev_lse.cpu()[None], part_lse.cpu()])
+    lse = all_lse.logsumexp(0)
+    expect = (torch.nan_to_num((all_lse - lse).exp())[..., None] * all_o).sum(0)
+    merge_parts(part_o, part_lse, parts, prev_o, prev_lse, prev_o, prev_lse)
+    assert merge_step(parts, merge_rows(rows), d) == step
+    seen = torch.isfinite(lse)
+    assert int((~seen).sum()) == 1 and bool(seen[11])
+    assert torch.allclose(prev_o.cpu()[seen], expect[seen], atol=1e-4, rtol=1e-4), seed
+    assert torch.allclose(prev_lse.cpu()[seen], lse[seen], atol=1e-4), seed
+    assert bool((prev_o.cpu()[~seen] == 0).all()) and float(prev_lse.cpu()[12]) == -math.inf

@@ -264,6 +264,41 @@ def test_absorbed_default_plans_the_hopper_kernel_in_whole_waves(seed):
     assert judge(errs, "bf16"), (errs, f"seed {seed}")
 
 
+def test_expanded_hopper_kernel_sides_alone_run_to_their_end(seed):
+    # The expanded bounds diagnostic's launches: the loads' side writes no partial, the
+    # dots' side writes its LSE (of stale tiles), and the kernel and merge after them, in
+    # more splits than stages of tiles, still match the reference.
+    from mla_kernels.context import attention_hopper
+    from mla_kernels.lab.diagnostics.expanded_bounds import LAUNCHES, launches, measure_point
+
+    ci = build_context_inputs("kimi-k3-tp8", 4096, 40, cache_dtype="fp8",
+                              weight_format="fp8_row", device="cuda", seed=seed)
+    why = attention_hopper.supports(ci.q, torch.bfloat16, 128)
+    if why is not None:
+        pytest.skip(f"the hopper kernel needs {why}")
+    plan = plan_expanded(*ci.args(), kernel="hopper", chunk_tokens=4096)
+    plan.expand()
+    n, h, _ = ci.q.shape
+    part_o = torch.full((3, n, h, 128), float("nan"), device="cuda")
+    part_lse = torch.full((3, n, h), float("nan"), device="cuda")
+    fns = launches(plan, part_o, part_lse)
+    fns["loads"]()
+    torch.cuda.synchronize()
+    assert part_lse.isnan().all() and part_o.isnan().all(), f"seed {seed}"
+    fns["dots"]()
+    torch.cuda.synchronize()
+    assert torch.isfinite(part_lse).all(), f"seed {seed}"
+    plan.out.fill_(float("nan"))
+    plan.lse.fill_(float("nan"))
+    fns["attend"]()
+    errs = attention_errors(plan.out, plan.lse, ci.reference())
+    assert judge(errs, "bf16"), (errs, f"seed {seed}")
+    rows = measure_point(4096, 40, {}, splits=[3], budget=(1, 5), seed=seed)
+    assert [r["parts"] for r in rows] == list(LAUNCHES), rows
+    assert all(r["median_us"] > 0 and r["splits"] == 3 for r in rows), rows
+    assert rows[0]["tiles_per_program"] == 22, rows  # 1366 keys a split, in tiles of 64
+
+
 @pytest.mark.parametrize("cache", ["fp8", "bf16"])
 def test_absorbed_hopper_kernel_sides_alone_run_to_their_end(cache, seed):
     # The bounds diagnostic's launches (each side with the other's stand-in, and the

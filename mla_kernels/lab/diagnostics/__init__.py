@@ -13,6 +13,8 @@
 - ``profile_hopper_ws``: one hopper_ws launch for Nsight Compute;
 - ``absorbed_bounds``: the absorbed attention's Gluon kernel whole and each side alone (its
   dots with no gather, its gather with no dots) and, over fp8, with its tiles unwidened.
+- ``expanded_bounds``: the expanded attention's Gluon kernel whole and each side alone (its
+  dots over stages loaded once, its loads with no dots), its merge alone, by split count.
 
 The diagnostic builds of hopper_ws (patches of the kernel as it was at the commit each names,
 and the shell scripts that timed them) are kept in the history, not in the tree: they apply
