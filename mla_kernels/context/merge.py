@@ -20,10 +20,11 @@ MERGE_ROWS = 32  # the most rows a merge program covers
 # (n x H = 1536 at n = 128) tiles of 32 rows left most SMs idle and the merge waited on
 # memory one part at a time.
 MERGE_PROGRAMS = 512
-# The most values a merge program loads at once (parts a step x rows x columns; 64 a thread
-# of its 4 warps): a step's loads are issued together, where a loop of one part a step
-# waited on each load in turn.
-MERGE_STEP_VALUES = 8192
+# Parts a merge program loads a step, unrolled: a step's loads are issued together, where a
+# loop of one part a step waited on each load in turn. At most MERGE_UNROLL, and at most
+# MERGE_STEP_VALUES values in flight (128 a thread of its 4 warps).
+MERGE_UNROLL = 16
+MERGE_STEP_VALUES = 16384
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
@@ -35,10 +36,11 @@ def merge_rows(rows: int) -> int:
 
 
 def merge_step(n_parts: int, block_rows: int, block_d: int) -> int:
-    """Parts a merge program loads a step: a power of two, all ``n_parts`` where their
-    ``block_rows`` x ``block_d`` values fit in MERGE_STEP_VALUES, at least one."""
+    """Parts a merge program of ``block_rows`` x ``block_d`` loads a step: all ``n_parts``
+    within MERGE_UNROLL and MERGE_STEP_VALUES, a power of two (few compiled variants)."""
     fit = max(1, MERGE_STEP_VALUES // (block_rows * block_d))
-    return min(triton.next_power_of_2(max(1, n_parts)), triton.next_power_of_2(fit + 1) // 2)
+    top = min(MERGE_UNROLL, triton.next_power_of_2(fit + 1) // 2)
+    return min(triton.next_power_of_2(max(1, n_parts)), top)
 
 
 @triton.jit
@@ -50,8 +52,8 @@ def merge_kernel(
 ):
     """Grid (row tile): the weighted sum of ``n_parts`` partial outputs [rows, D] (and of
     ``prev``, an earlier partial, with HAS_PREV), each weighed by exp(its LSE - the largest),
-    and the LSE of the whole, BP parts a step, the largest LSE kept as it goes (the sums so
-    far rescaled when it grows). Rows no part saw (every LSE -inf) get 0 and -inf. ``out``
+    and the LSE of the whole, in one pass of BP parts a step: the largest LSE so far kept,
+    the sums rescaled as it grows. Rows no part saw (every LSE -inf) get 0 and -inf. ``out``
     may be ``prev`` itself: each row is read before it is written."""
     rows = tl.program_id(0) * BR + tl.arange(0, BR)
     rmask = rows < n_rows
@@ -65,21 +67,21 @@ def merge_kernel(
         m = tl.load(prev_lse_ptr + rows, mask=rmask, other=float("-inf"))
         total = tl.where(m == float("-inf"), 0.0, 1.0)
         acc = total[:, None] * tl.load(prev_o_ptr + offs, mask=omask, other=0.0).to(tl.float32)
-    p = tl.arange(0, BP)
     for s0 in range(0, n_parts, BP):
-        pmask = (s0 + p) < n_parts
-        lse = tl.load(part_lse_ptr + (s0 + p)[:, None] * stride_part_lse + rows[None, :],
-                      mask=pmask[:, None] & rmask[None, :], other=float("-inf"))
-        o = tl.load(part_o_ptr + (s0 + p).to(tl.int64)[:, None, None] * stride_part_o
-                    + offs[None, :, :], mask=pmask[:, None, None] & omask[None, :, :],
-                    other=0.0).to(tl.float32)
-        m_new = tl.maximum(m, tl.max(lse, axis=0))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        grow = tl.exp(m - m_safe)  # 0 while no part has seen the row
-        w = tl.exp(lse - m_safe[None, :])
-        total = total * grow + tl.sum(w, axis=0)
-        acc = acc * grow[:, None] + tl.sum(w[:, :, None] * o, axis=0)
-        m = m_new
+        for i in tl.static_range(BP):
+            s = s0 + i
+            live = rmask & ((rows * 0 + s) < n_parts)
+            lse = tl.load(part_lse_ptr + s * stride_part_lse + rows, mask=live,
+                          other=float("-inf"))
+            o = tl.load(part_o_ptr + s.to(tl.int64) * stride_part_o + offs,
+                        mask=live[:, None] & omask, other=0.0).to(tl.float32)
+            m_new = tl.maximum(m, lse)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            grow = tl.exp(m - m_safe)  # 0 while no part has seen the row
+            w = tl.exp(lse - m_safe)
+            total = total * grow + w
+            acc = acc * grow[:, None] + w[:, None] * o
+            m = m_new
     m_safe = tl.where(m == float("-inf"), 0.0, m)
     safe = tl.where(total > 0, total, 1.0)
     tl.store(out_o_ptr + offs, cast_out(acc / safe[:, None], out_o_ptr.dtype.element_ty),

@@ -57,6 +57,34 @@ def measure(fn: Callable[[], object], budget: tuple[int, int] = FULL) -> Timing:
     return summary([t * 1e3 for t in times])
 
 
+# Bytes a flush reads: more than any L2 here (50 MB on the H100 and H200).
+FLUSH_BYTES = 256 * 2**20
+
+
+def measure_clean(fn: Callable[[], object], budget: tuple[int, int] = FULL) -> Timing:
+    """``fn``'s time per call with the L2 flushed by a read before each repetition, so it
+    holds no dirty line: ``measure``'s flush writes a buffer larger than the L2, whose last
+    lines a timed call then writes back to memory as it evicts them (for a call that
+    streams from memory, up to the L2's size in writes beside its own traffic)."""
+    flush = torch.ones(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def once() -> float:
+        flush.sum()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3
+
+    warmup, rep = budget
+    first = [once() for _ in range(5)]
+    per_ms = max(statistics.median(first) / 1e3, 1e-3)
+    for _ in range(max(1, int(warmup / per_ms))):
+        once()
+    return summary([once() for _ in range(min(1000, max(5, int(rep / per_ms))))])
+
+
 def median_us(fn: Callable[[], object], budget: tuple[int, int] = FULL) -> float:
     """``measure(fn, budget).median_us``: for the diagnostics that report one number."""
     return measure(fn, budget).median_us

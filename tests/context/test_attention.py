@@ -251,7 +251,7 @@ def test_merge_of_many_parts_at_each_row_tiling(rows, per, device, seed):
     assert bool((out.cpu()[~seen] == 0).all()) and bool((out_lse.cpu()[~seen] == -math.inf).all())
 
 
-@pytest.mark.parametrize(("parts", "d", "step"), [(37, 128, 16), (11, 512, 4)])
+@pytest.mark.parametrize(("parts", "d", "step"), [(37, 128, 16), (11, 512, 8), (3, 128, 4)])
 def test_merge_in_steps_of_parts_over_an_earlier_partial(parts, d, step, device, seed):
     # More parts than a program loads a step (``merge_step``), the last step short, merged
     # into an earlier partial in place; LSEs that grow from step to step and one that falls,
@@ -274,7 +274,7 @@ def test_merge_in_steps_of_parts_over_an_earlier_partial(parts, d, step, device,
     lse = all_lse.logsumexp(0)
     expect = (torch.nan_to_num((all_lse - lse).exp())[..., None] * all_o).sum(0)
     merge_parts(part_o, part_lse, parts, prev_o, prev_lse, prev_o, prev_lse)
-    assert merge_step(parts, merge_rows(rows), d) == step
+    assert merge_step(parts, merge_rows(rows), d) == step and merge_rows(rows) == 4
     seen = torch.isfinite(lse)
     assert int((~seen).sum()) == 1 and bool(seen[11])
     assert torch.allclose(prev_o.cpu()[seen], expect[seen], atol=1e-4, rtol=1e-4), seed

@@ -10,7 +10,10 @@ the K/V an expanded plan (one chunk of all C keys) makes.
 - ``merge``: the merge of the partials alone, over partials the kernel wrote;
 - ``attend``: the kernel then the merge, as the plan's attention launches them.
 
-Each is one CUDA graph's replay (median, L2 flushed). A row also gives the programs, the
+Each is one CUDA graph's replay (median), timed twice: with the L2 flushed as every timing
+here is (``flush="write"``: a buffer larger than the L2 written, whose dirty lines the
+launch then writes back as it evicts them) and flushed by a read (``flush="read"``, no
+dirty line: ``timing.measure_clean``). A row also gives the programs, the
 key tiles a program runs and the waves, and ``kv_gbps``: the K/V bytes the keys hold over
 the row's time, to read against the device's copy rate. ``--splits`` times other split
 counts than the plan's (its fixed cost a wave). Outputs are not checked here: ``dots``
@@ -40,10 +43,11 @@ from ...context.merge import merge_parts
 from ...core.devices import device_spec
 from ..context_inputs import build_context_inputs
 from ..provenance import provenance
-from ..timing import SHORT, graphed, measure
+from ..timing import SHORT, graphed, measure, measure_clean
 from .command_line import check_or_measure, write_rows
 
 ROWS = "expanded_bounds.csv"
+FLUSHES = {"write": measure, "read": measure_clean}
 LAUNCHES = (*ah.PARTS, "merge", "attend")
 
 
@@ -84,7 +88,8 @@ def measure_point(c: int, n: int, prov: dict, splits: list[int] | None = None,
     plan.expand()  # the K/V the kernel reads
     h = ci.q.shape[1]
     sms = device_spec(ci.q.device).compute_units
-    kv_bytes = c * h * (plan.k_chunk.shape[2] + plan.v_chunk.shape[2]) * plan.k_chunk.element_size()
+    kv_bytes = (c * h * (plan.k_chunk.shape[2] + plan.v_chunk.shape[2])
+                * plan.k_chunk.element_size())
     rows = []
     for s in splits or [plan.splits[0]]:
         geo = shape_of(n, h, c, s, sms, plan.schedule.block_n)
@@ -92,14 +97,17 @@ def measure_point(c: int, n: int, prov: dict, splits: list[int] | None = None,
                        torch.empty((s, n, h), device=ci.q.device))
         fns["attend"]()  # the merge's partials written before the merge alone is timed
         for name in LAUNCHES:
-            t = measure(graphed(fns[name]), budget)
-            rows.append({**prov, "model": shape, "ctx": c, "new_tokens": n, "heads": h,
-                         "splits": s, "plan_splits": plan.splits[0], **geo, "parts": name,
-                         "block_n": plan.schedule.block_n, "stages": plan.schedule.stages,
-                         "overlap": plan.schedule.overlap, "median_us": t.median_us,
-                         "q1_us": t.q1_us, "q3_us": t.q3_us, "reps": t.reps,
-                         "us_per_tile": t.median_us / (geo["tiles_per_program"] * geo["waves"]),
-                         "kv_bytes": kv_bytes, "kv_gbps": kv_bytes / t.median_us / 1e3})
+            replay = graphed(fns[name])
+            for flush, timed in FLUSHES.items():
+                t = timed(replay, budget)
+                rows.append({
+                    **prov, "model": shape, "ctx": c, "new_tokens": n, "heads": h, "splits": s,
+                    "plan_splits": plan.splits[0], **geo, "parts": name, "flush": flush,
+                    "block_n": plan.schedule.block_n, "stages": plan.schedule.stages,
+                    "overlap": plan.schedule.overlap, "median_us": t.median_us,
+                    "q1_us": t.q1_us, "q3_us": t.q3_us, "reps": t.reps,
+                    "us_per_tile": t.median_us / (geo["tiles_per_program"] * geo["waves"]),
+                    "kv_bytes": kv_bytes, "kv_gbps": kv_bytes / t.median_us / 1e3})
     return rows
 
 
@@ -130,6 +138,7 @@ def measure_all(a) -> None:
             for r in measure_point(c, n, prov, a.splits):
                 rows.append(r)
                 print(f"C {c:6d} n {n:5d} splits {r['splits']:3d} {r['parts']:6s} "
+                      f"{r['flush']:5s} "
                       f"{r['median_us']:10.1f} us  {r['kv_gbps']:7.0f} GB/s of K/V",
                       flush=True)
             torch.cuda.empty_cache()
