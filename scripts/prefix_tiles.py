@@ -7,7 +7,7 @@ read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
 [--kv-dtypes bf16 fp8]
-[--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial][,nKEYS]]
+[--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial][,nKEYS][,pingpong]]
 ("hopper": the Gluon kernel for sm_90 beside them, with the plan's schedule or the one
 given: ``attention_hopper.Schedule``). A tiling that does not compile or launch gets a row
 with its error."""
@@ -33,7 +33,8 @@ CANDIDATES = [None, Blocking(64, 32, 4, 3), Blocking(64, 64, 4, 2), Blocking(64,
               Blocking(128, 32, 8, 2), Blocking(128, 32, 8, 3), Blocking(128, 32, 8, 4),
               Blocking(128, 128, 8, 2)]
 SHOWN = ("kv_dtype", "ctx", "new_tokens", "kernel", "tiles", "block_m", "block_n", "num_warps",
-         "num_stages", "tma", "overlap", "correct", "attend_us", "run_us", "attend_fraction", "error")
+         "num_stages", "tma", "overlap", "pingpong", "correct", "attend_us", "run_us",
+         "attend_fraction", "error")
 
 ap = argparse.ArgumentParser()
 ap.add_argument("out", type=Path)
@@ -42,30 +43,18 @@ ap.add_argument("--points", nargs="+", default=["32000:128", "109440:128", "3200
 ap.add_argument("--kv-dtypes", nargs="+", choices=["bf16", "fp8"], default=["bf16"])
 ap.add_argument("--tiles", nargs="+", metavar="M,N,WARPS,STAGES[,tma]",
                 help="candidates instead of the list above (the plan's own tiles still first); "
-                     "'hopper[,STAGES][,overlap|,serial][,nKEYS]': the Gluon kernel for sm_90 "
-                     "too (nKEYS: keys a tile, n64 or n128)")
+                     "'hopper[,STAGES][,overlap|,serial][,nKEYS][,pingpong]': the Gluon kernel "
+                     "for sm_90 too (nKEYS: keys a tile, n64 or n128; pingpong: its consumers' "
+                     "dots in turn)")
 a = ap.parse_args()
 
 
 def schedule(spec: str) -> Schedule:
-    """'hopper', 'hopper,4', 'hopper,overlap', 'hopper,4,serial', 'hopper,2,n128', ...: a
-    Schedule, the default's stages, overlap and keys a tile where not given ('serial': no
-    overlap; 'n128': tiles of 128 keys)."""
-    parts = spec.split(",")[1:]
-    modes = [x for x in parts if x in ("overlap", "serial")]
-    keys = [x for x in parts if x.startswith("n") and x[1:].isdigit()]
-    stages = [x for x in parts if x not in modes and x not in keys]
-    if (len(modes) > 1 or len(stages) > 1 or len(keys) > 1
-            or not all(x.isdigit() for x in stages)):
-        raise SystemExit(f"--tiles: expected hopper[,STAGES][,overlap|,serial][,nKEYS], "
-                         f"got {spec}")
-    default = attention_hopper.DEFAULT_SCHEDULE
+    """``Schedule.parse``, its refusal a usage error."""
     try:
-        return Schedule(int(stages[0]) if stages else default.stages,
-                        modes[0] == "overlap" if modes else default.overlap,
-                        int(keys[0][1:]) if keys else default.block_n)
+        return Schedule.parse(spec)
     except ValueError as e:
-        raise SystemExit(f"--tiles: {spec}: {e}") from None
+        raise SystemExit(f"--tiles: {e}") from None
 
 
 def hopper_plan(sched: Schedule, *args, **kwargs):
@@ -103,7 +92,8 @@ for kv in a.kv_dtypes:
                    "tiles": "hopper" if kernel == "hopper" else ("given" if given else "default"),
                    "block_m": blk.block_m, "block_n": blk.block_n, "num_warps": blk.num_warps,
                    "num_stages": blk.num_stages, "tma": blk.tma,
-                   "overlap": bool(sched and sched.overlap), "attend_floor_us": floor,
+                   "overlap": bool(sched and sched.overlap),
+                   "pingpong": bool(sched and sched.pingpong), "attend_floor_us": floor,
                    "floor_source": rates.source}
             make = (partial(hopper_plan, sched, *ci.args(), chunk_tokens=CHUNK) if sched else
                     partial(plan_expanded, *ci.args(), chunk_tokens=CHUNK, blocking=given,

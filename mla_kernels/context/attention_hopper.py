@@ -17,6 +17,10 @@ reads added, not overlapped. Here:
   ``Schedule.overlap`` has each consumer also run its own softmax under its last tile's
   P V: it issues tile j's scores' dot, then tile j - 1's output dot, and waits for the
   scores alone before its softmax (P and the rescale then one tile behind).
+  ``Schedule.pingpong`` (with the overlap) orders the two: each consumer issues a tile's
+  dots only after the other has issued its last ones, so one's dots queue behind the
+  other's and its softmax runs while they do; without it, both wait on the same landed
+  tile and tend to issue, and then soften, at once.
 
 A program covers 128 queries of one head; shared memory holds the query tile (48 KB) and
 ``Schedule.stages`` key tiles (40 KB of 64 keys, 80 KB of 128), so one program an SM.
@@ -88,6 +92,7 @@ class Schedule:
     stages: int = 3
     overlap: bool = True
     block_n: int = 64
+    pingpong: bool = False
 
     def __post_init__(self):
         if type(self.block_n) is not int or self.block_n not in BLOCK_NS:
@@ -99,6 +104,30 @@ class Schedule:
                              f"{QUERY_BYTES} B in {SMEM_BYTES} B), got {self.stages!r}")
         if type(self.overlap) is not bool:
             raise ValueError(f"overlap: expected a bool, got {self.overlap!r}")
+        if type(self.pingpong) is not bool:
+            raise ValueError(f"pingpong: expected a bool, got {self.pingpong!r}")
+        if self.pingpong and not self.overlap:
+            raise ValueError("pingpong: expected False without overlap (the order is kept "
+                             "between the overlapped steps), got True")
+
+    @classmethod
+    def parse(cls, spec: str) -> "Schedule":
+        """'hopper', 'hopper,4', 'hopper,4,serial', 'hopper,2,n128', 'hopper,pingpong', ...:
+        a Schedule, the default's fields where not given ('serial': no overlap; 'nKEYS':
+        tiles of KEYS keys; 'pingpong': the consumers' dots in turn). A ValueError names
+        what it cannot read."""
+        head, *parts = spec.split(",")
+        modes = [x for x in parts if x in ("overlap", "serial")]
+        keys = [x for x in parts if x.startswith("n") and x[1:].isdigit()]
+        turns = [x for x in parts if x == "pingpong"]
+        stages = [x for x in parts if x not in modes and x not in keys and x not in turns]
+        if (head != "hopper" or len(modes) > 1 or len(stages) > 1 or len(keys) > 1
+                or len(turns) > 1 or not all(x.isdigit() for x in stages)):
+            raise ValueError("schedule: expected hopper[,STAGES][,overlap|,serial][,nKEYS]"
+                             f"[,pingpong], got {spec!r}")
+        return cls(int(stages[0]) if stages else cls.stages,
+                   modes[0] == "overlap" if modes else cls.overlap,
+                   int(keys[0][1:]) if keys else cls.block_n, bool(turns))
 
 
 DEFAULT_SCHEDULE = Schedule()
@@ -127,7 +156,8 @@ class Split:
 class Shared:
     """The partitions' shared memory and barriers: the query tile's two parts per consumer
     ([GROUPS, BM, DA] and [GROUPS, BM, DB]), the key tiles' ([STAGES, BN, ...] each), and the
-    hand-overs: the query tile landed, a key tile landed / freed by both consumers."""
+    hand-overs: the query tile landed, a key tile landed / freed by both consumers, and
+    (``Schedule.pingpong``) each consumer's turn to issue its dots."""
 
     q_a: Buffer
     q_b: Buffer
@@ -137,6 +167,7 @@ class Shared:
     q_ready: Buffer
     kv_ready: Buffer
     kv_empty: Buffer
+    turn: Buffer
 
 
 @bundle
@@ -193,6 +224,21 @@ def _loader(work, sh, src, STAGES: gl.constexpr, FETCH_ALL: gl.constexpr):
 
 
 @gluon.jit
+def _take_turn(sh, g: gl.constexpr, j, PINGPONG: gl.constexpr):
+    """Consumer g waits for its turn to issue tile j's dots: consumer 0 first (its first
+    wait is on the phase before the barrier's first, which passes), then each after the
+    other has issued its own."""
+    if PINGPONG:
+        mbarrier.wait(sh.turn.index(g), (j & 1) ^ (1 - g))
+
+
+@gluon.jit
+def _pass_turn(sh, g: gl.constexpr, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(sh.turn.index(1 - g), count=1)
+
+
+@gluon.jit
 def _scores(sh, q_a, q_b, j, STAGES: gl.constexpr, BN: gl.constexpr,
             s_layout: gl.constexpr):
     """Key tile j's raw scores, its two dots issued once the tile has landed (not waited)."""
@@ -205,7 +251,7 @@ def _scores(sh, q_a, q_b, j, STAGES: gl.constexpr, BN: gl.constexpr,
 
 @gluon.jit
 def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: gl.constexpr,
-              OVERLAP: gl.constexpr):
+              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
     """Queries [row0 + g x BM, + BM) over the split's key tiles: scores, online softmax in
     base 2, the output with P in registers; then the partial output and its LSE."""
     BN: gl.constexpr = work.BN
@@ -227,16 +273,20 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: 
         pa = gl.zeros([BM, BN], q_a.dtype, p_layout)
         alpha = gl.full([BM], 1.0, gl.float32, o_rows)
         if work.n_tiles > 0:
-            sc = warpgroup_mma_wait(num_outstanding=0,
-                                    deps=(_scores(sh, q_a, q_b, 0, STAGES, BN, s_layout),))
+            _take_turn(sh, g, 0, PINGPONG)
+            sc = _scores(sh, q_a, q_b, 0, STAGES, BN, s_layout)
+            _pass_turn(sh, g, PINGPONG)
+            sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
             p, al, m_i, l_i = online_softmax(sc, key_cols, 0, work.k0, work.k1,
                                              sink.qk_scale, m_i, l_i, BN)
             pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
             alpha = gl.convert_layout(al, o_rows)
         for j in range(1, work.n_tiles):
+            _take_turn(sh, g, j, PINGPONG)
             sc = _scores(sh, q_a, q_b, j, STAGES, BN, s_layout)
             o = warpgroup_mma(pa, sh.v.index((j - 1) % STAGES), o * alpha[:, None],
                               is_async=True)
+            _pass_turn(sh, g, PINGPONG)
             sc = warpgroup_mma_wait(num_outstanding=1, deps=(sc,))
             p, al, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
                                              sink.qk_scale, m_i, l_i, BN)
@@ -304,20 +354,22 @@ def _free_at_once(work, sh, STAGES: gl.constexpr):
 
 @gluon.jit
 def _consumer_side(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr,
-                   STAGES: gl.constexpr, OVERLAP: gl.constexpr, PARTS: gl.constexpr):
+                   STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
+                   PARTS: gl.constexpr):
     """Consumer g, or its stand-in for "loads"."""
     if PARTS == "loads":
         _free_at_once(work, sh, STAGES)
     else:
-        _consumer(work, sh, sink, g, num_warps, STAGES, OVERLAP)
+        _consumer(work, sh, sink, g, num_warps, STAGES, OVERLAP, PINGPONG)
 
 
 @gluon.jit
 def prefix_attention_hopper_kernel(
     q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, num_heads, qk_scale, stride_part_o, stride_part_lse,
-    BN: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr, CONSUMER_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr, num_warps: gl.constexpr, PARTS: gl.constexpr,
+    BN: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    PARTS: gl.constexpr,
 ):
     """Grid (query tile of QUERIES, head, split), as ``attention.prefix_attention_kernel``'s;
     PARTS, one of ``PARTS``: the whole kernel ("all") or one side of it."""
@@ -337,17 +389,20 @@ def prefix_attention_hopper_kernel(
     q_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    turn = gl.allocate_shared_memory(gl.int64, [GROUPS, 1], bar)
     mbarrier.init(q_ready, count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(s), count=1)
         mbarrier.init(kv_empty.index(s), count=GROUPS)  # freed by both consumers
-    sh = Shared(q_a, q_b, k_a, k_b, v, q_ready, kv_ready, kv_empty)
+    for g in gl.static_range(GROUPS):
+        mbarrier.init(turn.index(g), count=1)  # passed by the other consumer
+    sh = Shared(q_a, q_b, k_a, k_b, v, q_ready, kv_ready, kv_empty, turn)
     src = Source(q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc)
     sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
                 num_heads, qk_scale)
     gl.warp_specialize([
-        (_consumer_side, (work, sh, sink, 0, num_warps, STAGES, OVERLAP, PARTS)),
-        (_consumer_side, (work, sh, sink, 1, num_warps, STAGES, OVERLAP, PARTS)),
+        (_consumer_side, (work, sh, sink, 0, num_warps, STAGES, OVERLAP, PINGPONG, PARTS)),
+        (_consumer_side, (work, sh, sink, 1, num_warps, STAGES, OVERLAP, PINGPONG, PARTS)),
         (_loader, (work, sh, src, STAGES, PARTS != "dots")),
     ], [num_warps, 1], [CONSUMER_REGS, LOADER_REGS])
 
@@ -422,5 +477,6 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_sc
         *(descs or descriptors(q, k, v, n_keys, schedule.block_n)), part_o, part_lse,
         n, n_keys, per, h, sm_scale * LOG2E, part_o[0].numel(),
         part_lse[0].numel(), BN=schedule.block_n, STAGES=schedule.stages,
-        OVERLAP=schedule.overlap, CONSUMER_REGS=CONSUMER_REGS[schedule.block_n],
-        LOADER_REGS=LOADER_REGS, PARTS=parts, num_warps=4, maxnreg=168)
+        OVERLAP=schedule.overlap, PINGPONG=schedule.pingpong,
+        CONSUMER_REGS=CONSUMER_REGS[schedule.block_n], LOADER_REGS=LOADER_REGS, PARTS=parts,
+        num_warps=4, maxnreg=168)

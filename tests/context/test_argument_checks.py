@@ -437,6 +437,8 @@ def test_expanded_hopper_kernel_names_what_it_needs(ci):
     ({"overlap": 1}, r"overlap: expected a bool, got 1"),
     ({"block_n": 32}, r"block_n: expected one of \(64, 128\), got 32"),
     ({"block_n": 128, "stages": 3}, r"stages: expected an int in \[2, 2\] \(key tiles of 81920 B"),
+    ({"pingpong": 1}, r"pingpong: expected a bool, got 1"),
+    ({"overlap": False, "pingpong": True}, r"pingpong: expected False without overlap"),
 ])
 def test_hopper_schedule_refuses_what_does_not_fit(kwargs, message):
     # Five 40 KB key stages and the 48 KB query tile pass an SM's shared memory, as do
@@ -445,3 +447,32 @@ def test_hopper_schedule_refuses_what_does_not_fit(kwargs, message):
 
     with pytest.raises(ValueError, match=message):
         Schedule(**kwargs)
+
+
+@pytest.mark.parametrize(("spec", "want"), [
+    ("hopper", (3, True, 64, False)),
+    ("hopper,4,serial", (4, False, 64, False)),
+    ("hopper,2,n128", (2, True, 128, False)),
+    ("hopper,pingpong", (3, True, 64, True)),
+    ("hopper,overlap,pingpong,2,n128", (2, True, 128, True)),
+])
+def test_hopper_schedule_read_from_a_spec(spec, want):
+    from mla_kernels.context.attention_hopper import Schedule
+
+    s = Schedule.parse(spec)
+    assert (s.stages, s.overlap, s.block_n, s.pingpong) == want
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ("hoper,3", r"schedule: expected hopper\[,STAGES\].*got 'hoper,3'"),
+    ("hopper,3,4", r"got 'hopper,3,4'"),
+    ("hopper,serial,overlap", r"got 'hopper,serial,overlap'"),
+    ("hopper,fast", r"got 'hopper,fast'"),
+    ("hopper,serial,pingpong", r"pingpong: expected False without overlap"),
+    ("hopper,n96", r"block_n: expected one of \(64, 128\), got 96"),
+])
+def test_hopper_schedule_spec_refused_by_name(spec, message):
+    from mla_kernels.context.attention_hopper import Schedule
+
+    with pytest.raises(ValueError, match=message):
+        Schedule.parse(spec)

@@ -50,11 +50,13 @@ CHILD = textwrap.dedent("""
     for sched in (attention_hopper.Schedule(3, False), attention_hopper.Schedule(4, False),
                   attention_hopper.Schedule(attention_hopper.max_stages(64), True),
                   attention_hopper.Schedule(2, False, 128),
-                  attention_hopper.Schedule(2, True, 128)):
+                  attention_hopper.Schedule(2, True, 128),
+                  attention_hopper.Schedule(3, True, 64, pingpong=True)):
         (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts,
                                                                 schedule=sched), HOPPER, 90)
         bn = "" if sched.block_n == 64 else f"_{sched.block_n}"
-        print(json.dumps({"case": f"prefix_hopper_{sched.stages}_{sched.overlap}{bn}",
+        pp = "_pingpong" if sched.pingpong else ""
+        print(json.dumps({"case": f"prefix_hopper_{sched.stages}_{sched.overlap}{bn}{pp}",
                           **kernel_report(kern), "ptx": kern.asm["ptx"]}))
     out, lse = torch.empty(n, h, 128).bfloat16(), torch.empty(n, h)
     (kern,) = compile_calls(lambda: merge_parts(*parts, 4, out, lse), HOPPER, 90)
@@ -97,6 +99,7 @@ def test_every_kernel_compiles_within_shared_memory(reports):
                             "prefix_tma", "prefix_hopper", "prefix_hopper_3_False",
                             "prefix_hopper_4_False", "prefix_hopper_4_True",
                             "prefix_hopper_2_False_128", "prefix_hopper_2_True_128",
+                            "prefix_hopper_3_True_pingpong",
                             "latent_fp8", "latent_bf16", "latent_hopper_fp8",
                             "latent_hopper_bf16", *(f"latent_hopper_{c}_{side}"
                                                     for c in ("fp8", "bf16")
@@ -186,3 +189,21 @@ def test_hopper_expanded_kernel_tiles_of_128_keys(reports):
         assert 128 * 192 * 2 + 2 * 128 * 320 * 2 <= r["shared_bytes"] <= HOPPER_SMEM, r
         assert r["wgmma"] == 2 * (192 + 128) // 16 * (2 if overlap else 1), r["wgmma"]
         assert r["ptx"].count("m64n128k16") == r["wgmma"], "every wgmma 128 wide"
+
+
+def test_hopper_expanded_kernel_consumers_in_turn(reports):
+    # Pingpong: each consumer waits for its turn before a tile's dots and passes it after,
+    # at the first tile and in the loop: two waits and two arrivals more a consumer than the
+    # default, the same dots and registers, no spills; the two turn barriers in shared
+    # memory.
+    base, pp = reports["prefix_hopper"], reports["prefix_hopper_3_True_pingpong"]
+
+    def count(r, what):
+        return r["ptx"].count(what)
+
+    assert pp["spill_bytes"] == 0 and pp["num_warps"] == 12, pp["spill_bytes"]
+    assert pp["wgmma"] == base["wgmma"], (pp["wgmma"], base["wgmma"])
+    assert 16 <= pp["shared_bytes"] - base["shared_bytes"] <= 64, pp["shared_bytes"]
+    arrive = "mbarrier.arrive.shared::cta.b64"
+    assert count(pp, arrive) == count(base, arrive) + 4, (count(pp, arrive), count(base, arrive))
+    assert count(pp, "try_wait") == count(base, "try_wait") + 4

@@ -16,11 +16,14 @@ launch then writes back as it evicts them) and flushed by a read (``flush="read"
 dirty line: ``timing.measure_clean``). A row also gives the programs, the
 key tiles a program runs and the waves, and ``kv_gbps``: the K/V bytes the keys hold over
 the row's time, to read against the device's copy rate. ``--splits`` times other split
-counts than the plan's (its fixed cost a wave). Outputs are not checked here: ``dots``
-writes partials of stale tiles, ``loads`` writes none; the context tests check ``all``.
+counts than the plan's (its fixed cost a wave), ``--schedules`` other pipelines than the
+default (``attention_hopper.Schedule.parse``'s specs: ``hopper,pingpong``, ...). Outputs
+are not checked here: ``dots`` writes partials of stale tiles, ``loads`` writes none; the
+context tests check ``all``.
 
     python3 -m mla_kernels.lab.diagnostics.expanded_bounds [--out FOLDER]
         [--contexts 32000 ...] [--new-tokens 128 ...] [--splits 5 22 ...]
+        [--schedules hopper hopper,pingpong ...]
     (rows to FOLDER/expanded_bounds.csv; FOLDER defaults to reports/diag/)
     python3 -m mla_kernels.lab.diagnostics.expanded_bounds --check   # no GPU: compiles the
         launches for sm_90 and prints their resources
@@ -81,7 +84,8 @@ def launches(plan, part_o: torch.Tensor, part_lse: torch.Tensor) -> dict:
 
 
 def measure_point(c: int, n: int, prov: dict, splits: list[int] | None = None,
-                  budget=SHORT, shape: str = "kimi-k3-tp8", seed: int = 0) -> list[dict]:
+                  schedules: list[ah.Schedule] | None = None, budget=SHORT,
+                  shape: str = "kimi-k3-tp8", seed: int = 0) -> list[dict]:
     ci = build_context_inputs(shape, c, n, cache_dtype="fp8", weight_format="fp8_row",
                               device="cuda", seed=seed)
     plan = plan_expanded(*ci.args(), kernel="hopper", chunk_tokens=c)
@@ -91,8 +95,10 @@ def measure_point(c: int, n: int, prov: dict, splits: list[int] | None = None,
     kv_bytes = (c * h * (plan.k_chunk.shape[2] + plan.v_chunk.shape[2])
                 * plan.k_chunk.element_size())
     rows = []
-    for s in splits or [plan.splits[0]]:
-        geo = shape_of(n, h, c, s, sms, plan.schedule.block_n)
+    for sched, s in [(x, y) for x in schedules or [plan.schedule]
+                     for y in splits or [plan.splits[0]]]:
+        plan.schedule = sched  # the splits stay those chosen for the default's tiles
+        geo = shape_of(n, h, c, s, sms, sched.block_n)
         fns = launches(plan, torch.empty((s, n, h, ah.DV.value), device=ci.q.device),
                        torch.empty((s, n, h), device=ci.q.device))
         fns["attend"]()  # the merge's partials written before the merge alone is timed
@@ -103,8 +109,9 @@ def measure_point(c: int, n: int, prov: dict, splits: list[int] | None = None,
                 rows.append({
                     **prov, "model": shape, "ctx": c, "new_tokens": n, "heads": h, "splits": s,
                     "plan_splits": plan.splits[0], **geo, "parts": name, "flush": flush,
-                    "block_n": plan.schedule.block_n, "stages": plan.schedule.stages,
-                    "overlap": plan.schedule.overlap, "median_us": t.median_us,
+                    "block_n": sched.block_n, "stages": sched.stages,
+                    "overlap": sched.overlap, "pingpong": sched.pingpong,
+                    "median_us": t.median_us,
                     "q1_us": t.q1_us, "q3_us": t.q3_us, "reps": t.reps,
                     "us_per_tile": t.median_us / (geo["tiles_per_program"] * geo["waves"]),
                     "kv_bytes": kv_bytes, "kv_gbps": kv_bytes / t.median_us / 1e3})
@@ -135,9 +142,10 @@ def measure_all(a) -> None:
     rows = []
     for c in a.contexts:
         for n in a.new_tokens:
-            for r in measure_point(c, n, prov, a.splits):
+            for r in measure_point(c, n, prov, a.splits, a.schedules):
                 rows.append(r)
-                print(f"C {c:6d} n {n:5d} splits {r['splits']:3d} {r['parts']:6s} "
+                sched = f"{r['stages']},{r['block_n']}{',ov' * r['overlap']}{',pp' * r['pingpong']}"
+                print(f"C {c:6d} n {n:5d} splits {r['splits']:3d} {sched:12s} {r['parts']:6s} "
                       f"{r['flush']:5s} "
                       f"{r['median_us']:10.1f} us  {r['kv_gbps']:7.0f} GB/s of K/V",
                       flush=True)
@@ -151,11 +159,20 @@ def _splits(text: str) -> int:
     return int(text)
 
 
+def _schedule(text: str) -> ah.Schedule:
+    try:
+        return ah.Schedule.parse(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _arguments(ap) -> None:
     ap.add_argument("--contexts", type=int, nargs="+", default=[16000, 32000, 64000, 109440])
     ap.add_argument("--new-tokens", type=int, nargs="+", default=[128, 512])
     ap.add_argument("--splits", type=_splits, nargs="+", default=None,
                     help="split counts to time (default: the plan's)")
+    ap.add_argument("--schedules", type=_schedule, nargs="+", default=None,
+                    help="the kernel's pipelines, e.g. hopper,pingpong (default: the plan's)")
 
 
 if __name__ == "__main__":
