@@ -20,7 +20,8 @@ reads added, not overlapped. Here:
   ``Schedule.pingpong`` (with the overlap) orders the two: each consumer issues a tile's
   dots only after the other has issued its last ones, so one's dots queue behind the
   other's and its softmax runs while they do; without it, both wait on the same landed
-  tile and tend to issue, and then soften, at once.
+  tile and tend to issue, and then soften, at once. Not the default: on an H100 it left
+  64-key tiles' dots as they were (docs/log/2026-12-07-expanded-attention-bounds.md).
 
 A program covers 128 queries of one head; shared memory holds the query tile (48 KB) and
 ``Schedule.stages`` key tiles (40 KB of 64 keys, 80 KB of 128), so one program an SM.
