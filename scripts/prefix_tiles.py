@@ -7,7 +7,7 @@ read once) at the rates measured at the start.
 
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
 [--kv-dtypes bf16 fp8]
-[--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial][,nKEYS][,pingpong]]
+[--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial][,nKEYS][,pingpong][,apart]]
 ("hopper": the Gluon kernel for sm_90 beside them, with the plan's schedule or the one
 given: ``attention_hopper.Schedule``). A tiling that does not compile or launch gets a row
 with its error."""
@@ -33,7 +33,7 @@ CANDIDATES = [None, Blocking(64, 32, 4, 3), Blocking(64, 64, 4, 2), Blocking(64,
               Blocking(128, 32, 8, 2), Blocking(128, 32, 8, 3), Blocking(128, 32, 8, 4),
               Blocking(128, 128, 8, 2)]
 SHOWN = ("kv_dtype", "ctx", "new_tokens", "kernel", "tiles", "block_m", "block_n", "num_warps",
-         "num_stages", "tma", "overlap", "pingpong", "correct", "attend_us", "run_us",
+         "num_stages", "tma", "overlap", "pingpong", "apart", "correct", "attend_us", "run_us",
          "attend_fraction", "error")
 
 ap = argparse.ArgumentParser()
@@ -43,9 +43,9 @@ ap.add_argument("--points", nargs="+", default=["32000:128", "109440:128", "3200
 ap.add_argument("--kv-dtypes", nargs="+", choices=["bf16", "fp8"], default=["bf16"])
 ap.add_argument("--tiles", nargs="+", metavar="M,N,WARPS,STAGES[,tma]",
                 help="candidates instead of the list above (the plan's own tiles still first); "
-                     "'hopper[,STAGES][,overlap|,serial][,nKEYS][,pingpong]': the Gluon kernel "
-                     "for sm_90 too (nKEYS: keys a tile, n64 or n128; pingpong: its consumers' "
-                     "dots in turn)")
+                     "'hopper[,STAGES][,overlap|,serial][,nKEYS][,pingpong][,apart]': the Gluon "
+                     "kernel for sm_90 too (nKEYS: keys a tile, n64 or n128; pingpong: its "
+                     "consumers' dots in turn; apart: K and V freed apart)")
 a = ap.parse_args()
 
 
@@ -93,7 +93,8 @@ for kv in a.kv_dtypes:
                    "block_m": blk.block_m, "block_n": blk.block_n, "num_warps": blk.num_warps,
                    "num_stages": blk.num_stages, "tma": blk.tma,
                    "overlap": bool(sched and sched.overlap),
-                   "pingpong": bool(sched and sched.pingpong), "attend_floor_us": floor,
+                   "pingpong": bool(sched and sched.pingpong),
+                   "apart": bool(sched and sched.apart), "attend_floor_us": floor,
                    "floor_source": rates.source}
             make = (partial(hopper_plan, sched, *ci.args(), chunk_tokens=CHUNK) if sched else
                     partial(plan_expanded, *ci.args(), chunk_tokens=CHUNK, blocking=given,

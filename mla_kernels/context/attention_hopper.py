@@ -22,6 +22,9 @@ reads added, not overlapped. Here:
   other's and its softmax runs while they do; without it, both wait on the same landed
   tile and tend to issue, and then soften, at once. Not the default: on an H100 it left
   64-key tiles' dots as they were (docs/log/2026-12-07-expanded-attention-bounds.md).
+  ``Schedule.apart`` frees a stage's K and V apart: K once the tile's scores have landed,
+  V once its output dot has, and the loader fills each as it is freed, so with two stages
+  of 128 keys the next tile's K loads while the last tile's P V still holds its V.
 
 A program covers 128 queries of one head; shared memory holds the query tile (48 KB) and
 ``Schedule.stages`` key tiles (40 KB of 64 keys, 80 KB of 128), so one program an SM.
@@ -94,6 +97,7 @@ class Schedule:
     overlap: bool = True
     block_n: int = 64
     pingpong: bool = False
+    apart: bool = False
 
     def __post_init__(self):
         if type(self.block_n) is not int or self.block_n not in BLOCK_NS:
@@ -107,6 +111,8 @@ class Schedule:
             raise ValueError(f"overlap: expected a bool, got {self.overlap!r}")
         if type(self.pingpong) is not bool:
             raise ValueError(f"pingpong: expected a bool, got {self.pingpong!r}")
+        if type(self.apart) is not bool:
+            raise ValueError(f"apart: expected a bool, got {self.apart!r}")
         if self.pingpong and not self.overlap:
             raise ValueError("pingpong: expected False without overlap (the order is kept "
                              "between the overlapped steps), got True")
@@ -115,20 +121,21 @@ class Schedule:
     def parse(cls, spec: str) -> "Schedule":
         """'hopper', 'hopper,4', 'hopper,4,serial', 'hopper,2,n128', 'hopper,pingpong', ...:
         a Schedule, the default's fields where not given ('serial': no overlap; 'nKEYS':
-        tiles of KEYS keys; 'pingpong': the consumers' dots in turn). A ValueError names
-        what it cannot read."""
+        tiles of KEYS keys; 'pingpong': the consumers' dots in turn; 'apart': K and V
+        freed apart). A ValueError names what it cannot read."""
         head, *parts = spec.split(",")
         modes = [x for x in parts if x in ("overlap", "serial")]
         keys = [x for x in parts if x.startswith("n") and x[1:].isdigit()]
-        turns = [x for x in parts if x == "pingpong"]
-        stages = [x for x in parts if x not in modes and x not in keys and x not in turns]
+        flags = [x for x in parts if x in ("pingpong", "apart")]
+        stages = [x for x in parts if x not in modes and x not in keys and x not in flags]
         if (head != "hopper" or len(modes) > 1 or len(stages) > 1 or len(keys) > 1
-                or len(turns) > 1 or not all(x.isdigit() for x in stages)):
+                or len(flags) > len(set(flags)) or not all(x.isdigit() for x in stages)):
             raise ValueError("schedule: expected hopper[,STAGES][,overlap|,serial][,nKEYS]"
-                             f"[,pingpong], got {spec!r}")
+                             f"[,pingpong][,apart], got {spec!r}")
         return cls(int(stages[0]) if stages else cls.stages,
                    modes[0] == "overlap" if modes else cls.overlap,
-                   int(keys[0][1:]) if keys else cls.block_n, bool(turns))
+                   int(keys[0][1:]) if keys else cls.block_n, "pingpong" in flags,
+                   "apart" in flags)
 
 
 DEFAULT_SCHEDULE = Schedule()
@@ -157,8 +164,9 @@ class Split:
 class Shared:
     """The partitions' shared memory and barriers: the query tile's two parts per consumer
     ([GROUPS, BM, DA] and [GROUPS, BM, DB]), the key tiles' ([STAGES, BN, ...] each), and the
-    hand-overs: the query tile landed, a key tile landed / freed by both consumers, and
-    (``Schedule.pingpong``) each consumer's turn to issue its dots."""
+    hand-overs: the query tile landed, a key tile landed / freed by both consumers (its K
+    alone with ``Schedule.apart``, its V then landed / freed in ``v_ready`` / ``v_empty``),
+    and (``Schedule.pingpong``) each consumer's turn to issue its dots."""
 
     q_a: Buffer
     q_b: Buffer
@@ -168,6 +176,8 @@ class Shared:
     q_ready: Buffer
     kv_ready: Buffer
     kv_empty: Buffer
+    v_ready: Buffer
+    v_empty: Buffer
     turn: Buffer
 
 
@@ -197,31 +207,44 @@ class Sink:
 
 
 @gluon.jit
-def _loader(work, sh, src, STAGES: gl.constexpr, FETCH_ALL: gl.constexpr):
-    """The query tile once, then each key tile of the split into the next free stage (without
-    FETCH_ALL, the first STAGES only: each later one handed over with its stage's stale
-    bytes, ``PARTS="dots"``)."""
+def _loader(work, sh, src, STAGES: gl.constexpr, FETCH_ALL: gl.constexpr,
+            APART: gl.constexpr):
+    """The query tile once, then each key tile of the split into the next free stage, its K
+    and V as one or (APART) each once its own part of the stage is free (without FETCH_ALL,
+    the first STAGES only: each later one handed over with its stage's stale bytes,
+    ``PARTS="dots"``)."""
     col = work.head * (DA + DB)
     mbarrier.expect(sh.q_ready, GROUPS * (src.q_a.block_type.nbytes
                                           + src.q_b.block_type.nbytes))
     for g in gl.static_range(GROUPS):
         tma_io.load(src.q_a, [work.row0 + g * BM, col], sh.q_ready, sh.q_a.index(g))
         tma_io.load(src.q_b, [work.row0 + g * BM, col + DA], sh.q_ready, sh.q_b.index(g))
-    tile_bytes: gl.constexpr = (src.k_a.block_type.nbytes + src.k_b.block_type.nbytes
-                                + src.v.block_type.nbytes)
+    k_bytes: gl.constexpr = src.k_a.block_type.nbytes + src.k_b.block_type.nbytes
+    v_bytes: gl.constexpr = src.v.block_type.nbytes
     for j in range(work.n_tiles):
         s = j % STAGES
         # A stage's first fill waits on the phase before the barrier's first: it passes.
-        mbarrier.wait(sh.kv_empty.index(s), ((j // STAGES) & 1) ^ 1)
+        free = ((j // STAGES) & 1) ^ 1
+        mbarrier.wait(sh.kv_empty.index(s), free)
         key = work.k0 + j * work.BN
         bar = sh.kv_ready.index(s)
         if FETCH_ALL or j < STAGES:
-            mbarrier.expect(bar, tile_bytes)
+            if APART:
+                mbarrier.expect(bar, k_bytes)
+            else:
+                mbarrier.expect(bar, k_bytes + v_bytes)
             tma_io.load(src.k_a, [key, col], bar, sh.k_a.index(s))
             tma_io.load(src.k_b, [key, col + DA], bar, sh.k_b.index(s))
+            if APART:
+                mbarrier.wait(sh.v_empty.index(s), free)
+                bar = sh.v_ready.index(s)
+                mbarrier.expect(bar, v_bytes)
             tma_io.load(src.v, [key, work.head * DV], bar, sh.v.index(s))
         else:
             mbarrier.arrive(bar, count=1)
+            if APART:
+                mbarrier.wait(sh.v_empty.index(s), free)
+                mbarrier.arrive(sh.v_ready.index(s), count=1)
 
 
 @gluon.jit
@@ -240,6 +263,30 @@ def _pass_turn(sh, g: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
+def _keys_read(sh, j, STAGES: gl.constexpr, APART: gl.constexpr):
+    """Tile j's scores have landed: with APART its stage's K is freed now."""
+    if APART:
+        mbarrier.arrive(sh.kv_empty.index(j % STAGES), count=1)
+
+
+@gluon.jit
+def _values(sh, j, STAGES: gl.constexpr, APART: gl.constexpr):
+    """Tile j's V in shared memory, for its output dot (with APART it lands on its own)."""
+    if APART:
+        mbarrier.wait(sh.v_ready.index(j % STAGES), (j // STAGES) & 1)
+    return sh.v.index(j % STAGES)
+
+
+@gluon.jit
+def _tile_read(sh, j, STAGES: gl.constexpr, APART: gl.constexpr):
+    """Tile j's output dot has landed: its stage freed (its V alone with APART)."""
+    if APART:
+        mbarrier.arrive(sh.v_empty.index(j % STAGES), count=1)
+    else:
+        mbarrier.arrive(sh.kv_empty.index(j % STAGES), count=1)
+
+
+@gluon.jit
 def _scores(sh, q_a, q_b, j, STAGES: gl.constexpr, BN: gl.constexpr,
             s_layout: gl.constexpr):
     """Key tile j's raw scores, its two dots issued once the tile has landed (not waited)."""
@@ -252,7 +299,7 @@ def _scores(sh, q_a, q_b, j, STAGES: gl.constexpr, BN: gl.constexpr,
 
 @gluon.jit
 def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: gl.constexpr,
-              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr):
+              OVERLAP: gl.constexpr, PINGPONG: gl.constexpr, APART: gl.constexpr):
     """Queries [row0 + g x BM, + BM) over the split's key tiles: scores, online softmax in
     base 2, the output with P in registers; then the partial output and its LSE."""
     BN: gl.constexpr = work.BN
@@ -278,6 +325,7 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: 
             sc = _scores(sh, q_a, q_b, 0, STAGES, BN, s_layout)
             _pass_turn(sh, g, PINGPONG)
             sc = warpgroup_mma_wait(num_outstanding=0, deps=(sc,))
+            _keys_read(sh, 0, STAGES, APART)
             p, al, m_i, l_i = online_softmax(sc, key_cols, 0, work.k0, work.k1,
                                              sink.qk_scale, m_i, l_i, BN)
             pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
@@ -285,32 +333,36 @@ def _consumer(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr, STAGES: 
         for j in range(1, work.n_tiles):
             _take_turn(sh, g, j, PINGPONG)
             sc = _scores(sh, q_a, q_b, j, STAGES, BN, s_layout)
-            o = warpgroup_mma(pa, sh.v.index((j - 1) % STAGES), o * alpha[:, None],
+            o = warpgroup_mma(pa, _values(sh, j - 1, STAGES, APART), o * alpha[:, None],
                               is_async=True)
             _pass_turn(sh, g, PINGPONG)
             sc = warpgroup_mma_wait(num_outstanding=1, deps=(sc,))
+            _keys_read(sh, j, STAGES, APART)
             p, al, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
                                              sink.qk_scale, m_i, l_i, BN)
             o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
-            mbarrier.arrive(sh.kv_empty.index((j - 1) % STAGES), count=1)
+            _tile_read(sh, j - 1, STAGES, APART)
             pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
             alpha = gl.convert_layout(al, o_rows)
         if work.n_tiles > 0:
             last = work.n_tiles - 1
-            o = warpgroup_mma(pa, sh.v.index(last % STAGES), o * alpha[:, None], is_async=True)
+            o = warpgroup_mma(pa, _values(sh, last, STAGES, APART), o * alpha[:, None],
+                              is_async=True)
             o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
-            mbarrier.arrive(sh.kv_empty.index(last % STAGES), count=1)
+            _tile_read(sh, last, STAGES, APART)
     else:
         for j in range(work.n_tiles):
             sc = warpgroup_mma_wait(num_outstanding=0,
                                     deps=(_scores(sh, q_a, q_b, j, STAGES, BN, s_layout),))
+            _keys_read(sh, j, STAGES, APART)
             p, alpha, m_i, l_i = online_softmax(sc, key_cols, j, work.k0, work.k1,
                                                 sink.qk_scale, m_i, l_i, BN)
             pa = gl.convert_layout(p.to(q_a.dtype), p_layout)
             alpha = gl.convert_layout(alpha, o_rows)
-            o = warpgroup_mma(pa, sh.v.index(j % STAGES), o * alpha[:, None], is_async=True)
+            o = warpgroup_mma(pa, _values(sh, j, STAGES, APART), o * alpha[:, None],
+                              is_async=True)
             o, pa = warpgroup_mma_wait(num_outstanding=0, deps=(o, pa))
-            mbarrier.arrive(sh.kv_empty.index(j % STAGES), count=1)
+            _tile_read(sh, j, STAGES, APART)
     _store_partial(work, sink, o, m_i, l_i, g, num_warps)
 
 
@@ -343,7 +395,7 @@ PARTS = ("all", "dots", "loads")
 
 
 @gluon.jit
-def _free_at_once(work, sh, STAGES: gl.constexpr):
+def _free_at_once(work, sh, STAGES: gl.constexpr, APART: gl.constexpr):
     """A consumer's stand-in for ``PARTS="loads"``: each key tile's stage freed as soon as
     it lands (the query tile waited for too, so no copy is in flight at the end)."""
     mbarrier.wait(sh.q_ready, 0)
@@ -351,17 +403,20 @@ def _free_at_once(work, sh, STAGES: gl.constexpr):
         s = j % STAGES
         mbarrier.wait(sh.kv_ready.index(s), (j // STAGES) & 1)
         mbarrier.arrive(sh.kv_empty.index(s), count=1)
+        if APART:
+            mbarrier.wait(sh.v_ready.index(s), (j // STAGES) & 1)
+            mbarrier.arrive(sh.v_empty.index(s), count=1)
 
 
 @gluon.jit
 def _consumer_side(work, sh, sink, g: gl.constexpr, num_warps: gl.constexpr,
                    STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
-                   PARTS: gl.constexpr):
+                   APART: gl.constexpr, PARTS: gl.constexpr):
     """Consumer g, or its stand-in for "loads"."""
     if PARTS == "loads":
-        _free_at_once(work, sh, STAGES)
+        _free_at_once(work, sh, STAGES, APART)
     else:
-        _consumer(work, sh, sink, g, num_warps, STAGES, OVERLAP, PINGPONG)
+        _consumer(work, sh, sink, g, num_warps, STAGES, OVERLAP, PINGPONG, APART)
 
 
 @gluon.jit
@@ -369,7 +424,7 @@ def prefix_attention_hopper_kernel(
     q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc, part_o_ptr, part_lse_ptr,
     n_rows, n_keys, keys_per_split, num_heads, qk_scale, stride_part_o, stride_part_lse,
     BN: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr, PINGPONG: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
+    APART: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOADER_REGS: gl.constexpr, num_warps: gl.constexpr,
     PARTS: gl.constexpr,
 ):
     """Grid (query tile of QUERIES, head, split), as ``attention.prefix_attention_kernel``'s;
@@ -390,21 +445,28 @@ def prefix_attention_hopper_kernel(
     q_ready = gl.allocate_shared_memory(gl.int64, [1], bar)
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
     kv_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], bar)
     turn = gl.allocate_shared_memory(gl.int64, [GROUPS, 1], bar)
     mbarrier.init(q_ready, count=1)
     for s in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(s), count=1)
         mbarrier.init(kv_empty.index(s), count=GROUPS)  # freed by both consumers
+        if APART:
+            mbarrier.init(v_ready.index(s), count=1)
+            mbarrier.init(v_empty.index(s), count=GROUPS)
     for g in gl.static_range(GROUPS):
         mbarrier.init(turn.index(g), count=1)  # passed by the other consumer
-    sh = Shared(q_a, q_b, k_a, k_b, v, q_ready, kv_ready, kv_empty, turn)
+    sh = Shared(q_a, q_b, k_a, k_b, v, q_ready, kv_ready, kv_empty, v_ready, v_empty, turn)
     src = Source(q_a_desc, q_b_desc, k_a_desc, k_b_desc, v_desc)
     sink = Sink(part_o_ptr + split * stride_part_o, part_lse_ptr + split * stride_part_lse,
                 num_heads, qk_scale)
     gl.warp_specialize([
-        (_consumer_side, (work, sh, sink, 0, num_warps, STAGES, OVERLAP, PINGPONG, PARTS)),
-        (_consumer_side, (work, sh, sink, 1, num_warps, STAGES, OVERLAP, PINGPONG, PARTS)),
-        (_loader, (work, sh, src, STAGES, PARTS != "dots")),
+        (_consumer_side, (work, sh, sink, 0, num_warps, STAGES, OVERLAP, PINGPONG, APART,
+                          PARTS)),
+        (_consumer_side, (work, sh, sink, 1, num_warps, STAGES, OVERLAP, PINGPONG, APART,
+                          PARTS)),
+        (_loader, (work, sh, src, STAGES, PARTS != "dots", APART)),
     ], [num_warps, 1], [CONSUMER_REGS, LOADER_REGS])
 
 
@@ -478,6 +540,6 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, n_keys: int, sm_sc
         *(descs or descriptors(q, k, v, n_keys, schedule.block_n)), part_o, part_lse,
         n, n_keys, per, h, sm_scale * LOG2E, part_o[0].numel(),
         part_lse[0].numel(), BN=schedule.block_n, STAGES=schedule.stages,
-        OVERLAP=schedule.overlap, PINGPONG=schedule.pingpong,
+        OVERLAP=schedule.overlap, PINGPONG=schedule.pingpong, APART=schedule.apart,
         CONSUMER_REGS=CONSUMER_REGS[schedule.block_n], LOADER_REGS=LOADER_REGS, PARTS=parts,
         num_warps=4, maxnreg=168)

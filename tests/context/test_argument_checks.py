@@ -438,6 +438,7 @@ def test_expanded_hopper_kernel_names_what_it_needs(ci):
     ({"block_n": 32}, r"block_n: expected one of \(64, 128\), got 32"),
     ({"block_n": 128, "stages": 3}, r"stages: expected an int in \[2, 2\] \(key tiles of 81920 B"),
     ({"pingpong": 1}, r"pingpong: expected a bool, got 1"),
+    ({"apart": "yes"}, r"apart: expected a bool, got 'yes'"),
     ({"overlap": False, "pingpong": True}, r"pingpong: expected False without overlap"),
 ])
 def test_hopper_schedule_refuses_what_does_not_fit(kwargs, message):
@@ -450,17 +451,19 @@ def test_hopper_schedule_refuses_what_does_not_fit(kwargs, message):
 
 
 @pytest.mark.parametrize(("spec", "want"), [
-    ("hopper", (3, True, 64, False)),
-    ("hopper,4,serial", (4, False, 64, False)),
-    ("hopper,2,n128", (2, True, 128, False)),
-    ("hopper,pingpong", (3, True, 64, True)),
-    ("hopper,overlap,pingpong,2,n128", (2, True, 128, True)),
+    ("hopper", (3, True, 64, False, False)),
+    ("hopper,4,serial", (4, False, 64, False, False)),
+    ("hopper,2,n128", (2, True, 128, False, False)),
+    ("hopper,pingpong", (3, True, 64, True, False)),
+    ("hopper,overlap,pingpong,2,n128", (2, True, 128, True, False)),
+    ("hopper,2,n128,apart,pingpong", (2, True, 128, True, True)),
+    ("hopper,serial,apart", (3, False, 64, False, True)),
 ])
 def test_hopper_schedule_read_from_a_spec(spec, want):
     from mla_kernels.context.attention_hopper import Schedule
 
     s = Schedule.parse(spec)
-    assert (s.stages, s.overlap, s.block_n, s.pingpong) == want
+    assert (s.stages, s.overlap, s.block_n, s.pingpong, s.apart) == want
 
 
 @pytest.mark.parametrize(("spec", "message"), [
@@ -468,6 +471,7 @@ def test_hopper_schedule_read_from_a_spec(spec, want):
     ("hopper,3,4", r"got 'hopper,3,4'"),
     ("hopper,serial,overlap", r"got 'hopper,serial,overlap'"),
     ("hopper,fast", r"got 'hopper,fast'"),
+    ("hopper,apart,apart", r"got 'hopper,apart,apart'"),
     ("hopper,serial,pingpong", r"pingpong: expected False without overlap"),
     ("hopper,n96", r"block_n: expected one of \(64, 128\), got 96"),
 ])

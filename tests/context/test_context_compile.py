@@ -51,11 +51,13 @@ CHILD = textwrap.dedent("""
                   attention_hopper.Schedule(attention_hopper.max_stages(64), True),
                   attention_hopper.Schedule(2, False, 128),
                   attention_hopper.Schedule(2, True, 128),
-                  attention_hopper.Schedule(3, True, 64, pingpong=True)):
+                  attention_hopper.Schedule(3, True, 64, pingpong=True),
+                  attention_hopper.Schedule(3, True, 64, apart=True),
+                  attention_hopper.Schedule(2, True, 128, pingpong=True, apart=True)):
         (kern,) = compile_calls(lambda: attention_hopper.launch(q, k, v, c, 0.07, 4, *parts,
                                                                 schedule=sched), HOPPER, 90)
         bn = "" if sched.block_n == 64 else f"_{sched.block_n}"
-        pp = "_pingpong" if sched.pingpong else ""
+        pp = "_pingpong" * sched.pingpong + "_apart" * sched.apart
         print(json.dumps({"case": f"prefix_hopper_{sched.stages}_{sched.overlap}{bn}{pp}",
                           **kernel_report(kern), "ptx": kern.asm["ptx"]}))
     out, lse = torch.empty(n, h, 128).bfloat16(), torch.empty(n, h)
@@ -99,7 +101,8 @@ def test_every_kernel_compiles_within_shared_memory(reports):
                             "prefix_tma", "prefix_hopper", "prefix_hopper_3_False",
                             "prefix_hopper_4_False", "prefix_hopper_4_True",
                             "prefix_hopper_2_False_128", "prefix_hopper_2_True_128",
-                            "prefix_hopper_3_True_pingpong",
+                            "prefix_hopper_3_True_pingpong", "prefix_hopper_3_True_apart",
+                            "prefix_hopper_2_True_128_pingpong_apart",
                             "latent_fp8", "latent_bf16", "latent_hopper_fp8",
                             "latent_hopper_bf16", *(f"latent_hopper_{c}_{side}"
                                                     for c in ("fp8", "bf16")
@@ -207,3 +210,19 @@ def test_hopper_expanded_kernel_consumers_in_turn(reports):
     arrive = "mbarrier.arrive.shared::cta.b64"
     assert count(pp, arrive) == count(base, arrive) + 4, (count(pp, arrive), count(base, arrive))
     assert count(pp, "try_wait") == count(base, "try_wait") + 4
+
+
+def test_hopper_expanded_kernel_k_and_v_freed_apart(reports):
+    # K and V freed apart: each stage's V lands and is freed on barriers of its own, so
+    # more waits and arrivals, one more expected byte count (V's apart from K's); the same
+    # dots, no spills, the V barriers within the shared memory.
+    arrive = "mbarrier.arrive.shared::cta.b64"
+    for case, base in (("prefix_hopper_3_True_apart", "prefix_hopper"),
+                       ("prefix_hopper_2_True_128_pingpong_apart", "prefix_hopper_2_True_128")):
+        r, b = reports[case], reports[base]
+        assert r["spill_bytes"] == 0 and r["num_warps"] == 12, (case, r["spill_bytes"])
+        assert r["wgmma"] == b["wgmma"], (case, r["wgmma"], b["wgmma"])
+        assert 0 < r["shared_bytes"] - b["shared_bytes"] <= 128, (case, r["shared_bytes"])
+        assert r["shared_bytes"] <= HOPPER_SMEM, case
+        assert r["ptx"].count(arrive) > b["ptx"].count(arrive), case
+        assert r["ptx"].count("expect_tx") == b["ptx"].count("expect_tx") + 1, case

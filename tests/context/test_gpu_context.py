@@ -201,17 +201,19 @@ def matches_the_reference_and_replays(plan, ci, seed, kv="bf16"):
     assert replays_the_eager_run(plan, out, lse), f"seed {seed}"
 
 
-@pytest.mark.parametrize(("stages", "overlap", "block_n", "pingpong"),
-                         [(3, False, 64, False), (4, False, 64, False), (4, True, 64, False),
-                          (2, False, 128, False), (2, True, 128, False), (3, True, 64, True),
-                          (2, True, 128, True)])
+@pytest.mark.parametrize(("stages", "overlap", "block_n", "pingpong", "apart"),
+                         [(3, False, 64, False, False), (4, False, 64, False, False),
+                          (4, True, 64, False, False), (2, False, 128, False, False),
+                          (2, True, 128, False, False), (3, True, 64, True, False),
+                          (2, True, 128, True, False), (3, True, 64, False, True),
+                          (2, False, 128, False, True), (2, True, 128, True, True)])
 @pytest.mark.parametrize(("c", "n", "chunk", "splits"),
                          [(20011, 130, 8192, None), (33, 7, None, None), (1000, 70, 512, 40)])
 def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, stages, overlap,
-                                                         block_n, pingpong, seed):
+                                                         block_n, pingpong, apart, seed):
     # The Gluon kernel's other schedules (four key stages; each consumer's softmax after its
     # output dot, not under it as in the default; tiles of 128 keys; the consumers' dots in
-    # turn): a partial last tile
+    # turn; K and V freed apart): a partial last tile
     # and split, a single tile, splits that see no key; outputs poisoned first, compared
     # with the reference, replayed from a CUDA graph.
     from mla_kernels.context import attention_hopper
@@ -221,7 +223,7 @@ def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, st
     if why is not None:
         pytest.skip(f"the hopper kernel needs {why}")
     plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
-    plan.schedule = attention_hopper.Schedule(stages, overlap, block_n, pingpong)
+    plan.schedule = attention_hopper.Schedule(stages, overlap, block_n, pingpong, apart)
     matches_the_reference_and_replays(plan, ci, seed)
 
 

@@ -110,7 +110,7 @@ def measure_point(c: int, n: int, prov: dict, splits: list[int] | None = None,
                     **prov, "model": shape, "ctx": c, "new_tokens": n, "heads": h, "splits": s,
                     "plan_splits": plan.splits[0], **geo, "parts": name, "flush": flush,
                     "block_n": sched.block_n, "stages": sched.stages,
-                    "overlap": sched.overlap, "pingpong": sched.pingpong,
+                    "overlap": sched.overlap, "pingpong": sched.pingpong, "apart": sched.apart,
                     "median_us": t.median_us,
                     "q1_us": t.q1_us, "q3_us": t.q3_us, "reps": t.reps,
                     "us_per_tile": t.median_us / (geo["tiles_per_program"] * geo["waves"]),
@@ -144,7 +144,8 @@ def measure_all(a) -> None:
         for n in a.new_tokens:
             for r in measure_point(c, n, prov, a.splits, a.schedules):
                 rows.append(r)
-                sched = f"{r['stages']},{r['block_n']}{',ov' * r['overlap']}{',pp' * r['pingpong']}"
+                sched = (f"{r['stages']},{r['block_n']}{',ov' * r['overlap']}"
+                         f"{',pp' * r['pingpong']}{',ap' * r['apart']}")
                 print(f"C {c:6d} n {n:5d} splits {r['splits']:3d} {sched:12s} {r['parts']:6s} "
                       f"{r['flush']:5s} "
                       f"{r['median_us']:10.1f} us  {r['kv_gbps']:7.0f} GB/s of K/V",
