@@ -206,7 +206,8 @@ def matches_the_reference_and_replays(plan, ci, seed, kv="bf16"):
                           (4, True, 64, False, False), (2, False, 128, False, False),
                           (2, True, 128, False, False), (3, True, 64, True, False),
                           (2, True, 128, True, False), (3, True, 64, False, True),
-                          (2, False, 128, False, True), (2, True, 128, True, True)])
+                          (2, False, 128, False, True), (2, True, 128, False, True),
+                          (2, True, 128, True, True)])
 @pytest.mark.parametrize(("c", "n", "chunk", "splits"),
                          [(20011, 130, 8192, None), (33, 7, None, None), (1000, 70, 512, 40)])
 def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, stages, overlap,
