@@ -109,12 +109,23 @@ def test_sequence_gaps_gap_kernel_compiles_for_sm90():
     assert bad.returncode == 2 and "--config: expected" in bad.stderr, bad.stderr[-2000:]
 
 
-@pytest.mark.slow
-def test_absorbed_bounds_compiles_each_side_for_sm90():
-    r = _run(["-m", "mla_kernels.lab.diagnostics.absorbed_bounds", "--check"], interpret=False,
+def _check_rows(diagnostic: str) -> list[dict]:
+    """The JSON rows ``diagnostic --check`` prints (its launches compiled for sm_90)."""
+    r = _run(["-m", f"mla_kernels.lab.diagnostics.{diagnostic}", "--check"], interpret=False,
              timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
-    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    return [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+
+
+def _refuses_without_a_gpu(diagnostic: str) -> None:
+    off = _run(["-m", f"mla_kernels.lab.diagnostics.{diagnostic}"], interpret=False,
+               timeout=300)
+    assert off.returncode != 0 and "expected an sm_90 GPU" in off.stderr + off.stdout, off
+
+
+@pytest.mark.slow
+def test_absorbed_bounds_compiles_each_side_for_sm90():
+    rows = _check_rows("absorbed_bounds")
     assert [(x["cache"], x["parts"]) for x in rows] == [
         *(("fp8", p) for p in ("all", "dots", "gather", "unwidened")),
         *(("bf16", p) for p in ("all", "dots", "gather"))], rows
@@ -125,17 +136,12 @@ def test_absorbed_bounds_compiles_each_side_for_sm90():
     assert {x["parts"]: x["wgmma"] for x in rows if x["cache"] == "fp8"} == {
         "all": every, "dots": every, "gather": 0, "unwidened": every}, rows
     assert all(x["spill_bytes"] == 0 for x in rows), rows
-    off = _run(["-m", "mla_kernels.lab.diagnostics.absorbed_bounds"], interpret=False,
-               timeout=300)
-    assert off.returncode != 0 and "expected an sm_90 GPU" in off.stderr + off.stdout, off
+    _refuses_without_a_gpu("absorbed_bounds")
 
 
 @pytest.mark.slow
 def test_expanded_bounds_compiles_each_side_for_sm90():
-    r = _run(["-m", "mla_kernels.lab.diagnostics.expanded_bounds", "--check"], interpret=False,
-             timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    rows = _check_rows("expanded_bounds")
     # The dots' side runs every wgmma of the kernel, the loads' side none; nothing spills.
     wgmma = {x["parts"]: x["wgmma"] for x in rows}
     assert list(wgmma) == ["all", "dots", "loads"], rows
@@ -144,9 +150,7 @@ def test_expanded_bounds_compiles_each_side_for_sm90():
     bad = _run(["-m", "mla_kernels.lab.diagnostics.expanded_bounds", "--splits", "0"],
                interpret=False, timeout=300)
     assert bad.returncode == 2 and "--splits: expected a split count" in bad.stderr, bad.stderr
-    off = _run(["-m", "mla_kernels.lab.diagnostics.expanded_bounds"], interpret=False,
-               timeout=300)
-    assert off.returncode != 0 and "expected an sm_90 GPU" in off.stderr + off.stdout, off
+    _refuses_without_a_gpu("expanded_bounds")
 
 
 @pytest.mark.slow

@@ -40,7 +40,7 @@ from ...core.devices import device_spec
 from ..context_inputs import build_context_inputs
 from ..provenance import provenance
 from ..timing import SHORT, graphed, measure
-from .command_line import check_or_measure, write_rows
+from .command_line import check_or_measure, require_sm90, write_rows
 
 ROWS = "absorbed_bounds.csv"
 
@@ -101,11 +101,7 @@ def check() -> None:
 
 
 def measure_all(a) -> None:
-    why = (ah.device_reason(torch.device("cuda")) if torch.cuda.is_available()
-           else "a CUDA device, got none")
-    if why is not None:
-        raise SystemExit(f"absorbed_bounds: expected an sm_90 GPU, {why} (--check compiles "
-                         "without one)")
+    require_sm90("absorbed_bounds")
     prov = provenance()
     rows = []
     for cache in a.cache_dtypes:

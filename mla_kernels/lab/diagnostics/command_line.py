@@ -53,3 +53,16 @@ def check_or_measure(doc: str, rows: str, check, measure, check_help: str, add=N
     ap.add_argument("--check", action="store_true", help=check_help)
     a = ap.parse_args()
     check() if a.check else measure(a)
+
+
+def require_sm90(script: str) -> None:
+    """Exit naming why, unless an sm_90 CUDA GPU is here (``--check`` compiles without one)."""
+    import torch
+
+    from ...context.sm90 import device_reason
+
+    why = (device_reason(torch.device("cuda")) if torch.cuda.is_available()
+           else "a CUDA device, got none")
+    if why is not None:
+        raise SystemExit(f"{script}: expected an sm_90 GPU, {why} (--check compiles "
+                         "without one)")

@@ -47,7 +47,7 @@ from ...core.devices import device_spec
 from ..context_inputs import build_context_inputs
 from ..provenance import provenance
 from ..timing import SHORT, graphed, measure, measure_clean
-from .command_line import check_or_measure, write_rows
+from .command_line import check_or_measure, require_sm90, write_rows
 
 ROWS = "expanded_bounds.csv"
 FLUSHES = {"write": measure, "read": measure_clean}
@@ -133,11 +133,7 @@ def check() -> None:
 
 
 def measure_all(a) -> None:
-    why = (ah.device_reason(torch.device("cuda")) if torch.cuda.is_available()
-           else "a CUDA device, got none")
-    if why is not None:
-        raise SystemExit(f"expanded_bounds: expected an sm_90 GPU, {why} (--check compiles "
-                         "without one)")
+    require_sm90("expanded_bounds")
     prov = provenance()
     rows = []
     for c in a.contexts:
