@@ -17,8 +17,10 @@ Steps (default: run):
   tests      the GPU tests' quick tier (-m smoke, in TESTS_SHARDS processes): pytest_gpu.log
   tests-all  the whole GPU test suite: pytest_gpu_all.log
   ab         this tree against AB_OLD=<label>=<path> (ab_timing.csv)
-  context    the context path: its map (lab.context_map: context_map.csv, context_map_log.txt)
-             and the context layer's GPU tests (pytest_gpu_context.log), each within the limit
+  context    the context path: its map (lab.context_map: context_map.csv, context_map_log.txt),
+             the context layer's GPU tests (pytest_gpu_context.log) and what bounds the expanded
+             attention (lab.diagnostics.expanded_bounds: expanded_bounds.csv and its log), each
+             within the limit
 The tree's package files must match provenance-manifest.json's <commit> (written in the
 checkout by `python -m mla_kernels.lab.provenance --manifest`). Results land in DIR (default
 reports/device_run/). --plan prints each step's expected seconds, from the latest committed
@@ -178,7 +180,13 @@ for step in $(expand $steps); do
                 rc=$?; tail -4 "$out/context_map_log.txt"
                 timeout "$lim" python3 -m pytest -q -p no:cacheprovider tests/context/test_gpu_context.py \
                   tests/context/test_attention.py > "$out/pytest_gpu_context.log" 2>&1
-                r=$?; tail -2 "$out/pytest_gpu_context.log"; (exit $((rc > r ? rc : r))) ;;
+                r=$?; tail -2 "$out/pytest_gpu_context.log"; rc=$((rc > r ? rc : r))
+                # What bounds the expanded attention at the target's point and at 512 queries,
+                # on the default's tiles and on 128-key tiles with K and V freed apart.
+                timeout "$lim" python3 -m mla_kernels.lab.diagnostics.expanded_bounds --out "$out" \
+                  --contexts 32000 --new-tokens 128 512 --schedules hopper hopper,2,n128,apart \
+                  > "$out/expanded_bounds_log.txt" 2>&1
+                r=$?; tail -2 "$out/expanded_bounds_log.txt"; (exit $((rc > r ? rc : r))) ;;
     ab)         timeout "$lim" python3 scripts/ab_timing.py "$out/ab_timing.csv" \
                   --tree "$AB_OLD" --tree "$sha=." ${AB_POINTS:+--points $AB_POINTS} 2>&1 | tail -40 ;;
   esac

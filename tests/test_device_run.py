@@ -200,15 +200,17 @@ def test_device_run_tests_all_with_tests_k_second_gpu_runs_the_two_gpu_tests_alo
 
 
 @needs_bash
-@pytest.mark.parametrize("fails", [None, "mla_kernels.lab.context_map", "pytest"])
+@pytest.mark.parametrize("fails", [None, "mla_kernels.lab.context_map", "pytest",
+                                   "mla_kernels.lab.diagnostics.expanded_bounds"])
 def test_device_run_context_makes_the_map_and_runs_the_context_tests(fails, tmp_path: Path):
-    # python3 stubbed: the map writes into the output folder, the tests into their log; the
-    # step fails when either does, and both run all the same.
+    # python3 stubbed: the map writes into the output folder, the tests and the bounds into
+    # their logs; the step fails when any does, and all run all the same.
     work, env = _stubbed(tmp_path)
     # (Patterns on the module names: pytest's temporary folders hold "pytest" too.)
     fail = f'*"-m {fails}"*) echo failing; exit 4 ;;' if fails else ""
     _stub_python(tmp_path, f'{fail} *"-m mla_kernels.lab.context_map"*) echo "108 rows" ;; '
-                           '*"-m pytest"*) echo "56 passed" ;;')
+                           '*"-m pytest"*) echo "56 passed" ;; '
+                           '*"-m mla_kernels.lab.diagnostics.expanded_bounds"*) echo "bounds" ;;')
     out = tmp_path / "out"
     r = subprocess.run(["bash", "scripts/device_run.sh", "--out", str(out), "abc1234",
                         "context"], cwd=work, env=env, capture_output=True, text=True, timeout=60)
@@ -218,8 +220,13 @@ def test_device_run_context_makes_the_map_and_runs_the_context_tests(fails, tmp_
     assert f"--out {out}" in cmap
     (tests,) = [c for c in calls if " -m pytest " in c]
     assert "tests/context/test_gpu_context.py" in tests and "tests/context/test_attention.py" in tests
-    logs = {"context_map_log.txt": "108 rows", "pytest_gpu_context.log": "56 passed"}
-    failed_log = {None: None, "pytest": "pytest_gpu_context.log"}.get(fails, "context_map_log.txt")
+    (bounds,) = [c for c in calls if "expanded_bounds" in c]
+    assert f"--out {out}" in bounds and "hopper,2,n128,apart" in bounds
+    logs = {"context_map_log.txt": "108 rows", "pytest_gpu_context.log": "56 passed",
+            "expanded_bounds_log.txt": "bounds"}
+    failed_log = {None: None, "pytest": "pytest_gpu_context.log",
+                  "mla_kernels.lab.diagnostics.expanded_bounds": "expanded_bounds_log.txt"}.get(
+        fails, "context_map_log.txt")
     for name, text in logs.items():
         assert (out / name).read_text().strip() == ("failing" if name == failed_log else text)
     step = (out / "steps.csv").read_text().splitlines()[-1].split(",")
