@@ -70,6 +70,7 @@ def merge_kernel(
     for s0 in range(0, n_parts, BP):
         for i in tl.static_range(BP):
             s = s0 + i
+            # The part's bound as a row vector: the interpreter refuses a scalar mask.
             live = rmask & ((rows * 0 + s) < n_parts)
             lse = tl.load(part_lse_ptr + s * stride_part_lse + rows, mask=live,
                           other=float("-inf"))

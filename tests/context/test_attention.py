@@ -226,6 +226,14 @@ def test_fewest_waves_keeps_the_last_wave_whole(programs, splits, want):
     assert math.ceil(programs * got / 132) / got <= math.ceil(programs * splits / 132) / splits
 
 
+def merged(part_o: torch.Tensor, part_lse: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The merge's expected output and LSE of parts [parts, rows, d] / [parts, rows], in
+    float32 on the CPU (rows no part saw: 0 and -inf)."""
+    lse = part_lse.cpu().logsumexp(0)
+    w = torch.nan_to_num((part_lse.cpu() - lse).exp())
+    return (w[..., None] * part_o.cpu()).sum(0), lse
+
+
 @pytest.mark.parametrize(("rows", "per"), [(7, 2), (1536, 4), (6145, 16), (24579, 32)])
 def test_merge_of_many_parts_at_each_row_tiling(rows, per, device, seed):
     # Merge programs of 2, 4, 16 and 32 rows (``merge_rows``), the last tile short; five
@@ -241,9 +249,7 @@ def test_merge_of_many_parts_at_each_row_tiling(rows, per, device, seed):
     out = torch.full((rows, d), float("nan"), device=device)
     out_lse = torch.full((rows,), float("nan"), device=device)
     merge_parts(part_o, part_lse, parts, out, out_lse)
-    lse = part_lse.cpu().logsumexp(0)
-    w = torch.nan_to_num((part_lse.cpu() - lse).exp())
-    expect = (w[..., None] * part_o.cpu()).sum(0)
+    expect, lse = merged(part_o, part_lse)
     seen = torch.isfinite(lse)
     assert merge_rows(rows) == per
     assert torch.allclose(out.cpu()[seen], expect[seen], atol=1e-4, rtol=1e-4), seed
@@ -269,10 +275,8 @@ def test_merge_in_steps_of_parts_over_an_earlier_partial(parts, d, step, device,
     prev_o = (torch.randn(rows, d, generator=g)).to(device)
     prev_lse = (torch.randn(rows, generator=g) * 3).to(device)
     prev_lse[12] = -math.inf
-    all_o = torch.cat([prev_o.cpu()[None], part_o.cpu()])
-    all_lse = torch.cat([prev_lse.cpu()[None], part_lse.cpu()])
-    lse = all_lse.logsumexp(0)
-    expect = (torch.nan_to_num((all_lse - lse).exp())[..., None] * all_o).sum(0)
+    expect, lse = merged(torch.cat([prev_o.cpu()[None], part_o.cpu()]),
+                         torch.cat([prev_lse.cpu()[None], part_lse.cpu()]))
     merge_parts(part_o, part_lse, parts, prev_o, prev_lse, prev_o, prev_lse)
     assert merge_step(parts, merge_rows(rows), d) == step and merge_rows(rows) == 4
     seen = torch.isfinite(lse)
