@@ -8,9 +8,10 @@ read once) at the rates measured at the start.
 Usage on the H200: python scripts/prefix_tiles.py FOLDER [--points C:n ...]
 [--kv-dtypes bf16 fp8]
 [--tiles M,N,WARPS,STAGES[,tma] ... hopper[,STAGES][,overlap|,serial][,nKEYS][,pingpong][,apart]]
-("hopper": the Gluon kernel for sm_90 beside them, with the plan's schedule or the one
-given: ``attention_hopper.Schedule``). A tiling that does not compile or launch gets a row
-with its error."""
+("hopper": the Gluon kernel for sm_90 beside them, with the schedule given,
+``attention_hopper.Schedule.parse``'s: "hopper" alone the default's, whatever the plan
+would choose; each in the splits the plan cuts for its tiles). A tiling that does not
+compile or launch gets a row with its error."""
 import argparse
 from functools import partial
 from pathlib import Path
@@ -58,10 +59,9 @@ def schedule(spec: str) -> Schedule:
 
 
 def hopper_plan(sched: Schedule, *args, **kwargs):
-    """The expanded plan on the Gluon kernel with ``sched`` as its schedule."""
-    plan = plan_expanded(*args, kernel="hopper", **kwargs)
-    plan.schedule = sched
-    return plan
+    """The expanded plan on the Gluon kernel with ``sched`` as its schedule (its splits cut
+    for its tiles)."""
+    return plan_expanded(*args, kernel="hopper", schedule=sched, **kwargs)
 
 
 # "hopper..." among the tiles: the Gluon kernel for sm_90 (its tiles fixed), timed as a plan

@@ -24,16 +24,20 @@ reads added, not overlapped. Here:
   64-key tiles' dots as they were (docs/log/2026-12-07-expanded-attention-bounds.md).
   ``Schedule.apart`` frees a stage's K and V apart: K once the tile's scores have landed,
   V once its output dot has, and the loader fills each as it is freed, so with two stages
-  of 128 keys the next tile's K loads while the last tile's P V still holds its V. On an
-  H100 ``Schedule(2, True, 128, apart=True)`` took 0.88 of the default's time at 512
-  queries; the plan does not choose it yet.
+  of 128 keys the next tile's K loads while the last tile's P V still holds its V.
+  ``WIDE_SCHEDULE`` (``Schedule(2, True, 128, apart=True)``) is the plan's from
+  ``WIDE_FROM`` (512) queries up (``schedule_for``): there the dots hold the kernel and it
+  ran at their speed, faster than the default at every point measured on an H100; below,
+  where the loads hold the kernel, the default stays
+  (docs/log/2026-12-07-expanded-attention-bounds.md).
 
 A program covers 128 queries of one head; shared memory holds the query tile (48 KB) and
 ``Schedule.stages`` key tiles (40 KB of 64 keys, 80 KB of 128), so one program an SM.
 ``Schedule.block_n`` sets the keys a tile: 128 halves the shared-memory reads of the scores'
 dot per key (the query tile, its operand from shared memory, is read once a tile), for twice
 the registers a consumer's scores and probabilities take and one stage fewer; 64 stays the
-default, faster at 128 queries on an H100 (docs/log/2026-12-07-expanded-attention-one-wave.md).
+default below 512 queries, faster at 128 on an H100
+(docs/log/2026-12-07-expanded-attention-one-wave.md).
 
 Restricted to what it was written for: bf16 or fp16 queries and K/V of 128 + 64 key columns
 and 128 value columns (Kimi-K3, DeepSeek-V3, GLM-5), each row's heads packed; ``supports``
@@ -143,6 +147,19 @@ class Schedule:
 
 
 DEFAULT_SCHEDULE = Schedule()
+# From WIDE_FROM queries up the dots hold the kernel, and 128-key tiles with K and V freed
+# apart run at their speed; below, the loads hold it and the default was as fast or faster
+# (data/exploration/h100/2026-12-07-f4bd7722baee-apart-map/).
+WIDE_SCHEDULE = Schedule(2, True, 128, apart=True)
+WIDE_FROM = 512  # queries (new tokens)
+
+
+def schedule_for(new_tokens: int) -> Schedule:
+    """The expanded plan's schedule for ``new_tokens`` queries: WIDE_SCHEDULE from
+    WIDE_FROM up, DEFAULT_SCHEDULE below."""
+    return WIDE_SCHEDULE if new_tokens >= WIDE_FROM else DEFAULT_SCHEDULE
+
+
 # A program's start (its query tile, the stages' first fill) and end (its partial output)
 # and its share of the merge, in keys' time: what a wave more costs beside its keys. From
 # one wave against two on an H100 at 128 and 512 queries, in tiles of 64 keys

@@ -85,8 +85,8 @@ class ExpandedPlan:
     blocking: Blocking | None = None  # the attention's tiles (None: expanded_blocking's)
     kernel: str = "portable"  # the attention's kernel (KERNELS)
     # The Gluon kernel's pipeline (its key stages and tiles, its softmax under its own last
-    # output dot or not), for the lab to time others; set before the first run (the splits
-    # stay those chosen for the default's tiles).
+    # output dot or not): plan_expanded's, the splits cut for its tiles. Set another before
+    # the first run and the splits stay those cut for the plan's.
     schedule: attention_hopper.Schedule = attention_hopper.DEFAULT_SCHEDULE
     # The attention's K/V arguments (descriptors, where it reads through them) by chunk
     # length, built at a chunk's first launch: an eager run builds none after its first.
@@ -169,6 +169,8 @@ def plan_expanded(
     variant: str = "auto",  # the expansion's design (mla_kernels.variant_names())
     blocking: Blocking | None = None,  # the portable kernel's tiles (None: expanded_blocking's)
     kernel: str = "auto",  # the attention's kernel: KERNEL_CHOICES
+    # The Gluon kernel's pipeline (None: attention_hopper.schedule_for(n), by the queries)
+    schedule: attention_hopper.Schedule | None = None,
     out: torch.Tensor | None = None,  # [n, H, v] q's dtype or float32
     lse: torch.Tensor | None = None,  # [n, H] float32
     validate: bool | None = None,  # read the page table and scales (default: interpreter only)
@@ -204,8 +206,17 @@ def plan_expanded(
         raise checks.fail("num_splits", f"None or an int in [1, {MAX_SPLITS}]", splits_asked)
     if type(variant) is not str:
         raise checks.fail("variant", "a design's name (mla_kernels.variant_names())", repr(variant))
+    if schedule is not None:
+        if not isinstance(schedule, attention_hopper.Schedule):
+            raise checks.fail("schedule", "None or a context.attention_hopper.Schedule",
+                              type(schedule).__name__)
+        if kernel == "portable" or blocking is not None:
+            raise checks.fail("schedule", "None with kernel='portable' or a blocking (a "
+                              "schedule is the hopper kernel's)", schedule)
     kernel = choose_kernel(kernel, blocking, KERNEL_CHOICES,
                            lambda: attention_hopper.supports(q, kv_dtype, v))
+    if schedule is None:
+        schedule = attention_hopper.schedule_for(n)
     checks.out_buffer(out, "out", dev, (n, h, v), (q.dtype, torch.float32))
     checks.out_buffer(lse, "lse", dev, (n, h), (torch.float32,))
     # Every tensor the call reads: an output over a scale or the page table would change
@@ -237,7 +248,8 @@ def plan_expanded(
         chunk_args.append(a)
     if kernel == "hopper":  # one program an SM (its shared memory): in waves of them
         units = device_spec(dev).compute_units
-        splits = [splits_asked or attention_hopper.splits(n, h, ln, units) for ln in lens]
+        splits = [splits_asked or attention_hopper.splits(n, h, ln, units, schedule.block_n)
+                  for ln in lens]
     else:
         splits = [splits_asked or default_splits(q, ln, blocking) for ln in lens]
     part_o = torch.empty((max(splits), n, h, v), dtype=torch.float32, device=dev)
@@ -249,7 +261,7 @@ def plan_expanded(
         running = out if out.dtype == torch.float32 else torch.empty(
             (n, h, v), dtype=torch.float32, device=dev)
     return ExpandedPlan(q, chunk_args, lens, splits, scale, variant, k_chunk, v_chunk, part_o,
-                        part_lse, running, out, lse, index_tensors, blocking, kernel)
+                        part_lse, running, out, lse, index_tensors, blocking, kernel, schedule)
 
 
 def expand_and_attend(q, k_buffer, k_scale, kv_indptr, kv_indices, context_len, kv_proj_weight,

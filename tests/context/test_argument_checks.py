@@ -337,6 +337,27 @@ def test_kernel_names_the_bad_argument(ci, kw, message, path):
     assert untouched(bufs)
 
 
+@pytest.mark.parametrize(("kw", "message"), [
+    ({"schedule": "hopper,2,n128,apart"},
+     r"schedule: expected None or a context.attention_hopper.Schedule, got str"),
+    ({"schedule": "default", "kernel": "portable"},
+     r"schedule: expected None with kernel='portable' or a blocking \(a schedule is the "
+     r"hopper kernel's\), got Schedule\("),
+    ({"schedule": "default", "blocking": Blocking(64, 64, 8, 2)},
+     r"schedule: expected None with kernel='portable' or a blocking"),
+])
+def test_expanded_schedule_names_the_bad_argument(ci, kw, message):
+    # A schedule is the Gluon kernel's pipeline: refused by name beside the portable kernel.
+    from mla_kernels.context import attention_hopper
+
+    if kw["schedule"] == "default":
+        kw = {**kw, "schedule": attention_hopper.DEFAULT_SCHEDULE}
+    bufs = outs(ci)
+    with pytest.raises(ValueError, match=message):
+        expand_and_attend(*ci.args(), **kw, **bufs)
+    assert untouched(bufs)
+
+
 def test_absorbed_refuses_descriptor_tiles(ci):
     # The absorbed kernels read the paged cache by pointers: tma=True is refused by name.
     bufs = outs(ci)

@@ -199,6 +199,17 @@ def test_split_by_waves_counts_a_wave_s_overhead(programs, keys, want):
     assert split_by_waves(programs, keys, 64, 132, 0) >= want
 
 
+@pytest.mark.parametrize(("n", "wide"), [(1, False), (128, False), (511, False), (512, True),
+                                         (8192, True)])
+def test_hopper_schedule_follows_the_queries(n, wide):
+    # The expanded plan's Gluon schedule: from 512 queries up, where the dots hold the
+    # kernel, 128-key tiles with the overlap and K and V freed apart; the default below.
+    from mla_kernels.context import attention_hopper as ah
+
+    assert ah.WIDE_SCHEDULE == ah.Schedule(2, True, 128, apart=True)
+    assert ah.schedule_for(n) == (ah.WIDE_SCHEDULE if wide else ah.DEFAULT_SCHEDULE)
+
+
 def test_tiles_follow_the_queries_and_the_keys():
     # 128 queries take 128-row tiles over many keys only; 256 and more always do.
     assert expanded_blocking(128, LONG_KEYS) == Blocking(128, 32, 4, 3)

@@ -166,11 +166,12 @@ def test_absorbed_hopper_kernel_against_the_reference(c, n, cache, block_size, s
 
 @pytest.mark.parametrize(("c", "n", "chunk", "splits"),
                          [(20011, 130, 8192, None), (4096, 128, None, None), (777, 3, None, 5),
-                          (33, 7, None, None), (1000, 70, 512, 40)])
+                          (33, 7, None, None), (1000, 70, 512, 40), (5000, 600, 4096, None)])
 def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed):
     # The Gluon kernel for sm_90: a partial last key tile and split, a partial last query
-    # tile (130 = 128 + 2, 70 and 3 queries), chunks of their own split counts, fewer keys
-    # than one tile, splits that see no key (40 splits of 512 keys); outputs poisoned first,
+    # tile (130 = 128 + 2, 70, 3 and 600 queries), chunks of their own split counts, fewer
+    # keys than one tile, splits that see no key (40 splits of 512 keys), the plan's own
+    # schedule from 512 queries up (128-key tiles, K and V apart); outputs poisoned first,
     # compared with the reference; replayed from a CUDA graph, the same bits.
     from mla_kernels.context import attention_hopper
 
@@ -180,10 +181,11 @@ def test_expanded_hopper_kernel_against_the_reference(c, n, chunk, splits, seed)
         pytest.skip(f"the hopper kernel needs {why}")
     plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
     assert plan.kernel == "hopper"
+    assert plan.schedule == attention_hopper.schedule_for(n)
     if splits is None:  # one program an SM: split by whole waves of them
         programs = -(-n // attention_hopper.QUERIES.value) * 12
         units = device_spec(ci.q.device).compute_units
-        bn = attention_hopper.DEFAULT_SCHEDULE.block_n
+        bn = plan.schedule.block_n
         assert plan.splits == [split_by_waves(programs, ln, bn, units,
                                               attention_hopper.OVERHEAD_KEYS // bn)
                                for ln in plan.chunk_tokens], plan.splits
@@ -223,8 +225,9 @@ def test_expanded_hopper_schedules_against_the_reference(c, n, chunk, splits, st
     why = attention_hopper.supports(ci.q, ci.q.dtype, 128)
     if why is not None:
         pytest.skip(f"the hopper kernel needs {why}")
-    plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper")
-    plan.schedule = attention_hopper.Schedule(stages, overlap, block_n, pingpong, apart)
+    plan = plan_expanded(*ci.args(), chunk_tokens=chunk, num_splits=splits, kernel="hopper",
+                         schedule=attention_hopper.Schedule(stages, overlap, block_n, pingpong,
+                                                            apart))
     matches_the_reference_and_replays(plan, ci, seed)
 
 

@@ -92,6 +92,40 @@ def test_expanded_tilings(prefix, blocking, monkeypatch):
     assert judge(errs, "bf16"), errs
 
 
+@pytest.mark.parametrize(("n", "chunk", "wide", "splits"), [
+    (511, None, False, [4]),     # 1000 keys: 4 splits of 64-key tiles fill the waves best
+    (512, None, True, [2]),      # 2 of 128-key ones (at least 4 tiles a split)
+    (600, 512, True, [1, 1]),    # chunks of 512 and 488 keys: one split each (2 at 64 keys)
+])
+def test_expanded_plan_picks_the_hopper_schedule_by_the_queries(n, chunk, wide, splits,
+                                                                  monkeypatch, seed):
+    # The plan on the Gluon kernel (planned, not run: the kernel runs on sm_90 alone) over
+    # an H100's 132 SMs: the default schedule below 512 queries, 128-key tiles with K and V
+    # apart from 512 up, its splits cut for the chosen tiles; a schedule given is kept and
+    # its own tiles cut the splits.
+    from mla_kernels.context import attention_hopper as ah
+    from mla_kernels.context import expanded
+    from mla_kernels.core.devices import DEVICES
+
+    monkeypatch.setattr(ah, "supports", lambda *args: None)
+    monkeypatch.setattr(expanded, "device_spec", lambda dev: DEVICES["H100 SXM"])
+    ci = build_context_inputs(TWO, 1000, n, block_size=8, cache_dtype="fp8",
+                              weight_format="fp8_row", device="cpu" if _interp() else "cuda",
+                              seed=seed)
+    plan = plan_expanded(*ci.args(), chunk_tokens=chunk)
+    assert plan.kernel == "hopper"
+    assert plan.schedule == (ah.WIDE_SCHEDULE if wide else ah.DEFAULT_SCHEDULE)
+    assert plan.splits == splits, plan.splits
+    for given in (ah.DEFAULT_SCHEDULE, ah.WIDE_SCHEDULE, ah.Schedule(4, False, 64)):
+        plan = plan_expanded(*ci.args(), chunk_tokens=chunk, schedule=given)
+        assert plan.schedule is given
+        assert plan.splits == [ah.splits(n, 2, ln, 132, given.block_n)
+                               for ln in plan.chunk_tokens], (given, plan.splits)
+    # The other way round from the plan's own choice: the split counts change with the tiles.
+    other = ah.DEFAULT_SCHEDULE if wide else ah.WIDE_SCHEDULE
+    assert plan_expanded(*ci.args(), chunk_tokens=chunk, schedule=other).splits != splits
+
+
 @pytest.mark.parametrize("blocking", [Blocking(32, 64, 4, 2, tma=True), None], ids=str)
 def test_expanded_sources_built_once_per_chunk_length(prefix, blocking):
     # The attention's K/V arguments (descriptors where the tiles read through them) are

@@ -16,10 +16,11 @@ launch then writes back as it evicts them) and flushed by a read (``flush="read"
 dirty line: ``timing.measure_clean``). A row also gives the programs, the
 key tiles a program runs and the waves, and ``kv_gbps``: the K/V bytes the keys hold over
 the row's time, to read against the device's copy rate. ``--splits`` times other split
-counts than the plan's (its fixed cost a wave), ``--schedules`` other pipelines than the
-default (``attention_hopper.Schedule.parse``'s specs: ``hopper,pingpong``, ...). Outputs
-are not checked here: ``dots`` writes partials of stale tiles, ``loads`` writes none; the
-context tests check ``all``.
+counts than the plan's (its fixed cost a wave, cut for the schedule's tiles),
+``--schedules`` other pipelines than the plan's (``attention_hopper.schedule_for``; specs
+of ``attention_hopper.Schedule.parse``: ``hopper`` the default's, ``hopper,pingpong``,
+...). Outputs are not checked here: ``dots`` writes partials of stale tiles, ``loads``
+writes none; the context tests check ``all``.
 
     python3 -m mla_kernels.lab.diagnostics.expanded_bounds [--out FOLDER]
         [--contexts 32000 ...] [--new-tokens 128 ...] [--splits 5 22 ...]
@@ -96,8 +97,8 @@ def measure_point(c: int, n: int, prov: dict, splits: list[int] | None = None,
                 * plan.k_chunk.element_size())
     rows = []
     for sched, s in [(x, y) for x in schedules or [plan.schedule]
-                     for y in splits or [plan.splits[0]]]:
-        plan.schedule = sched  # the splits stay those chosen for the default's tiles
+                     for y in splits or [ah.splits(n, h, c, sms, x.block_n)]]:
+        plan.schedule = sched  # its splits: the plan's for its tiles, or those given
         geo = shape_of(n, h, c, s, sms, sched.block_n)
         fns = launches(plan, torch.empty((s, n, h, ah.DV.value), device=ci.q.device),
                        torch.empty((s, n, h), device=ci.q.device))
@@ -108,7 +109,8 @@ def measure_point(c: int, n: int, prov: dict, splits: list[int] | None = None,
                 t = timed(replay, budget)
                 rows.append({
                     **prov, "model": shape, "ctx": c, "new_tokens": n, "heads": h, "splits": s,
-                    "plan_splits": plan.splits[0], **geo, "parts": name, "flush": flush,
+                    "plan_splits": ah.splits(n, h, c, sms, sched.block_n), **geo,
+                    "parts": name, "flush": flush,
                     "block_n": sched.block_n, "stages": sched.stages,
                     "overlap": sched.overlap, "pingpong": sched.pingpong, "apart": sched.apart,
                     "median_us": t.median_us,
