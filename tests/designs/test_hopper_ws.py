@@ -604,10 +604,12 @@ def test_config_fields_checked():
                 dict(staging_buffers=0), dict(staging_buffers=3),
                 dict(mxfp4_widening="once"), dict(mxfp4_widening=True),
                 dict(early_block_ids=1), dict(early_block_ids="yes"),
-                dict(rope_ahead=1), dict(rope_ahead="yes")):
+                dict(rope_ahead=1), dict(rope_ahead="yes"), dict(tail_items=-1),
+                dict(tail_items=65), dict(tail_items=True)):
         with pytest.raises(ValueError, match="config\\.(mma_groups|ring_depth|latent_in_registers"
                                              "|pingpong|spare_latent_chunks|mxfp4_widening"
-                                             "|staging_buffers|early_block_ids|rope_ahead)"
+                                             "|staging_buffers|early_block_ids|rope_ahead"
+                                             "|tail_items)"
                                              ": expected"):
             HopperWSConfig(**bad)
 
@@ -1374,3 +1376,123 @@ def test_fp8_outputs_take_the_scale_at_each_call(device, seed):
     inp.k_out_scale.mul_(2)
     inp.v_out_scale.mul_(0.5)
     run_and_check(inp, "hopper_ws")
+
+
+# ------------------------------------------------ the dynamic tail
+# Long contexts' runs end short of the last items, which the programs' gatherers then claim
+# tail_items at a time from a counter per device and stream (tail.py). An item's dots are the
+# same whichever program runs it, so the outputs are the static runs' bit for bit.
+TAIL_PATHS = [
+    ("fp8_row", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True,
+                               tail_items=3)),
+    ("fp8_row", HopperWSConfig(tail_items=1)),
+    ("fp8_block", HopperWSConfig(tail_items=2, rope_ahead=True)),
+    ("bf16", HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True,
+                            tail_items=4)),
+]
+TAIL_IDS = ["fp8_row-registers", "fp8_row-one-group", "fp8_block-rope-ahead",
+            "bf16-registers"]
+
+
+def _bits(inp):
+    return (inp.k_prefix.view(torch.uint8).clone(), inp.v_prefix.view(torch.uint8).clone())
+
+
+def _counter_value(device) -> int:
+    from mla_kernels.designs.hopper_ws.tail import stream_counter
+
+    torch.cuda.synchronize()
+    got = stream_counter(torch.device(device).index or torch.cuda.current_device())
+    assert got is not None
+    return int(got[0].item())
+
+
+@pytest.mark.gpu
+@hopper
+@pytest.mark.parametrize(("contexts", "block_size", "programs"), [
+    ([32000], 1, None),
+    ([900, 333], 1, 5),  # a few programs: many claims each, across tiles and sequences
+    ([37, 0, 300, 129, 1], 16, 3),  # ragged, an empty sequence, a partial last tile
+    ([1000], 1, 1),  # one program makes every claim
+    ([513, 0, 2048, 70], 64, None),  # two programs a tile or more: no tail
+])
+@pytest.mark.parametrize(("fmt", "config"), TAIL_PATHS, ids=TAIL_IDS)
+def test_dynamic_tail_is_the_static_runs_result(fmt, config, contexts, block_size, programs,
+                                                device, seed):
+    inp = mk.build_inputs(KIMI, contexts, block_size=block_size, cache_dtype="fp8",
+                          weight_format=fmt, device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=replace(config, tail_items=0, programs=programs))
+    static = _bits(inp)
+    for _ in range(3):  # each call sets the counter back to zero for the next
+        run_and_check(inp, "hopper_ws", config=replace(config, programs=programs))
+        got = _bits(inp)
+        assert torch.equal(got[0], static[0]) and torch.equal(got[1], static[1])
+        assert _counter_value(device) == 0
+
+
+@pytest.mark.gpu
+@hopper
+def test_dynamic_tail_on_another_stream_and_in_a_cuda_graph(device, seed):
+    fmt, config = TAIL_PATHS[0]
+    inp = mk.build_inputs(KIMI, [20000], block_size=1, cache_dtype="fp8", weight_format=fmt,
+                          device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=replace(config, tail_items=0))
+    static = _bits(inp)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):  # a stream's own counter
+        run_and_check(inp, "hopper_ws", config=config)
+        assert _counter_value(device) == 0
+    side.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(_bits(inp), static, strict=True))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=config)
+    for _ in range(3):
+        inp.poison_outputs()
+        graph.replay()
+        torch.cuda.synchronize()
+        assert all(torch.equal(a, b) for a, b in zip(_bits(inp), static, strict=True))
+
+
+@pytest.mark.gpu
+@hopper
+def test_dynamic_tail_captured_before_any_counter_runs_static(device, seed, monkeypatch):
+    # A first call while a graph is captured makes no counters (their zeroing would be
+    # captured, not run): that launch runs without its tail, with the same result.
+    from mla_kernels.designs.hopper_ws import tail
+
+    fmt, config = TAIL_PATHS[0]
+    inp = mk.build_inputs(KIMI, [20000], block_size=1, cache_dtype="fp8", weight_format=fmt,
+                          device=device, seed=seed)
+    run_and_check(inp, "hopper_ws", config=replace(config, tail_items=0))
+    static = _bits(inp)
+    monkeypatch.setattr(tail, "_blocks", {})
+    monkeypatch.setattr(tail, "_counters", {})
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=config)
+    assert tail._blocks == {} and tail._counters == {}
+    inp.poison_outputs()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(_bits(inp), static, strict=True))
+
+
+@pytest.mark.parametrize(("shape", "fmt", "cache", "config", "why"), [
+    (KIMI, "fp8_row", "fp8", HopperWSConfig(mma_groups=2, pingpong=True, ring_depth=4,
+                                            tail_items=2), "ping-pong"),
+    (KIMI, "mxfp4", "fp8", HopperWSConfig(tail_items=2), "MXFP4"),
+    (KIMI, "bf16", "fp8", HopperWSConfig(tail_items=2), "fp8 latent tile"),
+    (KIMI, "fp8_row", "bf16", HopperWSConfig(tail_items=2), "fp8 latent tile"),
+    ("deepseek-v3-tp1", "fp8_row", "fp8", HopperWSConfig(tail_items=2), "lockstep"),
+])
+def test_dynamic_tail_refused_where_it_does_not_apply(shape, fmt, cache, config, why):
+    # Refused when the launch is prepared, before anything is written.
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel
+    from mla_kernels.lab.occupancy import problem_for
+
+    inp = mk.build_inputs(shape, [300], cache_dtype=cache, weight_format=fmt)
+    prob = problem_for(shape, [300], cache, fmt, 1)
+    with pytest.raises(ValueError, match=rf"config\.tail_items: expected 0 here \(.*{why}.*\), "
+                                         r"got 2"):
+        compile_main_kernel("hopper_ws", inp, prob, config, HOPPER, 90)

@@ -533,3 +533,44 @@ def test_hopper_ws_rope_ahead_compiles_for_sm90():
             assert on["spill_bytes"] == 0, on
         assert off["parents"] and set(off["parents"]) == {"scf.if"}, off
         assert len(on["parents"]) == len(off["parents"]) and set(on["parents"]) == {"scf.for"}, on
+
+
+
+_TAIL = textwrap.dedent(r"""
+    import json, re
+    from mla_kernels.designs.hopper_ws import HopperWSConfig
+    from mla_kernels.lab.compile_check import HOPPER, compile_main_kernel, ptxas_report
+    from mla_kernels.lab.inputs import build_inputs
+    from mla_kernels.lab.occupancy import problem_for
+
+    two = dict(mma_groups=2, ring_depth=6, latent_in_registers=True)
+    for fmt, kw in (("fp8_row", two), ("fp8_row", {}), ("bf16", two)):
+        for tail in (0, 3):
+            inp = build_inputs("kimi-k3-tp8", [300], weight_format=fmt)
+            prob = problem_for("kimi-k3-tp8", [300], "fp8", fmt, 1)
+            _, kernel = compile_main_kernel("hopper_ws", inp, prob,
+                                            HopperWSConfig(tail_items=tail, **kw), HOPPER, 90)
+            ptx = kernel.asm["ptx"]
+            print(json.dumps({"path": [fmt, bool(kw)], "tail": tail,
+                              "adds": len(re.findall(r"atom\.global\.gpu\.acq_rel\.add", ptx)),
+                              "exchanges": len(re.findall(r"atom\.global\.gpu\.acq_rel\.exch", ptx)),
+                              "atomics": len(re.findall(r"\batom\.", ptx)),
+                              **ptxas_report(ptx, 90)}), flush=True)
+""")
+
+
+def test_hopper_ws_dynamic_tail_compiles_for_sm90():
+    # The tail's claims are the gatherer's: two inlined claims (the first, and the loop's),
+    # each an atomic add and, for the call's last claim, an exchange back to zero; without a
+    # tail no atomic at all. Two groups with the latent in registers (the tail's candidate)
+    # spill no more than without it; the other paths at most 64 bytes more (under triton 3.6
+    # a bf16 weight's two groups, whose gatherer has 40 registers a thread).
+    rows = _child_rows(_TAIL)
+    assert len(rows) == 6
+    for off, on in zip(rows[::2], rows[1::2], strict=True):
+        assert (off["path"], off["tail"], on["tail"]) == (on["path"], 0, 3)
+        assert off["atomics"] == 0, off
+        assert (on["adds"], on["exchanges"], on["atomics"]) == (2, 2, 4), on
+        assert on["spill_bytes"] <= off["spill_bytes"] + 64, (off, on)
+        if on["path"] == ["fp8_row", True]:
+            assert on["spill_bytes"] <= off["spill_bytes"], (off, on)

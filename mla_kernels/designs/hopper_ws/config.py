@@ -39,6 +39,16 @@ SCALE_E8M0 = gl.constexpr(SCALE_CODES["e8m0"])
 LOCKSTEP_ITEMS = gl.constexpr(128)  # items a tile (2 x heads) from which runs go in lockstep
 LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of one
 
+# The dynamic tail (HopperWSConfig.tail_items). Programs end their static runs at different
+# times, by more from call to call than any static split can follow; the last items are
+# handed out instead, a claim at a time, from a counter in global memory, to whichever
+# program's gatherer asks first. The tail holds TAIL_CLAIMS claims a program, at most a
+# quarter of the items.
+TAIL_CLAIMS = gl.constexpr(2)
+CLAIM_SLOTS = gl.constexpr(2)  # claims in flight from the gatherer to the other partitions
+CLAIM_WIDTH = gl.constexpr(32)  # a claim's entry: one int32, repeated over a warp's lanes
+TAIL_COUNTER_STRIDE = 4  # int32s between two streams' counters: each 16-byte aligned
+
 # ------------------------------------------------------------- MXFP4 widening
 WIDEN_WARPS = gl.constexpr(4)
 # The e4m3 route holds a weight row whose e8m0 exponents span at most MX_SPAN binades: with
@@ -109,8 +119,12 @@ class HopperWSConfig(DesignConfig):
     the wrong ones read again (``schedule.Cache.first_tile``), instead of after the
     offsets; ``rope_ahead``: at each full tile's start, once its rope is staged, the rope
     of every head whose K-nope item the run holds in that tile is stored at once, not with
-    that item (heads of whole items, an fp8 latent tile, not pingpong). What each option bought,
-    and where ``auto`` sets them: README.md."""
+    that item (heads of whole items, an fp8 latent tile, not pingpong); ``tail_items``: runs
+    of long contexts (fewer than two programs a token tile) end short of the last items,
+    which programs then claim ``tail_items`` at a time as their gatherers ask for more (the
+    dynamic tail: a counter per device and stream, ``tail.py``), or 0 for static runs alone
+    (an fp8 per-row, per-block or unscaled weight over an fp8 latent tile, not pingpong).
+    What each option bought, and where ``auto`` sets them: README.md."""
 
     ring_depth: int = 4
     programs: int | None = None
@@ -124,11 +138,12 @@ class HopperWSConfig(DesignConfig):
     prefetch: str = "none"
     early_block_ids: bool = False
     rope_ahead: bool = False
+    tail_items: int = 0
 
     _rules = {"ring_depth": int_in(2, MAX_RING_DEPTH), "programs": optional(int_in(1, 1 << 20)),
               "mma_groups": one_of(1, 2), "latent_in_registers": flag(), "pingpong": flag(),
               "spare_latent_chunks": int_in(0, 3), "staging_buffers": optional(int_in(1, 2)),
               "mxfp4_widening": choice(("call", "kernel")), "overlap_launch": flag(),
               "prefetch": choice(PREFETCH_KINDS), "early_block_ids": flag(),
-              "rope_ahead": flag()}
+              "rope_ahead": flag(), "tail_items": int_in(0, 64)}
     _legacy = {"stages": "ring_depth", "programs": "programs"}

@@ -31,57 +31,86 @@ def latent_gatherer(p):
     if LAT16 and p.cache.FP8:
         _latent_widener(p.items, p.cache, p.tile, p.out.k_ptr, rope_inv)
     else:
-        _latent_copier(p.items, p.cache, p.tile, p.out.k_ptr, rope_inv)
+        _latent_copier(p.items, p.cache, p.tile, p.claims, p.out.k_ptr, rope_inv)
 
 
 @gluon.jit
-def _latent_copier(items, cache, tile_bufs, k_out_ptr, rope_inv):
-    """``latent_gatherer`` where the tile holds the cache's own dtype."""
+def _latent_copier(items, cache, tile_bufs, claims, k_out_ptr, rope_inv):
+    """``latent_gatherer`` where the tile holds the cache's own dtype: the run's tiles, then
+    with a dynamic tail (``Items.tail_of``) the claims' tiles, one claim at a time, each
+    claimed once this program's last tile has been gathered, while its items still run."""
     LAT16: gl.constexpr = tile_bufs.LAT16
-    KV_C: gl.constexpr = items.KV_C
     PE: gl.constexpr = items.PE
-    lat = tile_bufs.bufs
-    lat_ready = tile_bufs.ready
     # 16 contiguous bytes per thread: one cp.async each; a row of a K slice (LK values).
     VEC: gl.constexpr = 8 if LAT16 else 16
-    LK: gl.constexpr = BK // 2 if LAT16 else BK
     lat_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [4, 8], [GATHER_WARPS, 1], [1, 0])
     pe_layout: gl.constexpr = gl.BlockedLayout([1, VEC], [32 // (PE // VEC), PE // VEC],
                                                [GATHER_WARPS, 1], [1, 0])
-    NK: gl.constexpr = KV_C // BK
+    LK: gl.constexpr = BK // 2 if LAT16 else BK
     index = cache.batch_index(items, lat_layout)
     total, start, end, first_tile, last_tile, rows, tmask = cache.first_tile(items, lat_layout,
                                                                              index)
     k_cols = gl.arange(0, LK, layout=gl.SliceLayout(0, lat_layout))
     pe_cols = gl.arange(0, PE, layout=gl.SliceLayout(0, pe_layout))
     for tile in range(first_tile, last_tile):
-        n = tile - first_tile
-        # A buffer's first fill waits on the phase before the barrier's first: it passes.
-        free_phase = (n & 1) ^ 1
-        # Rope first (the MMA warps stage it at the tile's start), then the K chunks in
-        # order, each on its own barrier so the first wgmma starts as soon as its chunk
-        # has landed.
-        pe_rows = gl.convert_layout(rows, gl.SliceLayout(1, pe_layout))
-        pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
-        pe_ptrs = cache.k_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :]
-        if not LAT16:
-            mbarrier.wait(tile_bufs.rope_empty(), free_phase)
-            cp_async.load(tile_bufs.pe, pe_ptrs, mask=pe_mask[:, None])
-            # Each thread's arrival lands when its own copies have: the barriers count
-            # threads.
-            async_copy.mbarrier_arrive(tile_bufs.rope_ready(), increment_count=False)
-        for kb in gl.static_range(NK):
-            s = tile_bufs.wait_free(n, kb, free_phase)
-            for h in gl.static_range(BK // LK):
-                cp_async.load(lat.index(s * (BK // LK) + h), cache.k_ptr + rows[:, None]
-                              + (kb * BK + h * LK + k_cols)[None, :], mask=tmask[:, None])
-            async_copy.mbarrier_arrive(lat_ready.index(s), increment_count=False)
-        if LAT16:  # a bf16 cache: nothing to dequantise
-            _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, rope_inv, total, tile, start,
-                        end, pe_cols, pe_layout)
+        _copy_tile(items, cache, tile_bufs, k_out_ptr, rope_inv, total, tile, tile - first_tile,
+                   start, end, rows, tmask, k_cols, pe_cols, pe_layout)
         # The next tile's row offsets (dependent index loads) are fetched while this
         # tile's matrix work runs, off the MMA warps' critical path.
         rows, tmask = cache.tile_rows(items, total, tile + 1, lat_layout, index)
+    if items.TAIL > 0:
+        on, _, _ = items.tail_of(total)
+        if on:
+            PER_TILE: gl.constexpr = items.PER_TILE
+            claim_layout: gl.constexpr = gl.BlockedLayout([1], [32], [GATHER_WARPS], [0])
+            n = last_tile - first_tile  # tiles gathered so far
+            j = 0
+            start, end = items.claimed(total, claims.claim(items, total, 0, claim_layout))
+            while end > start:
+                # A claim's tiles' row offsets, each fetched as its tile begins: the gatherer
+                # runs a claim ahead, and nothing held across claims leaves it registers.
+                for tile in range(start // PER_TILE, (end + PER_TILE - 1) // PER_TILE):
+                    t_rows, t_mask = cache.tile_rows(items, total, tile, lat_layout, index)
+                    _copy_tile(items, cache, tile_bufs, k_out_ptr, rope_inv, total, tile, n,
+                               start, end, t_rows, t_mask, k_cols, pe_cols, pe_layout)
+                    n += 1
+                j += 1
+                start, end = items.claimed(total, claims.claim(items, total, j, claim_layout))
+
+
+@gluon.jit
+def _copy_tile(items, cache, tile_bufs, k_out_ptr, rope_inv, total, tile, n, start, end, rows,
+               tmask, k_cols, pe_cols, pe_layout: gl.constexpr):
+    """Token tile ``tile``, the ``n``-th this program gathers (from 0), of the run or claim
+    [start, end): its rope and K chunks by cp.async into their slots once free (row offsets
+    ``rows``, masked by ``tmask``); a bf16 cache's rope stored from registers."""
+    LAT16: gl.constexpr = tile_bufs.LAT16
+    KV_C: gl.constexpr = items.KV_C
+    LK: gl.constexpr = BK // 2 if LAT16 else BK
+    NK: gl.constexpr = KV_C // BK
+    lat = tile_bufs.bufs
+    lat_ready = tile_bufs.ready
+    # A buffer's first fill waits on the phase before the barrier's first: it passes.
+    free_phase = (n & 1) ^ 1
+    # Rope first (the MMA warps stage it at the tile's start), then the K chunks in order,
+    # each on its own barrier so the first wgmma starts as soon as its chunk has landed.
+    pe_rows = gl.convert_layout(rows, gl.SliceLayout(1, pe_layout))
+    pe_mask = gl.convert_layout(tmask, gl.SliceLayout(1, pe_layout))
+    pe_ptrs = cache.k_ptr + pe_rows[:, None] + (KV_C + pe_cols)[None, :]
+    if not LAT16:
+        mbarrier.wait(tile_bufs.rope_empty(), free_phase)
+        cp_async.load(tile_bufs.pe, pe_ptrs, mask=pe_mask[:, None])
+        # Each thread's arrival lands when its own copies have: the barriers count threads.
+        async_copy.mbarrier_arrive(tile_bufs.rope_ready(), increment_count=False)
+    for kb in gl.static_range(NK):
+        s = tile_bufs.wait_free(n, kb, free_phase)
+        for h in gl.static_range(BK // LK):
+            cp_async.load(lat.index(s * (BK // LK) + h), cache.k_ptr + rows[:, None]
+                          + (kb * BK + h * LK + k_cols)[None, :], mask=tmask[:, None])
+        async_copy.mbarrier_arrive(lat_ready.index(s), increment_count=False)
+    if LAT16:  # a bf16 cache: nothing to dequantise
+        _store_rope(items, k_out_ptr, pe_ptrs, pe_mask, rope_inv, total, tile, start, end,
+                    pe_cols, pe_layout)
 
 
 @gluon.jit

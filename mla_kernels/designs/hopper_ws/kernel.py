@@ -7,21 +7,33 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from .config import BK, BM, BN, GATHER_WARPS, MX_CODES, MX_PACKED, SCALE_E8M0, WIDEN_WARPS
+from .config import (
+    BK,
+    BM,
+    BN,
+    CLAIM_SLOTS,
+    CLAIM_WIDTH,
+    GATHER_WARPS,
+    MX_CODES,
+    MX_PACKED,
+    SCALE_E8M0,
+    WIDEN_WARPS,
+)
 from .gather import latent_gatherer
 from .grid_dependency import allow_next_grid, wait_for_previous_grid
 from .loaders import mx_widener, packed_loader, weight_loader
 from .mma import mma_epilogue
 from .prefetch import prefetch_share
 from .schedule import Cache, Items
-from .shared_buffers import Handles, LatentTile, Outputs, PackedRing, WeightRing
+from .shared_buffers import Claims, Handles, LatentTile, Outputs, PackedRing, WeightRing
 
 
-@gluon.jit
+# tail_on changes from call to call (tail.py): never a constant.
+@gluon.jit(do_not_specialize=["tail_on"])
 def hopper_ws_kernel(
     k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, cs_ptr, w_ptr, ws_ptr,
-    k_out_ptr, v_out_ptr, ko_scale_ptr, vo_scale_ptr, w_desc, k_desc, pe_desc, v_desc,
-    stride_block, stride_slot, num_blocks, batch, num_indices,
+    k_out_ptr, v_out_ptr, ko_scale_ptr, vo_scale_ptr, counter_ptr, w_desc, k_desc, pe_desc,
+    v_desc, stride_block, stride_slot, num_blocks, batch, num_indices, tail_on,
     KV_C: gl.constexpr, PE: gl.constexpr, NOPE: gl.constexpr, V: gl.constexpr,
     HEADS: gl.constexpr, BLOCK_SIZE: gl.constexpr, SEARCH_STEPS: gl.constexpr,
     STAGES: gl.constexpr, LOADER_REGS: gl.constexpr, GATHER_REGS: gl.constexpr,
@@ -31,7 +43,7 @@ def hopper_ws_kernel(
     LAT_SPARE: gl.constexpr, MX_WIDENED: gl.constexpr, PDL: gl.constexpr,
     STAGING: gl.constexpr, PREFETCH_TABLE: gl.constexpr, PREFETCH_LATENT: gl.constexpr,
     ROW_BYTES: gl.constexpr, W_BYTES: gl.constexpr, GUESS_IDS: gl.constexpr,
-    ROPE_AHEAD: gl.constexpr, num_warps: gl.constexpr,
+    ROPE_AHEAD: gl.constexpr, TAIL: gl.constexpr, num_warps: gl.constexpr,
 ):
     # A head's weight rows, BN at a time: two items a head of 128 + 128 columns, 3.5 of GLM-5's.
     ITEMS_PER_TILE: gl.constexpr = HEADS * (NOPE + V) // BN
@@ -142,9 +154,26 @@ def hopper_ws_kernel(
     if not MX_IN:  # stand-ins, never read
         packed = PackedRing(lat_ready, lat_ready, lat_ready, lat_ready, lat_ready, lat_ready,
                             1, 1)
+    # The dynamic tail's claims, read by the weight loader and each MMA group. Its runs are
+    # the copier's over an fp8 tile, one item at a time (the plan's rule).
+    gl.static_assert(TAIL == 0 or not (PAIRS or MX or LAT16), "a dynamic tail: fp8 tile only")
+    if TAIL > 0:
+        claim_slots = gl.allocate_shared_memory(gl.int32, [CLAIM_SLOTS, CLAIM_WIDTH],
+                                                gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        claim_ready = gl.allocate_shared_memory(gl.int64, [CLAIM_SLOTS, 1],
+                                                mbarrier.MBarrierLayout())
+        claim_empty = gl.allocate_shared_memory(gl.int64, [CLAIM_SLOTS, 1],
+                                                mbarrier.MBarrierLayout())
+        for j in gl.static_range(CLAIM_SLOTS):
+            mbarrier.init(claim_ready.index(j), count=1)
+            mbarrier.init(claim_empty.index(j), count=1 + MMA_GROUPS)
+        claims = Claims(claim_slots, claim_ready, claim_empty)
+    else:
+        claims = Claims(lat_ready, lat_ready, lat_ready)
     # Each item one head's K-nope or V (else two pieces of BN / 2 columns: Items.piece).
     WHOLE: gl.constexpr = NOPE % BN == 0 and V % BN == 0
-    p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS, HEADS, WHOLE),
+    p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS, HEADS, WHOLE,
+                      counter_ptr, tail_on, TAIL),
                 Cache(k_buffer_ptr, k_scale_ptr, kv_indptr_ptr, kv_indices_ptr, stride_block,
                       stride_slot, num_blocks, num_indices, BLOCK_SIZE, SEARCH_STEPS,
                       CACHE_FP8, GUESS_IDS),
@@ -152,7 +181,7 @@ def hopper_ws_kernel(
                 WeightRing(w_ring, w_ready, w_empty, info, STAGES, MX_WIDENED), packed,
                 LatentTile(lat, pe_raw, lat_ready, lat_empty, LAT16, NK, SLOTS),
                 Outputs(k_out_ptr, v_out_ptr, k_desc, pe_desc, v_desc, out_buf, pe_out,
-                        ko_scale_ptr, vo_scale_ptr, OUT_FP8, ROPE_AHEAD), turns)
+                        ko_scale_ptr, vo_scale_ptr, OUT_FP8, ROPE_AHEAD), turns, claims)
     # Launched overlapped (PDL): the setup above reads no global memory. The kernel before
     # may still be writing anything this call reads (the cache, its indices, the weight:
     # the widening kernel writes a widened copy), so the partitions start once it has

@@ -23,22 +23,39 @@ from .conversions import (
 
 @gluon.jit
 def weight_loader(p):
-    """One warp: each item's 128 weight rows by TMA, a [128 x WK] chunk a ring slot (MXFP4
-    widened once a call: ``_widened_items_loader``)."""
-    ring = p.ring
+    """One warp: each item's 128 weight rows by TMA, a [128 x WK] chunk a ring slot, the run's
+    items and then any the dynamic tail's claims hold (MXFP4 widened once a call:
+    ``_widened_items_loader``)."""
     items = p.items
-    WK: gl.constexpr = p.WK
     if p.SCALE == SCALE_E8M0:
         _widened_items_loader(p)
     else:
-        _, start, end = items.run()
-        c = 0
-        for it in range(start, end):
-            w_row = items.weight_row(it)
-            for kb in gl.static_range(items.KV_C // WK):
-                s = ring.wait_free(c)
-                ring.fill(p.w_desc, s, w_row, kb * WK)
-                c += 1
+        total, start, end = items.run()
+        c = _load_items(p, start, end, gl.to_tensor(0))
+        if items.TAIL > 0:  # the dynamic tail's claims, as the gatherer makes them
+            on, _, _ = items.tail_of(total)
+            if on:
+                claim_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+                j = 0
+                start, end = items.claimed(total, p.claims.take(0, claim_layout))
+                while end > start:
+                    c = _load_items(p, start, end, c)
+                    j += 1
+                    start, end = items.claimed(total, p.claims.take(j, claim_layout))
+
+
+@gluon.jit
+def _load_items(p, start, end, c):
+    """Items [start, end) into the ring from its ``c``-th chunk; returns the chunks after."""
+    ring = p.ring
+    WK: gl.constexpr = p.WK
+    for it in range(start, end):
+        w_row = p.items.weight_row(it)
+        for kb in gl.static_range(p.items.KV_C // WK):
+            s = ring.wait_free(c)
+            ring.fill(p.w_desc, s, w_row, kb * WK)
+            c += 1
+    return c
 
 
 @gluon.jit

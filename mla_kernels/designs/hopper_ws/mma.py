@@ -650,77 +650,92 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     # items, group 1 the V items, each item's chunks at its place in the weight stream.
     IT_STEP: gl.constexpr = 2 if PAIRS else 1
     NEXT: gl.constexpr = 1 - WG if PAIRS else -1
-    for it in range(start + WG if PAIRS else start, end, IT_STEP):
-        item, tiles_seen = _item_at(items, it, start, end, total, tiles_seen)
-        if PAIRS:
-            c = (it - start) * (NK * STEP)
-        # A bf16 tile's rope is the gather warps' (_store_rope); a ping-pong run's, the
-        # K-nope group's.
-        if item.first and not LAT16 and (not PAIRS or WG == 0):
-            issued = _stage_rope(items, lat, out, grp, item, start, end)
-            if out.ROPE_AHEAD:
-                fresh = issued
-                tile_it = it
-        w_row = items.weight_row(it)
-        if COL_FACTOR:
-            # The item's pieces may be K's and V's: a factor a column.
-            k0, _, _ = items.piece(it, 0)
-            k1, _, _ = items.piece(it, 1)
-            factor = gl.where(gl.where(cols < BN // 2, k0, k1), k_scale * k_inv,
-                              k_scale * v_inv)
-        elif OUT_FP8:
-            if item.half == 0:
-                factor = k_scale * k_inv
-            else:
-                factor = k_scale * v_inv
-        else:
-            factor = k_scale
-        if HALVES:
-            if SCALE == SCALE_ROW:
-                scale1 = gl.load(p.ws_ptr + w_row + gl.arange(0, BN, layout=one_layout))
+    # The run, then with a dynamic tail each claim the gatherer hands over, until one past
+    # the last (an empty run): each an outer pass over its items.
+    on = False
+    if items.TAIL > 0:
+        on, _, _ = items.tail_of(total)
+    j = 0  # claims taken
+    go = True
+    while go:
+        for it in range(start + WG if PAIRS else start, end, IT_STEP):
+            item, tiles_seen = _item_at(items, it, start, end, total, tiles_seen)
             if PAIRS:
-                _wait_turn(p.turns, WG, (it - start) // 2)
-            acc_t, acc_b, s_last, c = _block_scaled_item(
-                ring, lat, item, acc_t, acc_b, p.ws_ptr + (w_row // BN) * p.WS_LD, c, KV_C, WK,
-                p.turns, NEXT, SCALE == SCALE_BLOCK)
-            if SCALE == SCALE_ROW:
-                scale = gl.convert_layout(scale1.to(gl.float32) * factor,
-                                          gl.SliceLayout(0, half_layout))
-                out_t = (acc_t * scale[None, :]).to(out_ty)
-                out_b = (acc_b * scale[None, :]).to(out_ty)
-            elif COL_FACTOR:
-                f = s_last * factor
-                out_t = (acc_t * f[None, :]).to(out_ty)
-                out_b = (acc_b * f[None, :]).to(out_ty)
+                c = (it - start) * (NK * STEP)
+            # A bf16 tile's rope is the gather warps' (_store_rope); a ping-pong run's, the
+            # K-nope group's.
+            if item.first and not LAT16 and (not PAIRS or WG == 0):
+                issued = _stage_rope(items, lat, out, grp, item, start, end)
+                if out.ROPE_AHEAD:
+                    fresh = issued
+                    tile_it = it
+            w_row = items.weight_row(it)
+            if COL_FACTOR:
+                # The item's pieces may be K's and V's: a factor a column.
+                k0, _, _ = items.piece(it, 0)
+                k1, _, _ = items.piece(it, 1)
+                factor = gl.where(gl.where(cols < BN // 2, k0, k1), k_scale * k_inv,
+                                  k_scale * v_inv)
+            elif OUT_FP8:
+                if item.half == 0:
+                    factor = k_scale * k_inv
+                else:
+                    factor = k_scale * v_inv
             else:
-                f = s_last * factor
-                out_t = (acc_t * f).to(out_ty)
-                out_b = (acc_b * f).to(out_ty)
-        elif SCALE == SCALE_E8M0:
-            acc, out_t, c = _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK,
-                                             a_layout, acc16_layout, a16_layout, one_layout,
-                                             out_ty, WG, NWG)
-            out_b = out_t
-        else:
-            if SCALE == SCALE_ROW:
-                # Fetched now, so their latency hides behind the wgmma.
-                scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
-            acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout, WG, NWG,
-                                          a_regs, LAT_REGS)
-            if LAT_REGS:  # (a loop-carried value only then)
-                a_regs = a_next
-            acc = _item_done(ring, lat, acc, c, item, NK, LAT_REGS)
-            if SCALE == SCALE_ROW:
-                out_t = (acc * scale[None, :]).to(out_ty)
-            elif COL_FACTOR:
-                out_t = (acc * factor[None, :]).to(out_ty)
+                factor = k_scale
+            if HALVES:
+                if SCALE == SCALE_ROW:
+                    scale1 = gl.load(p.ws_ptr + w_row + gl.arange(0, BN, layout=one_layout))
+                if PAIRS:
+                    _wait_turn(p.turns, WG, (it - start) // 2)
+                acc_t, acc_b, s_last, c = _block_scaled_item(
+                    ring, lat, item, acc_t, acc_b, p.ws_ptr + (w_row // BN) * p.WS_LD, c, KV_C, WK,
+                    p.turns, NEXT, SCALE == SCALE_BLOCK)
+                if SCALE == SCALE_ROW:
+                    scale = gl.convert_layout(scale1.to(gl.float32) * factor,
+                                              gl.SliceLayout(0, half_layout))
+                    out_t = (acc_t * scale[None, :]).to(out_ty)
+                    out_b = (acc_b * scale[None, :]).to(out_ty)
+                elif COL_FACTOR:
+                    f = s_last * factor
+                    out_t = (acc_t * f[None, :]).to(out_ty)
+                    out_b = (acc_b * f[None, :]).to(out_ty)
+                else:
+                    f = s_last * factor
+                    out_t = (acc_t * f).to(out_ty)
+                    out_b = (acc_b * f).to(out_ty)
+            elif SCALE == SCALE_E8M0:
+                acc, out_t, c = _mx_item_product(ring, lat, item, grp, acc, c, start, factor, NK,
+                                                 a_layout, acc16_layout, a16_layout, one_layout,
+                                                 out_ty, WG, NWG)
+                out_b = out_t
             else:
-                out_t = (acc * factor).to(out_ty)
-            out_b = out_t
-        # The rope stores of the tile's start came after the staging buffer's last item
-        # only for the tile's first NBUF items.
-        newer = 0
-        if out.ROPE_AHEAD:
-            newer = gl.where(it - tile_it < out.bufs.shape[0], fresh, 0)
-        n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, newer, HALVES)
+                if SCALE == SCALE_ROW:
+                    # Fetched now, so their latency hides behind the wgmma.
+                    scale = gl.load(p.ws_ptr + w_row + cols).to(gl.float32) * factor
+                acc, c, a_next = _item_k_loop(ring, lat, item, acc, c, NK, STEP, a8_layout, WG, NWG,
+                                              a_regs, LAT_REGS)
+                if LAT_REGS:  # (a loop-carried value only then)
+                    a_regs = a_next
+                acc = _item_done(ring, lat, acc, c, item, NK, LAT_REGS)
+                if SCALE == SCALE_ROW:
+                    out_t = (acc * scale[None, :]).to(out_ty)
+                elif COL_FACTOR:
+                    out_t = (acc * factor[None, :]).to(out_ty)
+                else:
+                    out_t = (acc * factor).to(out_ty)
+                out_b = out_t
+            # The rope stores of the tile's start came after the staging buffer's last item
+            # only for the tile's first NBUF items.
+            newer = 0
+            if out.ROPE_AHEAD:
+                newer = gl.where(it - tile_it < out.bufs.shape[0], fresh, 0)
+            n_tma = _store_item(items, lat, out, grp, item, n_tma, out_t, out_b, newer, HALVES)
+        go = False
+        if items.TAIL > 0:
+            if on:
+                claim_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
+                start, end = items.claimed(total, p.claims.take(j, claim_layout))
+                j += 1
+                go = end > start
     tma.store_wait(0)

@@ -17,6 +17,7 @@ from ..jit import SCALE_CODES, search_steps
 from ..launch import DescriptorCache, JitLauncher
 from ..portable_plan import no_launch
 from .config import (
+    LOCKSTEP_ITEMS,
     MAX_RING_DEPTH,
     MX_ROUTE_BF16,
     MX_ROUTE_E4M3,
@@ -32,6 +33,7 @@ from .config import (
 )
 from .kernel import hopper_ws_kernel
 from .schedule import lockstep_granule
+from .tail import stream_counter
 from .widening import (
     WidenedItems,
     WidenedWeight,
@@ -234,6 +236,13 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                f"heads of {prob.nope_dim} K-nope and {prob.v_dim} V columns store their "
                "rope with an item's piece")
         raise ValueError(f"config.rope_ahead: expected False here ({why}), got True")
+    tail = config.tail_items
+    if tail and (lat16 or pingpong or mx or items_per_tile(prob) >= LOCKSTEP_ITEMS.value):
+        why = ("its claims are gathered into an fp8 latent tile" if lat16 else
+               "a ping-pong run holds whole heads" if pingpong else
+               "an MXFP4 weight's items are handed over by position in the run" if mx else
+               f"{items_per_tile(prob)} items a tile go in lockstep runs")
+        raise ValueError(f"config.tail_items: expected 0 here ({why}), got {tail}")
     # Rows of one TMA store: a group's share of a tile, or with pingpong the whole tile.
     srows = TILE if pingpong else TILE // groups
     # Columns of one store: an item, or one of its two pieces (heads of other widths).
@@ -243,6 +252,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
     v_desc = _descriptors([rows, v_cols], [v_cols, 1], t.v_prefix.dtype, srows, scols)
     ints = (t.k_buffer.stride(0), t.k_buffer.stride(1), t.k_buffer.shape[0], prob.batch,
             t.kv_indices.shape[0])
+    device_index = t.k_buffer.device.index
     prefetch = PREFETCH_PARTS[config.prefetch]
     if prefetch and not config.overlap_launch:
         raise ValueError("config.prefetch: expected 'none' without overlap_launch (its "
@@ -282,7 +292,7 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                   PREFETCH_TABLE="table" in prefetch, PREFETCH_LATENT="latent" in prefetch,
                   ROW_BYTES=(prob.kv_c_dim + prob.pe_dim) * t.k_buffer.element_size(),
                   W_BYTES=w_bytes, GUESS_IDS=config.early_block_ids,
-                  ROPE_AHEAD=config.rope_ahead,
+                  ROPE_AHEAD=config.rope_ahead, TAIL=tail,
                   # MXFP4's 4 + 4 + 4 + 1 warps, four warpgroups: as two MMA groups.
                   maxnreg=168 if groups == 1 and not mx_in else 128)
     has_ws = ws is not None
@@ -295,6 +305,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
             w, ws = w_view(w), w_view(ws)
         # A bf16 cache's k_scale (it may be None) is never read: a stand-in pointer.
         ks = c.k_scale if cache_fp8 else c.k_buffer
+        # The dynamic tail's counter (tail.py); where there is none, the tail is off and an
+        # int32 stand-in is never read.
+        got = stream_counter(device_index) if tail and device_index is not None else None
+        counter = (c.kv_indptr if got is None else got[1] if type(ks) is int else got[0])
         return [c.k_buffer, ks, c.kv_indptr, c.kv_indices, c.kv_prefix_sum_context_lens,
                 # Every weight arrives by TMA: its pointer only for prefetches (else a
                 # stand-in, never read).
@@ -304,9 +318,10 @@ def prepare_hopper_ws(prob: Problem, t: GatherArgs, max_context_len: int | None,
                 c.k_prefix, c.v_prefix,
                 # The FP8 outputs' scales; other outputs have none: stand-ins, never read.
                 c.k_out_scale if out_fp8 else ks, c.v_out_scale if out_fp8 else ks,
+                counter,
                 w_desc(w), k_desc(c.k_prefix), pe_desc(c.k_prefix),
-                v_desc(c.v_prefix), *ints]
-    return JitLauncher(hopper_ws_kernel, grid, 20, consts, make)
+                v_desc(c.v_prefix), *ints, int(got is not None)]
+    return JitLauncher(hopper_ws_kernel, grid, 22, consts, make)
 
 
 def pingpong_smem(prob: Problem, ring_depth: int, spare: int = 0) -> int:

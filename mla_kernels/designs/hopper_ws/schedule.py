@@ -12,7 +12,7 @@ from triton.experimental.gluon import language as gl
 
 from ..jit import find_sequence
 from .compat import Scalar, bundle
-from .config import BM, BN, LOCKSTEP_ITEMS, LOCKSTEP_SPLITS
+from .config import BM, BN, LOCKSTEP_ITEMS, LOCKSTEP_SPLITS, TAIL_CLAIMS
 
 
 @gluon.jit
@@ -43,7 +43,9 @@ class Items:
     latent's width (KV_C, then PE rope columns), and with PAIRS runs of whole heads (a head's
     K-nope item and its V item: the ping-pong groups take one each). HEADS and WHOLE (each
     item one head's K-nope or V: both widths multiples of BN; config.whole_items on the
-    host) follow from the others, derived once where the kernel builds the bundle."""
+    host) follow from the others, derived once where the kernel builds the bundle. TAIL:
+    items a claim of the dynamic tail (0: none), handed out by the int32 at ``counter_ptr``
+    where ``tail_on`` is not 0 (``tail_of``)."""
 
     cs_ptr: gl.tensor
     batch: Scalar
@@ -55,6 +57,9 @@ class Items:
     PAIRS: gl.constexpr
     HEADS: gl.constexpr
     WHOLE: gl.constexpr
+    counter_ptr: gl.tensor
+    tail_on: Scalar
+    TAIL: gl.constexpr
 
     @gluon.jit
     def run(self):
@@ -92,9 +97,13 @@ class Items:
                 end = start
         else:
             n_units = n_tiles * UNITS
+            if self.TAIL > 0:
+                # Equal runs over the items before the tail, if this call has one (no
+                # lockstep: the plan takes the tail for weights of fewer heads).
+                _, n_units, _ = self.tail_of(total)
             start = (pid * n_units) // nprog
             end = ((pid + 1) * n_units) // nprog
-            if self.PER_TILE >= LOCKSTEP_ITEMS:
+            if self.PER_TILE >= LOCKSTEP_ITEMS and self.TAIL == 0:
                 # The largest granule (a tile, a half, ... an eighth) whose whole-granule
                 # runs cost at most 1/16 in balance; none: the equal runs above.
                 g = 0
@@ -107,6 +116,32 @@ class Items:
                     start = (pid * n_g) // nprog * g
                     end = ((pid + 1) * n_g) // nprog * g
         return total, start * UNIT, end * UNIT
+
+    @gluon.jit
+    def tail_of(self, total):
+        """The dynamic tail of a batch of ``total`` tokens: (whether this call has one, its
+        first item, its claims). Only long contexts have one (fewer than two programs a
+        token tile, where every program has a static run): TAIL_CLAIMS claims of TAIL items
+        a program, at most a quarter of the items, from the end. Every program makes one
+        claim past the last (``Claims.claim``)."""
+        G: gl.constexpr = self.TAIL
+        n_tiles = gl.cdiv(total, BM)
+        nprog = gl.num_programs(0)
+        n_items = n_tiles * self.PER_TILE
+        size = gl.minimum(nprog * (TAIL_CLAIMS * G), (n_items // 4) // G * G)
+        on = (self.tail_on != 0) & (n_tiles * 2 > nprog) & (size > 0)
+        if not on:
+            size = 0
+        return on, n_items - size, size // G
+
+    @gluon.jit
+    def claimed(self, total, chunk):
+        """Items [start, end) of claim ``chunk`` of the tail (``tail_of``): empty past the
+        last claim."""
+        _, first, n_claims = self.tail_of(total)
+        start = first + gl.minimum(chunk, n_claims) * self.TAIL
+        end = gl.where(chunk < n_claims, start + self.TAIL, start)
+        return start, end
 
     @gluon.jit
     def span(self):

@@ -1,5 +1,6 @@
-"""What the partitions share, bundled: the weight ring, the latent tile, the outputs, and all
-of it in one ``Handles`` that every partition takes; and the hand-over of a written slot.
+"""What the partitions share, bundled: the weight ring, the latent tile, the outputs, the
+dynamic tail's claims, and all of it in one ``Handles`` that every partition takes; and the
+hand-over of a written slot.
 
 Bundles are Gluon aggregates (``compat.bundle``). This module keeps its annotations evaluated
 (no ``from __future__ import annotations``): triton 3.6 checks each field against them.
@@ -11,6 +12,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from ..jit import load_out_inverse
 from .compat import Buffer, Descriptor, bundle, partition_sync, tma_io
+from .config import CLAIM_SLOTS, CLAIM_WIDTH
 from .conversions import ring_as_bf16
 from .schedule import Cache, Items
 
@@ -220,6 +222,45 @@ class LatentTile:
 
 
 @bundle
+class Claims:
+    """The dynamic tail's claims (``Items.tail_of``), from the gatherer, which makes them, to
+    the weight loader and the MMA warps, which run the items claimed: CLAIM_SLOTS entries of
+    one int32 (repeated CLAIM_WIDTH times), a ready and an empty barrier each (``READERS``
+    arrivals: the loader's and each MMA group's). The ``j``-th claim of a program (from 0)
+    takes entry j % CLAIM_SLOTS. Stand-ins without a tail, never used."""
+
+    slots: Buffer
+    ready: Buffer
+    empty: Buffer
+
+    @gluon.jit
+    def claim(self, items, total, j, layout: gl.constexpr):
+        """The gatherer's ``j``-th claim: the next claim of the call's counter, handed to the
+        other partitions. Every program makes one claim past the tail's last and then stops,
+        so the call's last claim of all is the counter's value n_claims + programs - 1: that
+        claim sets the counter back to 0 for the next call, which reads it only after this
+        one has ended (stream order, or an overlapped launch's wait)."""
+        chunk = gl.atomic_add(items.counter_ptr, 1)
+        _, _, n_claims = items.tail_of(total)
+        if chunk == n_claims + gl.num_programs(0) - 1:
+            gl.atomic_xchg(items.counter_ptr, 0)
+        s = slot_free(self.empty, j, CLAIM_SLOTS)
+        self.slots.index(s).store(gl.full([CLAIM_WIDTH], 0, gl.int32, layout) + chunk)
+        partition_sync()  # every thread's store before the one arrival
+        mbarrier.arrive(self.ready.index(s), count=1)
+        return chunk
+
+    @gluon.jit
+    def take(self, j, layout: gl.constexpr):
+        """A reader's ``j``-th claim, once the gatherer has made it; its entry released."""
+        s = slot_full(self.ready, j, CLAIM_SLOTS)
+        chunk = gl.max(self.slots.index(s).load(layout), axis=0)
+        partition_sync()  # every thread's load before the release
+        mbarrier.arrive(self.empty.index(s), count=1)
+        return chunk
+
+
+@bundle
 class Outputs:
     """k_out and v_out: their pointers and TMA descriptors (K-nope blocks, the rope, V
     blocks), the shared buffers items are staged in (one or two, and the rope's), with
@@ -254,7 +295,8 @@ class Outputs:
 class Handles:
     """Everything a partition reads: the schedule, the cache, the weight (its descriptor
     or pointers, its scale, how it is chunked), the ring, MXFP4's packed ring, the latent
-    tile, the outputs and the ping-pong groups' turn barriers (a stand-in without PAIRS). A
+    tile, the outputs, the ping-pong groups' turn barriers (a stand-in without PAIRS) and the
+    dynamic tail's claims (stand-ins without one). A
     partition that leaves a handle unused does not capture it."""
 
     items: Items
@@ -270,3 +312,4 @@ class Handles:
     tile: LatentTile
     out: Outputs
     turns: Buffer
+    claims: Claims
