@@ -43,8 +43,11 @@ LOCKSTEP_SPLITS = gl.constexpr(4)  # granules tried: a tile, 1/2, 1/4, 1/8 of on
 # times, by more from call to call than any static split can follow; the last items are
 # handed out instead, a claim at a time, from a counter in global memory, to whichever
 # program's gatherer asks first. The tail holds TAIL_CLAIMS claims a program, at most a
-# quarter of the items.
+# quarter of the items. A gatherer claims only when its MMA warps ask, TAIL_LEAD items before
+# their run's end (claims made sooner go out in launch order, not in order of need), which
+# leaves the claim, its block ids and its tile's copies that long to land.
 TAIL_CLAIMS = gl.constexpr(2)
+TAIL_LEAD = gl.constexpr(3)
 CLAIM_SLOTS = gl.constexpr(2)  # claims in flight from the gatherer to the other partitions
 CLAIM_WIDTH = gl.constexpr(32)  # a claim's entry: one int32, repeated over a warp's lanes
 TAIL_COUNTER_STRIDE = 4  # int32s between two streams' counters: each 16-byte aligned

@@ -38,7 +38,7 @@ def latent_gatherer(p):
 def _latent_copier(items, cache, tile_bufs, claims, k_out_ptr, rope_inv):
     """``latent_gatherer`` where the tile holds the cache's own dtype: the run's tiles, then
     with a dynamic tail (``Items.tail_of``) the claims' tiles, one claim at a time, each
-    claimed once this program's last tile has been gathered, while its items still run."""
+    claimed when the MMA warps ask for it, a few items before they end the run before."""
     LAT16: gl.constexpr = tile_bufs.LAT16
     PE: gl.constexpr = items.PE
     # 16 contiguous bytes per thread: one cp.async each; a row of a K slice (LK values).

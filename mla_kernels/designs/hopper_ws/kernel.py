@@ -164,12 +164,14 @@ def hopper_ws_kernel(
                                                 mbarrier.MBarrierLayout())
         claim_empty = gl.allocate_shared_memory(gl.int64, [CLAIM_SLOTS, 1],
                                                 mbarrier.MBarrierLayout())
+        asked = gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout())
         for j in gl.static_range(CLAIM_SLOTS):
             mbarrier.init(claim_ready.index(j), count=1)
             mbarrier.init(claim_empty.index(j), count=1 + MMA_GROUPS)
-        claims = Claims(claim_slots, claim_ready, claim_empty)
+        mbarrier.init(asked.index(0), count=1)
+        claims = Claims(claim_slots, claim_ready, claim_empty, asked)
     else:
-        claims = Claims(lat_ready, lat_ready, lat_ready)
+        claims = Claims(lat_ready, lat_ready, lat_ready, lat_ready)
     # Each item one head's K-nope or V (else two pieces of BN / 2 columns: Items.piece).
     WHOLE: gl.constexpr = NOPE % BN == 0 and V % BN == 0
     p = Handles(Items(cs_ptr, batch, NOPE, V, PE, KV_C, ITEMS_PER_TILE, PAIRS, HEADS, WHOLE,

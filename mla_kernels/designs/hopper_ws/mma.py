@@ -660,6 +660,9 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
     while go:
         for it in range(start + WG if PAIRS else start, end, IT_STEP):
             item, tiles_seen = _item_at(items, it, start, end, total, tiles_seen)
+            if items.TAIL > 0:
+                if on and WG == 0:
+                    p.claims.ask(it, start, end)
             if PAIRS:
                 c = (it - start) * (NK * STEP)
             # A bf16 tile's rope is the gather warps' (_store_rope); a ping-pong run's, the
@@ -734,6 +737,8 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
         go = False
         if items.TAIL > 0:
             if on:
+                if WG == 0 and end == start:  # an empty run asks at once
+                    p.claims.asked_now()
                 claim_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
                 start, end = items.claimed(total, p.claims.take(j, claim_layout))
                 j += 1

@@ -12,7 +12,7 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared,
 
 from ..jit import load_out_inverse
 from .compat import Buffer, Descriptor, bundle, partition_sync, tma_io
-from .config import CLAIM_SLOTS, CLAIM_WIDTH
+from .config import CLAIM_SLOTS, CLAIM_WIDTH, TAIL_LEAD
 from .conversions import ring_as_bf16
 from .schedule import Cache, Items
 
@@ -225,13 +225,27 @@ class LatentTile:
 class Claims:
     """The dynamic tail's claims (``Items.tail_of``), from the gatherer, which makes them, to
     the weight loader and the MMA warps, which run the items claimed: CLAIM_SLOTS entries of
-    one int32 (repeated CLAIM_WIDTH times), a ready and an empty barrier each (``READERS``
-    arrivals: the loader's and each MMA group's). The ``j``-th claim of a program (from 0)
-    takes entry j % CLAIM_SLOTS. Stand-ins without a tail, never used."""
+    one int32 (repeated CLAIM_WIDTH times), a ready and an empty barrier each (the empty one
+    counts the loader's and each MMA group's arrivals), and ``asked``, where the first MMA
+    group asks for each claim (``ask``). The ``j``-th claim of a program (from 0) takes entry
+    j % CLAIM_SLOTS. Stand-ins without a tail, never used."""
 
     slots: Buffer
     ready: Buffer
     empty: Buffer
+    asked: Buffer
+
+    @gluon.jit
+    def ask(self, it, start, end):
+        """The first MMA group, at item ``it`` of its current run [start, end): asks for the
+        next claim TAIL_LEAD items before the run's end (at its first item if it is shorter;
+        ``asked_now`` for an empty run)."""
+        if it == gl.maximum(start, end - TAIL_LEAD):
+            mbarrier.arrive(self.asked.index(0), count=1)
+
+    @gluon.jit
+    def asked_now(self):
+        mbarrier.arrive(self.asked.index(0), count=1)
 
     @gluon.jit
     def claim(self, items, total, j, layout: gl.constexpr):
@@ -239,7 +253,9 @@ class Claims:
         other partitions. Every program makes one claim past the tail's last and then stops,
         so the call's last claim of all is the counter's value n_claims + programs - 1: that
         claim sets the counter back to 0 for the next call, which reads it only after this
-        one has ended (stream order, or an overlapped launch's wait)."""
+        one has ended (stream order, or an overlapped launch's wait). Made once the MMA warps
+        have asked for it (``ask``)."""
+        mbarrier.wait(self.asked.index(0), j & 1)
         chunk = gl.atomic_add(items.counter_ptr, 1)
         _, _, n_claims = items.tail_of(total)
         if chunk == n_claims + gl.num_programs(0) - 1:
