@@ -1,10 +1,10 @@
 """Tensors on the second GPU of a two-GPU machine while the first is current, as a
 tensor-parallel rank makes the call (docs/contract.md, "Where the call works"): every design
 that serves the problem there, the launch on that GPU's current stream, a plan per GPU, the
-custom op eagerly and compiled, a CUDA graph captured on that GPU, FP8 outputs, and
-arguments split over the two GPUs, refused by name before anything is written. The split's
-analogue that runs anywhere: one argument on the meta device (or the CPU, beside GPU
-tensors).
+custom op eagerly and compiled, a CUDA graph captured on that GPU, FP8 outputs, hopper_ws's
+dynamic tail (its counter on that GPU), and arguments split over the two GPUs, refused by
+name before anything is written. The split's analogue that runs anywhere: one argument on
+the meta device (or the CPU, beside GPU tensors).
 
 On a two-GPU machine: ``TESTS_K=second_gpu bash scripts/device_run.sh <commit> tests-all``.
 """
@@ -195,6 +195,47 @@ def test_a_cuda_graph_captured_on_the_second_gpu(variant, seed):
             torch.cuda.synchronize(1)
             res = check_outputs(inp)
             assert res["correct"], (planned, res)
+
+
+
+@pytest.mark.gpu
+@two_gpus
+def test_the_dynamic_tail_on_the_second_gpu_takes_its_counter_there(seed):
+    # hopper_ws's dynamic tail (HopperWSConfig.tail_items) keeps a counter per device and
+    # stream: a long context on cuda:1, called with cuda:0 current, eagerly and from a graph
+    # captured on a stream of cuda:1, with the outputs of static runs and its counter left
+    # at zero on cuda:1.
+    from mla_kernels.designs.hopper_ws import HopperWSConfig
+    from mla_kernels.designs.hopper_ws.tail import stream_counter
+
+    inp = mk.build_inputs("kimi-k3-tp8", [20000], block_size=1, cache_dtype="fp8",
+                          weight_format="fp8_row", device=SECOND, seed=seed)
+    skip_unless_served("hopper_ws", inp)
+    config = HopperWSConfig(mma_groups=2, ring_depth=6, latent_in_registers=True,
+                            tail_items=2)
+    with torch.cuda.device(0):
+        mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws",
+                            config=HopperWSConfig(mma_groups=2, ring_depth=6,
+                                                  latent_in_registers=True))
+        torch.cuda.synchronize(1)
+        static = written(inp)
+        inp.poison_outputs()
+        mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=config)
+        torch.cuda.synchronize(1)
+        assert all(torch.equal(a, b) for a, b in zip(written(inp), static, strict=True))
+        with torch.cuda.device(1):
+            view, _ = stream_counter(1)
+        assert view.device == torch.device(SECOND) and int(view.item()) == 0
+        side = torch.cuda.Stream(device=1)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=side):
+            with torch.cuda.device(0):
+                mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=config)
+        for _ in range(2):
+            inp.poison_outputs()
+            graph.replay()
+            torch.cuda.synchronize(1)
+            assert all(torch.equal(a, b) for a, b in zip(written(inp), static, strict=True))
 
 
 def test_a_capture_is_looked_for_on_the_tensors_gpu_not_the_current_one(monkeypatch):
