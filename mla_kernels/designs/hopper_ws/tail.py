@@ -14,6 +14,8 @@ STREAMS, runs without its tail, as correct, its runs static.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 
 from .config import TAIL_COUNTER_STRIDE
@@ -22,6 +24,7 @@ STREAMS = 64  # counters a device: streams that may call with a tail
 
 _blocks: dict[int, torch.Tensor] = {}
 _counters: dict[tuple[int, int], tuple[torch.Tensor, int]] = {}
+_lock = threading.Lock()  # calls from several threads: one slot a stream, one block a device
 
 
 def stream_counter(device: int) -> tuple[torch.Tensor, int] | None:
@@ -31,10 +34,19 @@ def stream_counter(device: int) -> tuple[torch.Tensor, int] | None:
     got = _counters.get(key)
     if got is not None:
         return got
+    with _lock:
+        return _new_counter(device, key)
+
+
+def _new_counter(device: int, key: tuple[int, int]) -> tuple[torch.Tensor, int] | None:
+    got = _counters.get(key)
+    if got is not None:
+        return got
     block = _blocks.get(device)
     if block is None:
-        if torch.cuda.is_current_stream_capturing():
-            return None
+        with torch.cuda.device(device):  # the capture, if any, is on that device's stream
+            if torch.cuda.is_current_stream_capturing():
+                return None
         block = torch.zeros(STREAMS * TAIL_COUNTER_STRIDE, dtype=torch.int32,
                             device=torch.device("cuda", device))
         # Zeroed on this stream; another stream's first call must not overtake it.
