@@ -1398,6 +1398,11 @@ def _bits(inp):
     return (inp.k_prefix.view(torch.uint8).clone(), inp.v_prefix.view(torch.uint8).clone())
 
 
+def _same_bits(inp, static) -> bool:
+    """Whether the outputs hold ``static``'s bits (``_bits`` of an earlier call)."""
+    return all(torch.equal(a, b) for a, b in zip(_bits(inp), static, strict=True))
+
+
 def _counter_value(device) -> int:
     from mla_kernels.designs.hopper_ws.tail import stream_counter
 
@@ -1425,8 +1430,7 @@ def test_dynamic_tail_is_the_static_runs_result(fmt, config, contexts, block_siz
     static = _bits(inp)
     for _ in range(3):  # each call sets the counter back to zero for the next
         run_and_check(inp, "hopper_ws", config=replace(config, programs=programs))
-        got = _bits(inp)
-        assert torch.equal(got[0], static[0]) and torch.equal(got[1], static[1])
+        assert _same_bits(inp, static)
         assert _counter_value(device) == 0
 
 
@@ -1443,7 +1447,7 @@ def test_dynamic_tail_on_another_stream_and_in_a_cuda_graph(device, seed):
         run_and_check(inp, "hopper_ws", config=config)
         assert _counter_value(device) == 0
     side.synchronize()
-    assert all(torch.equal(a, b) for a, b in zip(_bits(inp), static, strict=True))
+    assert _same_bits(inp, static)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         mk.gather_kv_b_proj(*inp.args(), variant="hopper_ws", config=config)
@@ -1451,7 +1455,7 @@ def test_dynamic_tail_on_another_stream_and_in_a_cuda_graph(device, seed):
         inp.poison_outputs()
         graph.replay()
         torch.cuda.synchronize()
-        assert all(torch.equal(a, b) for a, b in zip(_bits(inp), static, strict=True))
+        assert _same_bits(inp, static)
 
 
 @pytest.mark.gpu
@@ -1475,7 +1479,7 @@ def test_dynamic_tail_captured_before_any_counter_runs_static(device, seed, monk
     inp.poison_outputs()
     graph.replay()
     torch.cuda.synchronize()
-    assert all(torch.equal(a, b) for a, b in zip(_bits(inp), static, strict=True))
+    assert _same_bits(inp, static)
 
 
 @pytest.mark.parametrize(("shape", "fmt", "cache", "config", "why"), [

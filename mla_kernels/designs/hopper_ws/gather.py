@@ -65,7 +65,7 @@ def _latent_copier(items, cache, tile_bufs, claims, k_out_ptr, rope_inv):
             claim_layout: gl.constexpr = gl.BlockedLayout([1], [32], [GATHER_WARPS], [0])
             n = last_tile - first_tile  # tiles gathered so far
             j = 0
-            start, end = items.claimed(total, claims.claim(items, total, 0, claim_layout))
+            start, end = claims.claim(items, total, 0, claim_layout)
             while end > start:
                 # A claim's tiles' row offsets, each fetched as its tile begins: the gatherer
                 # runs a claim ahead, and nothing held across claims leaves it registers.
@@ -75,7 +75,7 @@ def _latent_copier(items, cache, tile_bufs, claims, k_out_ptr, rope_inv):
                                start, end, t_rows, t_mask, k_cols, pe_cols, pe_layout)
                     n += 1
                 j += 1
-                start, end = items.claimed(total, claims.claim(items, total, j, claim_layout))
+                start, end = claims.claim(items, total, j, claim_layout)
 
 
 @gluon.jit

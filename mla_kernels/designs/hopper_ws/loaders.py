@@ -37,11 +37,11 @@ def weight_loader(p):
             if on:
                 claim_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
                 j = 0
-                start, end = items.claimed(total, p.claims.take(0, claim_layout))
+                start, end = p.claims.take(items, total, 0, claim_layout)
                 while end > start:
                     c = _load_items(p, start, end, c)
                     j += 1
-                    start, end = items.claimed(total, p.claims.take(j, claim_layout))
+                    start, end = p.claims.take(items, total, j, claim_layout)
 
 
 @gluon.jit

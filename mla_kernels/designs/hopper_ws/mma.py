@@ -740,7 +740,7 @@ def mma_epilogue(p, WG: gl.constexpr, NWG: gl.constexpr, LAT_REGS: gl.constexpr,
                 if WG == 0 and end == start:  # an empty run asks at once
                     p.claims.asked_now()
                 claim_layout: gl.constexpr = gl.BlockedLayout([1], [32], [num_warps], [0])
-                start, end = items.claimed(total, p.claims.take(j, claim_layout))
+                start, end = p.claims.take(items, total, j, claim_layout)
                 j += 1
                 go = end > start
     tma.store_wait(0)

@@ -250,11 +250,11 @@ class Claims:
     @gluon.jit
     def claim(self, items, total, j, layout: gl.constexpr):
         """The gatherer's ``j``-th claim: the next claim of the call's counter, handed to the
-        other partitions. Every program makes one claim past the tail's last and then stops,
-        so the call's last claim of all is the counter's value n_claims + programs - 1: that
-        claim sets the counter back to 0 for the next call, which reads it only after this
-        one has ended (stream order, or an overlapped launch's wait). Made once the MMA warps
-        have asked for it (``ask``)."""
+        other partitions; returns its items [start, end) (``Items.claimed``). Every program
+        makes one claim past the tail's last and then stops, so the call's last claim of all
+        is the counter's value n_claims + programs - 1: that claim sets the counter back to 0
+        for the next call, which reads it only after this one has ended (stream order, or an
+        overlapped launch's wait). Made once the MMA warps have asked for it (``ask``)."""
         mbarrier.wait(self.asked.index(0), j & 1)
         chunk = gl.atomic_add(items.counter_ptr, 1)
         _, _, n_claims = items.tail_of(total)
@@ -264,16 +264,17 @@ class Claims:
         self.slots.index(s).store(gl.full([CLAIM_WIDTH], 0, gl.int32, layout) + chunk)
         partition_sync()  # every thread's store before the one arrival
         mbarrier.arrive(self.ready.index(s), count=1)
-        return chunk
+        return items.claimed(total, chunk)
 
     @gluon.jit
-    def take(self, j, layout: gl.constexpr):
-        """A reader's ``j``-th claim, once the gatherer has made it; its entry released."""
+    def take(self, items, total, j, layout: gl.constexpr):
+        """A reader's ``j``-th claim, once the gatherer has made it, its entry released: its
+        items [start, end) (``Items.claimed``)."""
         s = slot_full(self.ready, j, CLAIM_SLOTS)
         chunk = gl.max(self.slots.index(s).load(layout), axis=0)
         partition_sync()  # every thread's load before the release
         mbarrier.arrive(self.empty.index(s), count=1)
-        return chunk
+        return items.claimed(total, chunk)
 
 
 @bundle
